@@ -1,0 +1,109 @@
+/* engine.h - the inference engine interface, one contract for cpu and cuda.
+ *
+ * The scheduler hands the engine a step: a batch of sequences, each with
+ * the tokens to feed this step (a prefill chunk, or one token to decode),
+ * the position of the first of them, and its page table into the paged KV
+ * pool. The engine appends the new K/V to the pool, computes logits where
+ * asked, and samples where asked. Steps run synchronously in the caller's
+ * thread; the daemon runs them on an engine thread and turns completion
+ * into an event on its loop.
+ *
+ * KV pool layout (identical for both engines; dtype f32 on the cpu engine
+ * in exact numerics, bf16 otherwise):
+ *   pool[layer][kv][page][kv_head][slot][head_dim]     kv = 0 for K, 1 for V
+ * Position p of a sequence lives in page pages[p / page_size], slot
+ * p % page_size. K is stored after RoPE. See l8_kv_offset(). */
+#pragma once
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "../model/model.h"
+
+enum l8_backend  { L8_BACKEND_CPU = 0, L8_BACKEND_CUDA = 1 };
+enum l8_numerics {
+    L8_NUMERICS_EXACT = 0, /* f32 activations, FP8 weights decoded exactly */
+    L8_NUMERICS_FP8   = 1, /* activations quantized per token to E4M3 before
+                              each projection, as the GPU's fast path does */
+};
+enum l8_logits { L8_LOGITS_NONE = 0, L8_LOGITS_LAST = 1, L8_LOGITS_ALL = 2 };
+
+struct l8_engine_opts {
+    enum l8_numerics numerics;
+    uint32_t page_size;      /* positions per KV page (e.g. 16) */
+    uint32_t n_pages;        /* pages in the pool; 0 = size from kv_bytes */
+    uint64_t kv_bytes;       /* pool size when n_pages == 0; 0 = engine default */
+    uint32_t max_step_tokens;/* most tokens (all sequences) in one step */
+    uint32_t max_seqs;       /* most sequences in one step */
+    int nthreads;            /* cpu: worker threads (0 = all cores) */
+};
+
+/* Sampling parameters of one request. temperature <= 0 means greedy
+ * (argmax, lowest id on ties). top_k 0 = off, top_p 1 = off, min_p 0 = off,
+ * repetition_penalty 1 = off. */
+struct l8_sampling {
+    float temperature;
+    uint32_t top_k;
+    float top_p;
+    float min_p;
+    float repetition_penalty;
+    uint64_t seed;
+};
+
+/* One sequence's part of a step. */
+struct l8_seq {
+    const uint32_t *tokens;  /* [n_tokens] ids to feed, each < vocab */
+    uint32_t n_tokens;       /* >= 1 */
+    uint32_t pos;            /* position of tokens[0]; positions [0, pos) are
+                                already in the pages */
+    const uint32_t *pages;   /* page table, covering [0, pos + n_tokens) */
+    uint32_t n_pages;
+    enum l8_logits logits;   /* which logits to write to logits_out */
+    float *logits_out;       /* [1 or n_tokens, vocab] f32, host memory */
+    /* Sampling from the last position's logits (after this step). */
+    bool sample;
+    const struct l8_sampling *sampling;
+    const uint32_t *history; /* tokens seen so far (for repetition penalty) */
+    uint32_t n_history;
+    uint64_t sample_index;   /* which generated token this is: the RNG counter */
+    /* Results. */
+    uint32_t token_out;      /* sampled id */
+    float logprob_out;       /* log-softmax of token_out (temperature 1, after
+                                repetition penalty) */
+};
+
+struct l8_engine;
+
+/* The model must outlive the engine. err names what failed. */
+int  l8_engine_create(const struct l8_model *m, enum l8_backend backend,
+                      const struct l8_engine_opts *opts, struct l8_engine **out,
+                      char err[L8_ERRLEN]);
+void l8_engine_destroy(struct l8_engine *e);
+/* Run one step. Returns 0 or a negative errno (-EINVAL: a sequence breaks
+ * the limits above; -EIO: device failure). On error no KV page of a
+ * sequence that was not in the step has been written. */
+int  l8_engine_step(struct l8_engine *e, struct l8_seq *seqs, uint32_t n_seqs);
+/* Facts about the pool the engine allocated. */
+uint32_t l8_engine_n_pages(const struct l8_engine *e);
+uint32_t l8_engine_page_size(const struct l8_engine *e);
+const char *l8_backend_name(enum l8_backend b);
+
+/* Element offset of (layer, kv, page, kv_head, slot, 0) in the pool. */
+static inline size_t l8_kv_offset(const struct l8_config *c, uint32_t n_pages,
+                                  uint32_t page_size, uint32_t layer, uint32_t kv,
+                                  uint32_t page, uint32_t kv_head, uint32_t slot)
+{
+    return ((((size_t)layer * 2 + kv) * n_pages + page) * c->n_kv_heads + kv_head)
+               * page_size * c->head_dim
+           + (size_t)slot * c->head_dim;
+}
+
+/* Backend implementations (engine_cpu.c, engine_cuda.c). */
+struct l8_engine_ops {
+    const char *name;
+    int  (*create)(const struct l8_model *m, const struct l8_engine_opts *o,
+                   void **impl, uint32_t *n_pages, char err[L8_ERRLEN]);
+    void (*destroy)(void *impl);
+    int  (*step)(void *impl, struct l8_seq *seqs, uint32_t n_seqs);
+};
+extern const struct l8_engine_ops l8_engine_cpu_ops;
+extern const struct l8_engine_ops l8_engine_cuda_ops; /* only when L8_HAVE_CUDA */
