@@ -54,3 +54,19 @@ int  l8_st_writer_add(struct l8_st_writer *w, const char *name, enum l8_dtype dt
 /* Write header and data, close. metadata_json may be NULL ("{}" then) and
  * is written as "__metadata__" (an object of string values). */
 int  l8_st_writer_finish(struct l8_st_writer *w, const char *metadata_json, char err[L8_ERRLEN]);
+
+/* Streaming form (for checkpoints larger than memory): the tensor's bytes
+ * are produced by fill(ctx, dst, nbytes) at finish, in the order added,
+ * into a buffer the writer owns; while one tensor is written the next one
+ * is filled, so peak memory is about two of the largest filled tensors.
+ * fill returns 0 or a negative errno, which aborts finish. */
+typedef int (*l8_st_fill_fn)(void *ctx, void *dst, uint64_t nbytes);
+int  l8_st_writer_add_fill(struct l8_st_writer *w, const char *name, enum l8_dtype dt,
+                           uint32_t n_dims, const uint64_t *shape,
+                           l8_st_fill_fn fill, void *ctx);
+/* Bytes of data declared so far (the sum of the tensors' sizes). */
+uint64_t l8_st_writer_data_size(const struct l8_st_writer *w);
+/* Discard a writer without writing (after a failed add); NULL is a no-op.
+ * The file is written to PATH.partial and renamed to PATH only when finish
+ * succeeds, so an aborted or failed writer leaves no file behind. */
+void l8_st_writer_abort(struct l8_st_writer *w);
