@@ -1,0 +1,193 @@
+/* sched.h - the request scheduler: continuous batching over the paged KV pool.
+ *
+ * Pure logic, no I/O, no clocks, no threads: the event loop owns it and
+ * calls it from one thread. The loop's cycle is
+ *
+ *     l8_sched_submit() / l8_sched_cancel() / l8_sched_cancel_owner()
+ *         whenever clients ask (also while a step is in flight);
+ *     l8_sched_build_step(s, &seqs, &n)     when no step is in flight;
+ *     l8_engine_step(engine, seqs, n)       on the engine thread;
+ *     l8_sched_step_done(s, seqs, n, rc)    back on the loop: events are
+ *                                           delivered through opts.on_event.
+ *
+ * A step holds, in this order: one decode row for every running request
+ * that has finished its prompt (one token each), then prefill chunks of
+ * running requests still in their prompt, then the first chunks of newly
+ * admitted requests, all within max_step_tokens tokens (chunked prefill)
+ * and max_seqs sequences. Waiting requests are admitted in order of
+ * priority (higher first), then arrival (FIFO); the head of the queue is
+ * never overtaken, so a large request is not starved by small ones. A
+ * request is admitted only when the pool can give pages for its whole
+ * remaining prompt, and at most max_seqs requests run at once, so every
+ * running request decodes in every step.
+ *
+ * Prefix cache: the full pages of a request's tokens are registered in the
+ * pool's prefix cache as soon as their K/V is written (prompt and
+ * generated tokens alike, so a chat that re-sends its history reuses it).
+ * A new request whose first k full pages are cached starts at position
+ * k * page_size (at least one prompt token is always computed, for the
+ * logits of the first sample).
+ *
+ * Preemption: when a running request needs a new page and the pool has
+ * none (free or reclaimable), the youngest running request (lowest
+ * priority, latest arrival) is preempted: its pages are released and it
+ * goes back to the waiting queue, in its original place, with prompt +
+ * generated-so-far as the tokens to recompute. Nothing is re-emitted and
+ * its sample_index continues, so seeded sampling gives the same tokens as
+ * an uninterrupted run. The client never sees a preemption. A request is
+ * refused at submit only if it could not fit in the pool alone.
+ *
+ * Memory: a request's token array and page table are allocated once at
+ * submit, sized for prompt + max_new_tokens; nothing is allocated per
+ * token. */
+#pragma once
+#include <stdbool.h>
+#include <stdint.h>
+#include "engine/engine.h"
+
+struct l8_kvpool;
+struct l8_sched;
+struct l8_sched_event;
+
+#define L8_SCHED_MAX_STOP      16      /* stop ids per request */
+#define L8_SCHED_NO_TOKEN      UINT32_MAX
+#define L8_SCHED_DEFAULT_MAX_REQUESTS 4096
+
+/* Submit refusals: negative values outside the errno range, so one int
+ * carries either. The ipc layer maps each to a protocol error code. */
+enum l8_sched_err {
+    L8_SCHED_E_EMPTY_PROMPT = -5001, /* n_prompt == 0 */
+    L8_SCHED_E_TOKEN_RANGE  = -5002, /* a prompt or stop id >= vocab */
+    L8_SCHED_E_TOO_LONG     = -5003, /* n_prompt + max_new_tokens > max_ctx */
+    L8_SCHED_E_MAX_NEW_ZERO = -5004, /* max_new_tokens == 0 */
+    L8_SCHED_E_POOL_TOO_SMALL = -5005, /* needs more pages than the pool has */
+    L8_SCHED_E_TOO_MANY_STOPS = -5006, /* n_stop > L8_SCHED_MAX_STOP */
+    L8_SCHED_E_BAD_SAMPLING = -5007, /* NaN/inf, top_p not in (0,1], min_p not
+                                        in [0,1], repetition_penalty <= 0 */
+    L8_SCHED_E_DUPLICATE_ID = -5008, /* (owner, id) already live */
+    L8_SCHED_E_QUEUE_FULL   = -5009, /* max_requests live requests */
+};
+/* Text for an l8_sched_err or a negative errno. */
+const char *l8_sched_strerror(int err);
+
+struct l8_sched_opts {
+    uint32_t n_pages;         /* = l8_engine_n_pages() */
+    uint32_t page_size;       /* = l8_engine_page_size() */
+    uint32_t max_step_tokens; /* token budget of one step; >= max_seqs */
+    uint32_t max_seqs;        /* sequences in one step = running requests */
+    uint32_t max_ctx;         /* prompt + new tokens of one request */
+    uint32_t vocab;
+    uint32_t max_requests;    /* live (waiting + running); 0 = default */
+    /* Receives every event, from l8_sched_step_done() only. */
+    void (*on_event)(void *ctx, const struct l8_sched_event *ev);
+    void *ctx;
+};
+
+/* A request as submitted. Everything is copied; pointers need not live
+ * past the call. */
+struct l8_sched_req {
+    uint64_t owner;          /* client id; the loop's choice */
+    uint64_t id;             /* request id, unique per owner while live */
+    void *user;              /* returned in events and slots, not touched */
+    const uint32_t *prompt;  /* [n_prompt] token ids */
+    uint32_t n_prompt;
+    struct l8_sampling sampling;
+    uint32_t max_new_tokens;
+    const uint32_t *stop_ids;/* [n_stop] */
+    uint32_t n_stop;
+    int32_t priority;        /* higher runs first; FIFO within a priority */
+    bool logprobs;           /* fill event logprobs */
+};
+
+enum l8_sched_ev_kind {
+    L8_SCHED_EV_TOKEN = 1,   /* a generated token */
+    L8_SCHED_EV_DONE  = 2,   /* the request ended normally; nothing follows */
+    L8_SCHED_EV_ERROR = 3,   /* the request failed (engine error); nothing follows */
+};
+enum l8_sched_done_reason {
+    L8_SCHED_DONE_NONE   = 0,
+    L8_SCHED_DONE_STOP   = 1, /* sampled a stop id (it was sent as a TOKEN) */
+    L8_SCHED_DONE_LENGTH = 2, /* max_new_tokens generated */
+};
+
+/* Every sampled token is one TOKEN event (the stop token included), in
+ * index order; then one DONE. Cancelled requests get no events at all:
+ * the loop answers a cancel itself. */
+struct l8_sched_event {
+    enum l8_sched_ev_kind kind;
+    uint64_t owner, id;
+    void *user;
+    uint32_t token;          /* TOKEN: the id; DONE: the last token */
+    uint32_t index;          /* TOKEN: 0-based index of the generated token;
+                                DONE/ERROR: tokens generated in all */
+    float logprob;           /* TOKEN with logprobs: log p(token); else 0 */
+    bool has_logprob;
+    enum l8_sched_done_reason reason; /* DONE */
+    int error;               /* ERROR: the engine's negative errno */
+};
+
+/* Per sequence of the last built step, parallel to its l8_seq array. */
+struct l8_sched_slot {
+    uint64_t owner, id;
+    void *user;
+    bool first;              /* first time this request is in a step (its
+                                prefill starts now): submit -> start latency */
+    bool prefill;            /* the chunk is (re)computing known tokens */
+    uint32_t cached_tokens;  /* on first: prompt positions taken from the
+                                prefix cache */
+};
+
+struct l8_sched_stats {
+    uint32_t running, waiting;
+    uint64_t preemptions;       /* since start */
+    uint32_t pages_total, pages_free, pages_used, pages_cached;
+    uint64_t tokens_generated;  /* sampled tokens delivered, since start */
+    uint64_t prompt_tokens;     /* prompt positions computed (incl. recompute) */
+    uint64_t cached_tokens;     /* prompt positions taken from the prefix cache */
+    uint64_t steps;
+    bool step_in_flight;
+};
+
+struct l8_sched_owner_stats {
+    uint32_t requests;       /* live: waiting + running */
+    uint32_t pages;          /* page-table entries held (a shared page counts
+                                once per request holding it) */
+};
+
+/* -EINVAL (a zero size, max_step_tokens < max_seqs, no on_event),
+ * -ENOMEM. */
+int  l8_sched_new(const struct l8_sched_opts *o, struct l8_sched **out);
+/* Frees every request; must not be called with a step in flight. */
+void l8_sched_free(struct l8_sched *s);
+
+/* 0 or an l8_sched_err or -ENOMEM. Allowed while a step is in flight. */
+int  l8_sched_submit(struct l8_sched *s, const struct l8_sched_req *r);
+/* Ends a live request without events. -ENOENT if (owner, id) is unknown
+ * or already finished. Its pages are released now, or at step_done if
+ * the request is in the step in flight. */
+int  l8_sched_cancel(struct l8_sched *s, uint64_t owner, uint64_t id);
+/* Cancels every request of the owner (a client went away); returns how
+ * many. */
+uint32_t l8_sched_cancel_owner(struct l8_sched *s, uint64_t owner);
+
+/* Builds the next step in an array owned by the scheduler (valid until
+ * step_done); *n == 0 when there is nothing to run. -EBUSY while a step
+ * is in flight. A step with n > 0 is in flight until step_done. */
+int  l8_sched_build_step(struct l8_sched *s, struct l8_seq **seqs, uint32_t *n);
+/* The slots of the step in flight, [n]. */
+const struct l8_sched_slot *l8_sched_step_slots(const struct l8_sched *s);
+/* The engine finished the step: status is l8_engine_step()'s return.
+ * On 0: for each sequence that sampled, append the token and emit TOKEN
+ * (and DONE when finished); finished requests release their pages. On
+ * error: every request in the step gets an ERROR event and is released.
+ * -EINVAL if seqs/n are not the step in flight. */
+int  l8_sched_step_done(struct l8_sched *s, struct l8_seq *seqs, uint32_t n,
+                        int status);
+
+void l8_sched_get_stats(const struct l8_sched *s, struct l8_sched_stats *out);
+void l8_sched_owner_stats(const struct l8_sched *s, uint64_t owner,
+                          struct l8_sched_owner_stats *out);
+/* Nothing waiting, running or in flight (drain finished). */
+bool l8_sched_idle(const struct l8_sched *s);
+/* The pool, read-only (tests, status). */
+const struct l8_kvpool *l8_sched_pool(const struct l8_sched *s);
