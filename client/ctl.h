@@ -1,0 +1,29 @@
+/* ctl.h: llama8ctl's commands.  Each command is one file (ctl_<name>.c) with one entry
+ * point, listed in the table in llama8ctl.c.  A command gets argv with argv[0] = its own
+ * name (so getopt_long works as in a main), prints its own errors, and returns an exit
+ * status: CTL_OK, CTL_FAIL (the operation failed: bad input, unreadable model, daemon
+ * error) or CTL_USAGE (bad command line). */
+#ifndef LLAMA8_CTL_H
+#define LLAMA8_CTL_H
+
+#include <stddef.h>
+
+enum { CTL_OK = 0, CTL_FAIL = 1, CTL_USAGE = 2 };
+
+struct ctl_cmd {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary; /* one line for `llama8ctl --help` */
+};
+
+int ctl_tokenize(int argc, char **argv);
+int ctl_detokenize(int argc, char **argv);
+
+/* Shared helpers (llama8ctl.c). */
+/* Read all of fd 0 into a malloc'd buffer (NUL-terminated, *len bytes); negative errno. */
+int ctl_read_stdin(char **buf, size_t *len);
+/* The tokenizer path: the option's value, else $LLAMA8_TOKENIZER, else $LLAMA8_MODEL
+ * (a model directory); NULL if none is set. */
+const char *ctl_tokenizer_path(const char *opt);
+
+#endif /* LLAMA8_CTL_H */

@@ -1,0 +1,196 @@
+/* llama8_tokenizer.h: text <-> token ids for Llama 3.x, the Llama 3.1 chat format,
+ * and a streaming decoder.  Part of libllama8client (pkg-config: llama8client).
+ *
+ * The tokenizer reads a Hugging Face tokenizer.json (byte-level BPE with merge ranks,
+ * "ignore_merges", added/special tokens, the Split-regex + ByteLevel pre-tokenizer) and
+ * gives exactly the ids Hugging Face's tokenizer gives for it.
+ *
+ * Conventions (the whole library):
+ * - Functions return 0 or a negative errno; out-parameters come last and are left
+ *   untouched on failure.  Nothing here prints or exits.
+ * - Text is a (pointer, byte length) pair; it need not be NUL-terminated and may contain
+ *   NUL bytes.  Encoders never read past text + len.
+ * - *_free(NULL) is a no-op.
+ *
+ * Threads: an l8tok is immutable after l8tok_load() except for an internal word cache that
+ * is guarded by a lock (a thread that finds it busy encodes without it), so one l8tok may
+ * be shared by any number of threads.  An l8tok_stream and an l8tok_ids belong to one
+ * thread at a time.
+ */
+#ifndef LLAMA8_TOKENIZER_H
+#define LLAMA8_TOKENIZER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Special ids of the Llama 3.x tokenizer; the chat format looks them up by name in the
+ * loaded file and these constants are only for readers and tests. */
+#define L8TOK_LLAMA3_BEGIN_OF_TEXT   128000u
+#define L8TOK_LLAMA3_END_OF_TEXT     128001u
+#define L8TOK_LLAMA3_START_HEADER    128006u
+#define L8TOK_LLAMA3_END_HEADER      128007u
+#define L8TOK_LLAMA3_EOM             128008u
+#define L8TOK_LLAMA3_EOT             128009u
+
+/* ---------------------------------------------------------------- id vectors */
+
+/* A growable array of token ids.  Zero-initialise it ({0}) before first use; the caller
+ * owns the struct, the library owns nothing in it.  Functions that append (encode, chat)
+ * leave ->n as it was when they fail.  Release ->ids with l8tok_ids_free(). */
+typedef struct l8tok_ids {
+    uint32_t *ids; /* (cap) malloc'd; the first n are valid */
+    size_t n;
+    size_t cap;
+} l8tok_ids;
+
+/* Append one id.  -ENOMEM on allocation failure. */
+int l8tok_ids_push(l8tok_ids *v, uint32_t id);
+/* Free v->ids and zero the struct (the struct itself is the caller's).  NULL is a no-op. */
+void l8tok_ids_free(l8tok_ids *v);
+
+/* ---------------------------------------------------------------- the tokenizer */
+
+typedef struct l8tok l8tok;
+
+/* Load a tokenizer.json.  path is the file, or a model directory that holds one.
+ * Errors: -ENOENT/-EACCES/... from opening, -EINVAL for malformed JSON or a vocabulary or
+ * merge that does not parse, -ENOTSUP for a tokenizer.json outside what is implemented (a
+ * model other than byte-level BPE, a normalizer, dropout, added tokens with
+ * lstrip/rstrip/single_word, a pre-tokenizer other than Split(regex, Isolated) followed by
+ * ByteLevel), -ENOMEM.  On success *out is the caller's; release it with l8tok_free(). */
+int l8tok_load(const char *path, l8tok **out);
+void l8tok_free(l8tok *tok);
+
+/* One more than the largest id (128256 for Llama 3.x).  Some ids below it may be unused. */
+uint32_t l8tok_n_ids(const l8tok *tok);
+
+/* The exact bytes of one token, borrowed from tok (valid until l8tok_free).  Special
+ * tokens give their text ("<|eot_id|>").  -EINVAL if id is not a token. */
+int l8tok_token_bytes(const l8tok *tok, uint32_t id, const char **bytes, size_t *len);
+
+/* The id of the token whose text is exactly (text, len): a vocabulary entry (in raw
+ * bytes, not the byte-level alphabet) or an added token.  -ENOENT if there is none. */
+int l8tok_token_id(const l8tok *tok, const char *text, size_t len, uint32_t *id);
+
+/* True if id is an added token marked "special" (<|begin_of_text|>, <|eot_id|>, ...). */
+bool l8tok_is_special(const l8tok *tok, uint32_t id);
+
+/* Checks that (s, len) is well-formed UTF-8 (RFC 3629: no overlong forms, no surrogates,
+ * nothing above U+10FFFF, no truncated sequence at the end).  0 if it is; otherwise
+ * -EILSEQ and, if bad_offset is not NULL, the byte offset of the first byte of the first
+ * ill-formed sequence. */
+int l8tok_utf8_check(const char *s, size_t len, size_t *bad_offset);
+
+enum l8tok_encode_flags {
+    L8TOK_ENCODE_DEFAULT = 0,
+    /* Special tokens written literally in the text ("<|eot_id|>") are encoded as ordinary
+     * text instead of as their special id.  Use it for untrusted text. */
+    L8TOK_SPECIAL_AS_TEXT = 1u << 0,
+};
+
+/* Encode (text, len) and append the ids to out.  No <|begin_of_text|> is added (as Hugging
+ * Face's add_special_tokens=false).  Added tokens in the text are recognised first
+ * (leftmost, then longest), unless flags has L8TOK_SPECIAL_AS_TEXT (non-special added
+ * tokens are always recognised; Llama 3 has none).
+ * Invalid UTF-8: the whole call fails with -EILSEQ and appends nothing; call
+ * l8tok_utf8_check() for the offset.  Other errors: -EINVAL (unknown flag), -ENOMEM. */
+int l8tok_encode(const l8tok *tok, const char *text, size_t len, unsigned flags,
+                 l8tok_ids *out);
+
+/* Decode ids into their exact bytes, concatenated: no space cleanup, special tokens as
+ * their text.  decode(encode(x)) == x for every valid UTF-8 x.  The result may be invalid
+ * UTF-8 when the ids cut a character (use l8tok_stream for display).  On success *text is
+ * a malloc'd buffer of *len bytes plus a terminating NUL, the caller's to free().
+ * -EINVAL (nothing allocated) if any id is not a token; -ENOMEM. */
+int l8tok_decode(const l8tok *tok, const uint32_t *ids, size_t n, char **text, size_t *len);
+
+/* ---------------------------------------------------------------- streaming decoder */
+
+/* Turns ids arriving one at a time into text that is always whole UTF-8 characters: the
+ * bytes of a character split across tokens are held back until the rest arrives.
+ * Bytes that can never form a character are replaced by U+FFFD (EF BF BD), one per
+ * maximal ill-formed subsequence (the Unicode / WHATWG rule, as Python's and Rust's lossy
+ * decoders do), as soon as they are known to be ill-formed; l8tok_stream_flush() turns a
+ * character still incomplete at the end into one U+FFFD.  So the concatenation of every
+ * push and the flush is the lossy UTF-8 decoding of l8tok_decode()'s bytes, and equals
+ * them exactly when those bytes are valid UTF-8. */
+typedef struct l8tok_stream l8tok_stream;
+
+/* tok is borrowed and must outlive the stream. */
+int l8tok_stream_new(const l8tok *tok, l8tok_stream **out);
+void l8tok_stream_free(l8tok_stream *s);
+/* Add one id.  *text and *len: the text now complete (possibly empty), borrowed from the stream
+ * and valid until the next call on it; NUL-terminated.  -EINVAL for an id that is not a
+ * token (the stream is unchanged), -ENOMEM. */
+int l8tok_stream_push(l8tok_stream *s, uint32_t id, const char **text, size_t *len);
+/* End of the stream: whatever is held back, as U+FFFD.  The stream is then empty and can
+ * be reused.  Same ownership of *text as push. */
+int l8tok_stream_flush(l8tok_stream *s, const char **text, size_t *len);
+/* Drop anything held back. */
+void l8tok_stream_reset(l8tok_stream *s);
+
+/* ---------------------------------------------------------------- chat format */
+
+enum l8chat_role {
+    L8CHAT_SYSTEM,
+    L8CHAT_USER,
+    L8CHAT_ASSISTANT,
+};
+
+/* One message; content is (content, len) bytes, borrowed for the call. */
+struct l8chat_msg {
+    enum l8chat_role role;
+    const char *content;
+    size_t len;
+};
+
+#define L8CHAT_DEFAULT_TODAY "26 Jul 2024"
+#define L8CHAT_DEFAULT_KNOWLEDGE "December 2023"
+
+struct l8chat_opts {
+    const char *today_date;        /* "Today Date: ..." line; NULL: L8CHAT_DEFAULT_TODAY */
+    const char *knowledge_cutoff;  /* NULL: L8CHAT_DEFAULT_KNOWLEDGE */
+    bool add_generation_prompt;    /* end with the assistant header (default true) */
+    /* Recognise special tokens written inside message contents, as rendering the template
+     * to a string and encoding it would.  Default false: contents are plain text, so a
+     * user cannot forge headers or <|eot_id|>. */
+    bool special_in_content;
+};
+
+/* Defaults: today L8CHAT_DEFAULT_TODAY, cutoff L8CHAT_DEFAULT_KNOWLEDGE, generation
+ * prompt on, specials in contents as text. */
+void l8chat_opts_init(struct l8chat_opts *opts);
+
+/* Render messages with Meta's Llama 3.1 template (no tools) and append the ids to out:
+ *   <|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n
+ *   Cutting Knowledge Date: {cutoff}\nToday Date: {today}\n\n{system message}<|eot_id|>
+ *   then per message <|start_header_id|>{role}<|end_header_id|>\n\n{content}<|eot_id|>
+ *   then, if asked, <|start_header_id|>assistant<|end_header_id|>\n\n
+ * A first message with role system becomes the system message (there is always a system
+ * block); later system messages render as ordinary blocks, as the template does.  Contents
+ * are trimmed of leading and trailing whitespace (Python's str.strip set, as Jinja's trim).
+ * opts may be NULL for the defaults.  Errors: -EINVAL (bad role, a tokenizer without the
+ * Llama 3 header tokens), -EILSEQ (a content that is not UTF-8), -ENOMEM. */
+int l8chat_encode(const l8tok *tok, const struct l8chat_msg *msgs, size_t n_msgs,
+                  const struct l8chat_opts *opts, l8tok_ids *out);
+
+/* "system" / "user" / "assistant" -> role; -EINVAL otherwise. */
+int l8chat_role_parse(const char *name, enum l8chat_role *role);
+/* role -> "system" / "user" / "assistant"; NULL for an invalid role. */
+const char *l8chat_role_name(enum l8chat_role role);
+
+/* Append the stop ids (eos_token_id, a number or an array) from generation_config.json.
+ * path is the file or the model directory holding it.  Errors: from opening, -EINVAL if
+ * the file or the key is malformed, -ENOENT if it has no eos_token_id, -ENOMEM. */
+int l8chat_stop_ids_load(const char *path, l8tok_ids *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* LLAMA8_TOKENIZER_H */

@@ -1,0 +1,104 @@
+/* llama8ctl: command-line client of llama8d.  main() only dispatches: each command lives
+ * in its own ctl_<name>.c and is one line in the table below. */
+#include "ctl.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "l8_build.h"
+
+static const struct ctl_cmd commands[] = {
+    {"tokenize", ctl_tokenize, "text -> token ids (no daemon needed)"},
+    {"detokenize", ctl_detokenize, "token ids -> text (no daemon needed)"},
+};
+
+#define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))
+
+/* Cap on what a command reads from stdin. */
+#define CTL_STDIN_MAX (1u << 30)
+
+int ctl_read_stdin(char **buf, size_t *len)
+{
+    size_t cap = 1 << 16, n = 0;
+    char *b = malloc(cap);
+    if (!b)
+        return -ENOMEM;
+    for (;;) {
+        if (cap - n < 4096) {
+            if (cap >= CTL_STDIN_MAX) {
+                free(b);
+                return -EFBIG;
+            }
+            char *nb = realloc(b, cap * 2);
+            if (!nb) {
+                free(b);
+                return -ENOMEM;
+            }
+            b = nb;
+            cap *= 2;
+        }
+        ssize_t r = read(0, b + n, cap - n - 1);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            int e = errno;
+            free(b);
+            return -e;
+        }
+        if (r == 0)
+            break;
+        n += (size_t)r;
+    }
+    b[n] = 0;
+    *buf = b;
+    *len = n;
+    return 0;
+}
+
+const char *ctl_tokenizer_path(const char *opt)
+{
+    if (opt)
+        return opt;
+    const char *e = getenv("LLAMA8_TOKENIZER");
+    if (e && *e)
+        return e;
+    e = getenv("LLAMA8_MODEL");
+    if (e && *e)
+        return e;
+    return NULL;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: llama8ctl COMMAND [OPTIONS] [ARGS]\n"
+               "       llama8ctl COMMAND --help\n\ncommands:\n");
+    for (size_t i = 0; i < N_COMMANDS; i++)
+        fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "\nexit status: 0 success, 1 the operation failed, 2 bad command line\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return CTL_USAGE;
+    }
+    const char *name = argv[1];
+    if (!strcmp(name, "--help") || !strcmp(name, "-h") || !strcmp(name, "help")) {
+        usage(stdout);
+        return CTL_OK;
+    }
+    if (!strcmp(name, "--version")) {
+        printf("llama8ctl %s\n", L8_VERSION);
+        return CTL_OK;
+    }
+    for (size_t i = 0; i < N_COMMANDS; i++)
+        if (!strcmp(name, commands[i].name))
+            return commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "llama8ctl: unknown command '%s'\n", name);
+    usage(stderr);
+    return CTL_USAGE;
+}
