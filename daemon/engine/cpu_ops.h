@@ -1,0 +1,65 @@
+/* cpu_ops.h - the CPU engine's kernels, exposed for tests (and as the
+ * reference the GPU tests compare against).
+ *
+ * Every kernel computes each output element with a summation order that
+ * depends only on that element's own inputs (never on how many tokens are
+ * in the step, nor on which thread runs it), which is what makes the CPU
+ * engine's logits bitwise identical alone and batched. No FMA contraction:
+ * the engine is built with -ffp-contract=off. */
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+#include "../model/model.h"
+#include "threadpool.h"
+
+/* Dot product in the engine's fixed order (two 8-wide accumulators over
+ * 16-element steps, an 8-wide tail into the first, a fixed lane tree, then
+ * the scalar tail). */
+float l8_cpu_dot(const float *a, const float *b, size_t n);
+
+/* Per-thread scratch for the matmuls: nthreads buffers of `floats` each. */
+struct l8_cpu_ws {
+    float **buf;        /* [nthreads][floats] */
+    size_t floats;      /* >= L8_CPU_MM_MIN_FLOATS and >= 4 * max in */
+    int nthreads;
+};
+#define L8_CPU_MM_BUDGET_FLOATS (64u * 1024u)   /* decoded weight block per thread */
+int  l8_cpu_ws_init(struct l8_cpu_ws *ws, int nthreads, size_t max_in);
+void l8_cpu_ws_free(struct l8_cpu_ws *ws);
+
+/* y[t][o] = (scale[o] * sum_i x[t][i] * lut[W.w[o][i]]) * xs[t]
+ *   x  [T, W.in] f32 (exact numerics: activations; fp8 numerics: the
+ *      decoded E4M3 activation codes, so every product is exact in f32)
+ *   xs [T] per-token scales, or NULL (= 1, exact numerics)
+ *   y  [T, ldy] f32, columns [0, W.out) written.
+ * Rows are split over the pool; each weight row is decoded once per call. */
+void l8_cpu_qmatmul(struct l8_tp *tp, const struct l8_cpu_ws *ws,
+                    const struct l8_qweight *W, const float *x, const float *xs,
+                    uint32_t T, float *y, size_t ldy);
+
+/* out[r][v] = sum_i x[r][i] * D[v][i] for a dense [rows, cols] matrix
+ * (embedding / lm_head), one destination row pointer per input row:
+ *   x [R, D.cols], out[r] -> [D.rows]. */
+void l8_cpu_dense_matmul(struct l8_tp *tp, const struct l8_cpu_ws *ws,
+                         const struct l8_dense *D, const float *x, uint32_t R,
+                         float *const *out);
+
+/* Per-token FP8 activation quantization (l8_quantize_act_row on each row)
+ * with the codes decoded back to f32: xd[t] = lut[q[t]], xs[t] = scale.
+ *   x [T, n], q [T, n] u8 scratch, xd [T, n], xs [T]. */
+void l8_cpu_quantize_rows(struct l8_tp *tp, const float *x, uint32_t T, size_t n,
+                          uint8_t *q, float *xd, float *xs);
+
+/* y = x / sqrt(mean(x^2) + eps) * w  (sum of squares in f64). y may be x. */
+void l8_cpu_rmsnorm(const float *x, const float *w, size_t n, float eps, float *y);
+
+/* RoPE angle table of one position: angle_i = pos * inv_freq[i] in f64,
+ * cos/sin in f64 stored f32.  inv_freq, cos, sin: [head_dim / 2]. */
+void l8_cpu_rope_table(const float *inv_freq, uint32_t head_dim, uint32_t pos,
+                       float *cos_out, float *sin_out);
+/* Hugging Face rotate_half on n_heads heads of head_dim: element i pairs
+ * with i + head_dim/2:
+ *   x[i]      = x[i] cos_i - x[i+h/2] sin_i
+ *   x[i+h/2]  = x[i+h/2] cos_i + x[i] sin_i     (x [n_heads, head_dim]) */
+void l8_cpu_rope_apply(float *x, uint32_t n_heads, uint32_t head_dim,
+                       const float *cos_t, const float *sin_t);
