@@ -1,0 +1,583 @@
+/* sched.c - continuous batching, chunked prefill, prefix reuse, preemption.
+ * The policy is described in sched.h; the reasons for the order of
+ * things are here. */
+#include "sched.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvpool.h"
+
+struct req {
+    struct req *prev, *next;    /* in s->waiting, s->running or s->doomed */
+    int list;                   /* which one (LIST_*) */
+    uint64_t owner, id;
+    void *user;
+    uint64_t arrival;           /* submit order: FIFO within a priority */
+    int32_t priority;
+    uint32_t *tokens;           /* [cap_tokens] prompt, then generated */
+    uint32_t n_tokens, n_prompt, cap_tokens;
+    uint32_t *pages;            /* [cap_pages] page table */
+    uint32_t n_pages, cap_pages;
+    uint32_t n_computed;        /* positions whose K/V is in the pages */
+    uint32_t n_linked;          /* leading pages in the prefix cache chain */
+    bool chain_broken;          /* an equal page was cached by someone else:
+                                   our later pages cannot chain from it */
+    uint32_t n_generated, max_new;
+    uint32_t stops[L8_SCHED_MAX_STOP];
+    uint32_t n_stop;
+    struct l8_sampling sampling;
+    bool logprobs;
+    bool started;               /* ever put in a step */
+    bool in_flight;             /* in the step the engine is running */
+    bool cancelled;             /* cancelled while in flight */
+    uint32_t fed;               /* tokens fed in the step in flight */
+};
+
+enum { LIST_WAITING, LIST_RUNNING, LIST_DOOMED, LIST_COUNT };
+
+struct list { struct req *head, *tail; uint32_t n; };
+
+struct l8_sched {
+    struct l8_sched_opts o;
+    struct l8_kvpool *pool;
+    struct list lists[LIST_COUNT];
+    uint64_t next_arrival;
+    /* the step: [max_seqs] each */
+    struct l8_seq *seqs;
+    struct l8_sched_slot *slots;
+    struct req **step_req;
+    uint32_t n_step;
+    bool in_flight;
+    /* stats */
+    uint64_t preemptions, tokens_generated, prompt_tokens, cached_tokens, steps;
+};
+
+static uint32_t div_up(uint64_t a, uint32_t b) { return (uint32_t)((a + b - 1) / b); }
+
+/* ---- lists ------------------------------------------------------------ */
+
+static void list_remove(struct l8_sched *s, struct req *r)
+{
+    struct list *l = &s->lists[r->list];
+    if (r->prev) r->prev->next = r->next; else l->head = r->next;
+    if (r->next) r->next->prev = r->prev; else l->tail = r->prev;
+    r->prev = r->next = NULL;
+    l->n--;
+}
+
+/* a runs before b */
+static bool before(const struct req *a, const struct req *b)
+{
+    return a->priority != b->priority ? a->priority > b->priority
+                                      : a->arrival < b->arrival;
+}
+
+/* Insert in (priority desc, arrival asc) order. New arrivals land at the
+ * tail, so the walk from the tail is short in the common case. */
+static void list_insert_sorted(struct l8_sched *s, int which, struct req *r)
+{
+    struct list *l = &s->lists[which];
+    struct req *after = l->tail;
+    while (after && before(r, after))
+        after = after->prev;
+    r->list = which;
+    r->prev = after;
+    r->next = after ? after->next : l->head;
+    if (r->prev) r->prev->next = r; else l->head = r;
+    if (r->next) r->next->prev = r; else l->tail = r;
+    l->n++;
+}
+
+static struct req *find_req(const struct l8_sched *s, uint64_t owner, uint64_t id)
+{
+    for (int w = LIST_WAITING; w <= LIST_RUNNING; w++)
+        for (struct req *r = s->lists[w].head; r; r = r->next)
+            if (r->owner == owner && r->id == id)
+                return r;
+    return NULL;
+}
+
+/* ---- pages -------------------------------------------------------------- */
+
+static void release_pages(struct l8_sched *s, struct req *r)
+{
+    /* Last page first: see l8_kvpool_unref(). */
+    while (r->n_pages > 0)
+        l8_kvpool_unref(s->pool, r->pages[--r->n_pages]);
+    r->n_computed = 0;
+    r->n_linked = 0;
+    r->chain_broken = false;
+}
+
+static void req_free(struct l8_sched *s, struct req *r)
+{
+    list_remove(s, r);
+    release_pages(s, r);
+    free(r->tokens);
+    free(r->pages);
+    free(r);
+}
+
+static void preempt(struct l8_sched *s, struct req *r)
+{
+    /* Its registered pages stay in the prefix cache (LRU), so the
+     * recompute may find most of them again. */
+    release_pages(s, r);
+    list_remove(s, r);
+    list_insert_sorted(s, LIST_WAITING, r);
+    s->preemptions++;
+}
+
+/* Give r pages covering positions [0, npos). When the pool is empty,
+ * preempt the youngest running request, possibly r itself (then false).
+ * Only called while walking the running list oldest first, so a victim
+ * (younger than r) is never already in the step. */
+static bool grow_pages(struct l8_sched *s, struct req *r, uint32_t npos)
+{
+    uint32_t ps = s->o.page_size;
+    while ((uint64_t)r->n_pages * ps < npos) {
+        uint32_t pg;
+        if (l8_kvpool_alloc(s->pool, &pg) == 0) {
+            r->pages[r->n_pages++] = pg;
+            continue;
+        }
+        struct req *victim = s->lists[LIST_RUNNING].tail;
+        preempt(s, victim);
+        if (victim == r)
+            return false;
+    }
+    return true;
+}
+
+/* ---- submit / cancel ----------------------------------------------------- */
+
+static bool finite_in(float x, float lo, float hi) { return isfinite(x) && x >= lo && x <= hi; }
+
+int l8_sched_new(const struct l8_sched_opts *o, struct l8_sched **out)
+{
+    if (!o || !o->n_pages || !o->page_size || !o->max_step_tokens || !o->max_seqs ||
+        !o->max_ctx || !o->vocab || o->max_step_tokens < o->max_seqs || !o->on_event)
+        return -EINVAL;
+    struct l8_sched *s = calloc(1, sizeof(*s));
+    if (!s)
+        return -ENOMEM;
+    s->o = *o;
+    if (!s->o.max_requests)
+        s->o.max_requests = L8_SCHED_DEFAULT_MAX_REQUESTS;
+    int rc = l8_kvpool_new(o->n_pages, o->page_size, &s->pool);
+    if (rc < 0)
+        goto err;
+    rc = -ENOMEM;
+    s->seqs = calloc(o->max_seqs, sizeof(*s->seqs));
+    s->slots = calloc(o->max_seqs, sizeof(*s->slots));
+    s->step_req = calloc(o->max_seqs, sizeof(*s->step_req));
+    if (!s->seqs || !s->slots || !s->step_req)
+        goto err;
+    *out = s;
+    return 0;
+err:
+    l8_sched_free(s);
+    return rc;
+}
+
+void l8_sched_free(struct l8_sched *s)
+{
+    if (!s)
+        return;
+    for (int w = 0; w < LIST_COUNT; w++)
+        while (s->lists[w].head)
+            req_free(s, s->lists[w].head);
+    l8_kvpool_free(s->pool);
+    free(s->seqs);
+    free(s->slots);
+    free(s->step_req);
+    free(s);
+}
+
+const char *l8_sched_strerror(int err)
+{
+    switch (err) {
+    case 0: return "ok";
+    case L8_SCHED_E_EMPTY_PROMPT: return "empty prompt";
+    case L8_SCHED_E_TOKEN_RANGE: return "token id out of vocabulary";
+    case L8_SCHED_E_TOO_LONG: return "prompt + max_new_tokens exceeds the context length";
+    case L8_SCHED_E_MAX_NEW_ZERO: return "max_new_tokens is 0";
+    case L8_SCHED_E_POOL_TOO_SMALL: return "request needs more KV pages than the pool has";
+    case L8_SCHED_E_TOO_MANY_STOPS: return "too many stop token ids";
+    case L8_SCHED_E_BAD_SAMPLING: return "invalid sampling parameters";
+    case L8_SCHED_E_DUPLICATE_ID: return "request id already in use";
+    case L8_SCHED_E_QUEUE_FULL: return "too many requests queued";
+    default: return err < 0 && err > -4096 ? strerror(-err) : "unknown error";
+    }
+}
+
+int l8_sched_submit(struct l8_sched *s, const struct l8_sched_req *q)
+{
+    const struct l8_sampling *sp = &q->sampling;
+    if (q->n_prompt == 0 || !q->prompt)
+        return L8_SCHED_E_EMPTY_PROMPT;
+    if (q->max_new_tokens == 0)
+        return L8_SCHED_E_MAX_NEW_ZERO;
+    if (q->n_stop > L8_SCHED_MAX_STOP || (q->n_stop && !q->stop_ids))
+        return L8_SCHED_E_TOO_MANY_STOPS;
+    for (uint32_t i = 0; i < q->n_prompt; i++)
+        if (q->prompt[i] >= s->o.vocab)
+            return L8_SCHED_E_TOKEN_RANGE;
+    for (uint32_t i = 0; i < q->n_stop; i++)
+        if (q->stop_ids[i] >= s->o.vocab)
+            return L8_SCHED_E_TOKEN_RANGE;
+    /* temperature <= 0 means greedy, but NaN or inf means a broken client */
+    if (!isfinite(sp->temperature) || !finite_in(sp->top_p, 0, 1) || !(sp->top_p > 0) ||
+        !finite_in(sp->min_p, 0, 1) || !isfinite(sp->repetition_penalty) ||
+        !(sp->repetition_penalty > 0))
+        return L8_SCHED_E_BAD_SAMPLING;
+    uint64_t total = (uint64_t)q->n_prompt + q->max_new_tokens;
+    if (total > s->o.max_ctx)
+        return L8_SCHED_E_TOO_LONG;
+    /* The last sampled token is never fed, so the KV holds total - 1. */
+    if (div_up(total - 1, s->o.page_size) > s->o.n_pages)
+        return L8_SCHED_E_POOL_TOO_SMALL;
+    if (find_req(s, q->owner, q->id))
+        return L8_SCHED_E_DUPLICATE_ID;
+    if (s->lists[LIST_WAITING].n + s->lists[LIST_RUNNING].n >= s->o.max_requests)
+        return L8_SCHED_E_QUEUE_FULL;
+
+    struct req *r = calloc(1, sizeof(*r));
+    if (!r)
+        return -ENOMEM;
+    r->cap_tokens = (uint32_t)total;
+    r->cap_pages = div_up(total, s->o.page_size);
+    r->tokens = malloc(r->cap_tokens * sizeof(uint32_t));
+    r->pages = malloc(r->cap_pages * sizeof(uint32_t));
+    if (!r->tokens || !r->pages) {
+        free(r->tokens);
+        free(r->pages);
+        free(r);
+        return -ENOMEM;
+    }
+    memcpy(r->tokens, q->prompt, q->n_prompt * sizeof(uint32_t));
+    r->n_tokens = r->n_prompt = q->n_prompt;
+    r->owner = q->owner;
+    r->id = q->id;
+    r->user = q->user;
+    r->arrival = s->next_arrival++;
+    r->priority = q->priority;
+    r->max_new = q->max_new_tokens;
+    r->n_stop = q->n_stop;
+    if (q->n_stop)
+        memcpy(r->stops, q->stop_ids, q->n_stop * sizeof(uint32_t));
+    r->sampling = *sp;
+    r->logprobs = q->logprobs;
+    list_insert_sorted(s, LIST_WAITING, r);
+    return 0;
+}
+
+static void cancel_one(struct l8_sched *s, struct req *r)
+{
+    if (r->in_flight) {
+        /* The engine is reading its tokens and writing its pages: keep
+         * both until step_done. */
+        r->cancelled = true;
+        list_remove(s, r);
+        r->list = LIST_DOOMED;
+        struct list *l = &s->lists[LIST_DOOMED];
+        r->prev = l->tail;
+        r->next = NULL;
+        if (l->tail) l->tail->next = r; else l->head = r;
+        l->tail = r;
+        l->n++;
+    } else {
+        req_free(s, r);
+    }
+}
+
+int l8_sched_cancel(struct l8_sched *s, uint64_t owner, uint64_t id)
+{
+    struct req *r = find_req(s, owner, id);
+    if (!r)
+        return -ENOENT;
+    cancel_one(s, r);
+    return 0;
+}
+
+uint32_t l8_sched_cancel_owner(struct l8_sched *s, uint64_t owner)
+{
+    uint32_t n = 0;
+    for (int w = LIST_WAITING; w <= LIST_RUNNING; w++) {
+        struct req *r = s->lists[w].head;
+        while (r) {
+            struct req *next = r->next;
+            if (r->owner == owner) {
+                cancel_one(s, r);
+                n++;
+            }
+            r = next;
+        }
+    }
+    return n;
+}
+
+/* ---- steps ----------------------------------------------------------------- */
+
+static void add_seq(struct l8_sched *s, struct req *r, uint32_t take, uint32_t *budget)
+{
+    uint32_t i = s->n_step++;
+    struct l8_seq *q = &s->seqs[i];
+    memset(q, 0, sizeof(*q));
+    q->tokens = r->tokens + r->n_computed;
+    q->n_tokens = take;
+    q->pos = r->n_computed;
+    q->pages = r->pages;
+    q->n_pages = r->n_pages;
+    q->logits = L8_LOGITS_NONE;
+    q->sample = r->n_computed + take == r->n_tokens;
+    q->sampling = &r->sampling;
+    /* Repetition penalty sees the prompt and everything generated. */
+    q->history = r->tokens;
+    q->n_history = r->n_tokens;
+    q->sample_index = r->n_generated;
+    struct l8_sched_slot *sl = &s->slots[i];
+    sl->owner = r->owner;
+    sl->id = r->id;
+    sl->user = r->user;
+    sl->first = !r->started;
+    /* A decode feeds only the latest sampled token; anything else is
+     * prompt (or recompute after preemption). */
+    sl->prefill = r->n_computed + 1 < r->n_tokens || r->n_generated == 0;
+    sl->cached_tokens = sl->first ? r->n_computed : 0;
+    s->step_req[i] = r;
+    r->started = true;
+    r->in_flight = true;
+    r->fed = take;
+    *budget -= take;
+}
+
+/* Admit r: take its cached prefix, then pages for the rest of its known
+ * tokens. false (and nothing held) if the pool cannot give them while
+ * keeping a page of headroom per running request, which would otherwise
+ * be preempted right back out at their next page boundary. */
+static bool admit(struct l8_sched *s, struct req *r)
+{
+    uint32_t ps = s->o.page_size;
+    uint32_t parent = L8_KVPOOL_ROOT;
+    /* At least one token is computed: the sample needs its logits. */
+    uint32_t max_cached = (r->n_tokens - 1) / ps;
+    while (r->n_pages < max_cached) {
+        uint32_t pg;
+        if (l8_kvpool_lookup(s->pool, parent, r->tokens + (size_t)r->n_pages * ps, &pg) < 0)
+            break;
+        r->pages[r->n_pages++] = pg;
+        parent = pg;
+    }
+    uint32_t k = r->n_pages;
+    uint32_t need = div_up(r->n_tokens, ps) - k;
+    uint32_t headroom = s->lists[LIST_RUNNING].n;
+    if ((uint64_t)need + headroom > l8_kvpool_available(s->pool)) {
+        release_pages(s, r);
+        return false;
+    }
+    for (uint32_t i = 0; i < need; i++) {
+        uint32_t pg;
+        if (l8_kvpool_alloc(s->pool, &pg) < 0) { /* cannot happen: counted */
+            release_pages(s, r);
+            return false;
+        }
+        r->pages[r->n_pages++] = pg;
+    }
+    r->n_computed = k * ps;
+    r->n_linked = k;
+    s->cached_tokens += (uint64_t)k * ps;
+    return true;
+}
+
+int l8_sched_build_step(struct l8_sched *s, struct l8_seq **seqs, uint32_t *n)
+{
+    if (s->in_flight)
+        return -EBUSY;
+    uint32_t budget = s->o.max_step_tokens;
+    s->n_step = 0;
+
+    /* 1. Decodes, oldest first: they never wait behind prefill, so the
+     * per-token latency of running streams stays one step. */
+    for (struct req *r = s->lists[LIST_RUNNING].head, *next; r; r = next) {
+        next = r->next;
+        if (r->n_tokens - r->n_computed != 1)
+            continue;
+        if (!grow_pages(s, r, r->n_computed + 1))
+            break;              /* r was the youngest: nothing follows */
+        add_seq(s, r, 1, &budget);
+        /* grow_pages may have preempted the old `next` */
+        next = r->next;
+    }
+    /* 2. Prefill chunks of running requests. Their pages were all taken at
+     * admission, so nothing is allocated here and nobody already in the
+     * step can be preempted. */
+    for (struct req *r = s->lists[LIST_RUNNING].head; r && budget > 0; r = r->next) {
+        uint32_t left = r->n_tokens - r->n_computed;
+        if (left <= 1 || r->in_flight)
+            continue;
+        add_seq(s, r, left < budget ? left : budget, &budget);
+    }
+    /* 3. Admit from the head of the queue while budget, slots and pages
+     * last. The head is never skipped (FIFO within a priority). */
+    while (budget > 0 && s->lists[LIST_WAITING].head &&
+           s->lists[LIST_RUNNING].n < s->o.max_seqs) {
+        struct req *r = s->lists[LIST_WAITING].head;
+        if (!admit(s, r))
+            break;
+        list_remove(s, r);
+        list_insert_sorted(s, LIST_RUNNING, r);
+        uint32_t left = r->n_tokens - r->n_computed;
+        add_seq(s, r, left < budget ? left : budget, &budget);
+    }
+
+    for (uint32_t i = 0; i < s->n_step; i++)
+        if (s->slots[i].prefill)
+            s->prompt_tokens += s->seqs[i].n_tokens;
+    s->in_flight = s->n_step > 0;
+    if (s->in_flight)
+        s->steps++;
+    *seqs = s->seqs;
+    *n = s->n_step;
+    return 0;
+}
+
+const struct l8_sched_slot *l8_sched_step_slots(const struct l8_sched *s)
+{
+    return s->slots;
+}
+
+static void emit(struct l8_sched *s, struct req *r, enum l8_sched_ev_kind kind,
+                 uint32_t token, uint32_t index, float logprob,
+                 enum l8_sched_done_reason reason, int error)
+{
+    struct l8_sched_event ev = {
+        .kind = kind, .owner = r->owner, .id = r->id, .user = r->user,
+        .token = token, .index = index, .reason = reason, .error = error,
+    };
+    if (kind == L8_SCHED_EV_TOKEN && r->logprobs) {
+        ev.logprob = logprob;
+        ev.has_logprob = true;
+    }
+    s->o.on_event(s->o.ctx, &ev);
+}
+
+/* Register the newly written full pages in the prefix cache. */
+static void link_pages(struct l8_sched *s, struct req *r)
+{
+    uint32_t ps = s->o.page_size;
+    uint32_t full = r->n_computed / ps;
+    while (!r->chain_broken && r->n_linked < full) {
+        uint32_t i = r->n_linked;
+        uint32_t parent = i ? r->pages[i - 1] : L8_KVPOOL_ROOT;
+        if (l8_kvpool_register(s->pool, r->pages[i], parent,
+                               r->tokens + (size_t)i * ps) < 0) {
+            r->chain_broken = true;
+            break;
+        }
+        r->n_linked++;
+    }
+}
+
+static bool is_stop(const struct req *r, uint32_t tok)
+{
+    for (uint32_t i = 0; i < r->n_stop; i++)
+        if (r->stops[i] == tok)
+            return true;
+    return false;
+}
+
+int l8_sched_step_done(struct l8_sched *s, struct l8_seq *seqs, uint32_t n, int status)
+{
+    if (!s->in_flight || seqs != s->seqs || n != s->n_step)
+        return -EINVAL;
+    /* Each request stays in_flight until we are done touching it, so an
+     * on_event callback that cancels it (or its whole owner) only marks it,
+     * and it is freed here afterwards. */
+    for (uint32_t i = 0; i < n; i++) {
+        struct req *r = s->step_req[i];
+        const struct l8_seq *q = &seqs[i];
+        bool finished = false;
+        if (r->cancelled) {
+            /* nothing */
+        } else if (status < 0) {
+            emit(s, r, L8_SCHED_EV_ERROR, L8_SCHED_NO_TOKEN, r->n_generated, 0,
+                 L8_SCHED_DONE_NONE, status);
+            finished = true;
+        } else {
+            r->n_computed += r->fed;
+            link_pages(s, r);
+            if (q->sample) {
+                uint32_t tok = q->token_out;
+                r->tokens[r->n_tokens++] = tok;
+                uint32_t index = r->n_generated++;
+                s->tokens_generated++;
+                emit(s, r, L8_SCHED_EV_TOKEN, tok, index, q->logprob_out,
+                     L8_SCHED_DONE_NONE, 0);
+                enum l8_sched_done_reason why = L8_SCHED_DONE_NONE;
+                if (is_stop(r, tok))
+                    why = L8_SCHED_DONE_STOP;
+                else if (r->n_generated >= r->max_new)
+                    why = L8_SCHED_DONE_LENGTH;
+                if (why != L8_SCHED_DONE_NONE && !r->cancelled) {
+                    emit(s, r, L8_SCHED_EV_DONE, tok, r->n_generated, 0, why, 0);
+                    finished = true;
+                }
+            }
+        }
+        r->in_flight = false;
+        r->fed = 0;
+        if (finished || r->cancelled)
+            req_free(s, r);
+    }
+    s->in_flight = false;
+    s->n_step = 0;
+    return 0;
+}
+
+/* ---- stats ---------------------------------------------------------------- */
+
+void l8_sched_get_stats(const struct l8_sched *s, struct l8_sched_stats *out)
+{
+    struct l8_kvpool_stats ps;
+    l8_kvpool_get_stats(s->pool, &ps);
+    memset(out, 0, sizeof(*out));
+    out->running = s->lists[LIST_RUNNING].n;
+    out->waiting = s->lists[LIST_WAITING].n;
+    out->preemptions = s->preemptions;
+    out->pages_total = ps.total;
+    out->pages_free = ps.free;
+    out->pages_used = ps.used;
+    out->pages_cached = ps.cached;
+    out->tokens_generated = s->tokens_generated;
+    out->prompt_tokens = s->prompt_tokens;
+    out->cached_tokens = s->cached_tokens;
+    out->steps = s->steps;
+    out->step_in_flight = s->in_flight;
+}
+
+void l8_sched_owner_stats(const struct l8_sched *s, uint64_t owner,
+                          struct l8_sched_owner_stats *out)
+{
+    memset(out, 0, sizeof(*out));
+    for (int w = 0; w < LIST_COUNT; w++)
+        for (const struct req *r = s->lists[w].head; r; r = r->next)
+            if (r->owner == owner) {
+                out->requests += w != LIST_DOOMED;
+                out->pages += r->n_pages;
+            }
+}
+
+bool l8_sched_idle(const struct l8_sched *s)
+{
+    return !s->in_flight && !s->lists[LIST_WAITING].n && !s->lists[LIST_RUNNING].n &&
+           !s->lists[LIST_DOOMED].n;
+}
+
+const struct l8_kvpool *l8_sched_pool(const struct l8_sched *s)
+{
+    return s->pool;
+}

@@ -1,0 +1,939 @@
+/* test_sched: the scheduler's policy, step by step, with exact values.
+ *
+ * The steps run on a "checking executor" defined here, not on a model: it
+ * keeps a shadow KV pool holding the token id written at each position,
+ * verifies on every step that the pages of [0, pos) hold exactly the
+ * request's tokens (so a wrong page table, a shared page written twice or
+ * a bad prefix match is caught), writes the new positions, and samples a
+ * token that is a hash of what the KV holds plus the seed and
+ * sample_index. Every stream is then compared with the same function run
+ * on the request alone, so any scheduling mistake (lost token, wrong
+ * position, broken recompute, sample_index jump) changes the stream. The
+ * real CPU engine is driven through the scheduler in test_sched_engine. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvpool.h"
+#include "sched.h"
+
+static int failures;
+#define CHECK(c) do { if (!(c)) { fprintf(stderr, "%s:%d: CHECK(%s) failed\n", \
+                                          __FILE__, __LINE__, #c); failures++; } } while (0)
+#define CHECK_EQ(a, b) do { long long _a = (long long)(a), _b = (long long)(b); \
+    if (_a != _b) { fprintf(stderr, "%s:%d: %s == %lld, expected %s == %lld\n", \
+                            __FILE__, __LINE__, #a, _a, #b, _b); failures++; } } while (0)
+
+#define VOCAB 1000
+#define MAX_REQ 64
+#define MAX_TOK 512
+
+/* ---- the checking executor ----------------------------------------------- */
+
+struct exec {
+    uint32_t n_pages, page_size;
+    uint32_t *kv;                /* [n_pages * page_size] token id or EMPTY */
+};
+#define EMPTY UINT32_MAX
+
+static uint32_t next_token(const uint32_t *toks, uint32_t n, uint64_t seed, uint64_t index)
+{
+    uint64_t h = 1469598103934665603ULL ^ seed ^ (index * 0x9e3779b97f4a7c15ULL);
+    for (uint32_t i = 0; i < n; i++) {
+        h ^= toks[i];
+        h *= 1099511628211ULL;
+    }
+    h ^= h >> 29;
+    return (uint32_t)(h % VOCAB);
+}
+
+static int exec_step(struct exec *x, const struct l8_sched *s, struct l8_seq *seqs, uint32_t n)
+{
+    const struct l8_kvpool *pool = l8_sched_pool(s);
+    uint32_t ps = x->page_size;
+    for (uint32_t i = 0; i < n; i++) {
+        struct l8_seq *q = &seqs[i];
+        if (q->n_tokens == 0 || (uint64_t)q->n_pages * ps < (uint64_t)q->pos + q->n_tokens) {
+            fprintf(stderr, "exec: seq %u: page table too short\n", i);
+            return -EINVAL;
+        }
+        if ((q->sample && q->n_history != q->pos + q->n_tokens) ||
+            q->n_history < q->pos + q->n_tokens ||
+            memcmp(q->history + q->pos, q->tokens, q->n_tokens * sizeof(uint32_t))) {
+            fprintf(stderr, "exec: seq %u: history does not end with the fed tokens\n", i);
+            return -EINVAL;
+        }
+        for (uint32_t p = 0; p < q->pos; p++)
+            if (x->kv[q->pages[p / ps] * ps + p % ps] != q->history[p]) {
+                fprintf(stderr, "exec: seq %u: position %u of the KV holds %u, expected %u\n",
+                        i, p, x->kv[q->pages[p / ps] * ps + p % ps], q->history[p]);
+                return -EINVAL;
+            }
+        for (uint32_t p = q->pos; p < q->pos + q->n_tokens; p++) {
+            uint32_t pg = q->pages[p / ps];
+            if (l8_kvpool_refcount(pool, pg) != 1 || l8_kvpool_is_registered(pool, pg)) {
+                fprintf(stderr, "exec: seq %u: writes position %u into shared/cached page %u\n",
+                        i, p, pg);
+                return -EINVAL;
+            }
+            x->kv[pg * ps + p % ps] = q->tokens[p - q->pos];
+        }
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        struct l8_seq *q = &seqs[i];
+        if (!q->sample)
+            continue;
+        uint32_t end = q->pos + q->n_tokens, buf[MAX_TOK];
+        for (uint32_t p = 0; p < end; p++)
+            buf[p] = x->kv[q->pages[p / ps] * ps + p % ps];
+        q->token_out = next_token(buf, end, q->sampling->seed, q->sample_index);
+        q->logprob_out = -(float)(q->token_out % 7) - 0.5f;
+    }
+    return 0;
+}
+
+/* The same function, one request alone, no scheduler. */
+static uint32_t solo(const uint32_t *prompt, uint32_t n_prompt, uint32_t max_new,
+                     const uint32_t *stops, uint32_t n_stop, uint64_t seed, uint32_t *out)
+{
+    uint32_t buf[MAX_TOK], n = n_prompt, g = 0;
+    memcpy(buf, prompt, n_prompt * sizeof(uint32_t));
+    while (g < max_new) {
+        uint32_t t = next_token(buf, n, seed, g);
+        out[g++] = t;
+        buf[n++] = t;
+        for (uint32_t i = 0; i < n_stop; i++)
+            if (stops[i] == t)
+                return g;
+    }
+    return g;
+}
+
+/* ---- event recording --------------------------------------------------------- */
+
+struct rec {
+    uint64_t owner, id;
+    uint32_t toks[MAX_TOK];
+    float logprobs[MAX_TOK];
+    uint32_t n;
+    int n_done, n_error, reason, error;
+    uint32_t done_index;
+    bool bad_order;           /* an index out of sequence, or events after DONE */
+};
+
+struct world {
+    struct l8_sched *s;
+    struct exec x;
+    struct rec recs[MAX_REQ];
+    uint32_t n_recs;
+    /* cancel this owner from inside the callback at this token index */
+    bool cancel_in_cb;
+    uint64_t cancel_owner;
+    uint32_t cancel_at;
+};
+
+static struct rec *rec_for(struct world *w, uint64_t owner, uint64_t id)
+{
+    for (uint32_t i = 0; i < w->n_recs; i++)
+        if (w->recs[i].owner == owner && w->recs[i].id == id)
+            return &w->recs[i];
+    struct rec *r = &w->recs[w->n_recs++];
+    memset(r, 0, sizeof(*r));
+    r->owner = owner;
+    r->id = id;
+    return r;
+}
+
+static void on_event(void *ctx, const struct l8_sched_event *ev)
+{
+    struct world *w = ctx;
+    struct rec *r = rec_for(w, ev->owner, ev->id);
+    if (r->n_done || r->n_error)
+        r->bad_order = true;
+    switch (ev->kind) {
+    case L8_SCHED_EV_TOKEN:
+        if (ev->index != r->n)
+            r->bad_order = true;
+        r->logprobs[r->n] = ev->has_logprob ? ev->logprob : 1.0f;
+        r->toks[r->n++] = ev->token;
+        if (w->cancel_in_cb && ev->owner == w->cancel_owner && ev->index == w->cancel_at)
+            l8_sched_cancel_owner(w->s, ev->owner);
+        break;
+    case L8_SCHED_EV_DONE:
+        r->n_done++;
+        r->reason = ev->reason;
+        r->done_index = ev->index;
+        if (ev->index != r->n || (r->n && ev->token != r->toks[r->n - 1]))
+            r->bad_order = true;
+        break;
+    case L8_SCHED_EV_ERROR:
+        r->n_error++;
+        r->error = ev->error;
+        break;
+    }
+}
+
+static int world_init(struct world *w, uint32_t n_pages, uint32_t ps, uint32_t budget,
+                      uint32_t max_seqs, uint32_t max_ctx)
+{
+    memset(w, 0, sizeof(*w));
+    struct l8_sched_opts o = {
+        .n_pages = n_pages, .page_size = ps, .max_step_tokens = budget,
+        .max_seqs = max_seqs, .max_ctx = max_ctx, .vocab = VOCAB,
+        .on_event = on_event, .ctx = w,
+    };
+    w->x.n_pages = n_pages;
+    w->x.page_size = ps;
+    w->x.kv = malloc((size_t)n_pages * ps * sizeof(uint32_t));
+    for (uint32_t i = 0; i < n_pages * ps; i++)
+        w->x.kv[i] = EMPTY;
+    return l8_sched_new(&o, &w->s);
+}
+
+static void world_fini(struct world *w)
+{
+    l8_sched_free(w->s);
+    free(w->x.kv);
+}
+
+static void check_pool(struct world *w, int line)
+{
+    if (l8_kvpool_check(l8_sched_pool(w->s)) != 0) {
+        fprintf(stderr, "line %d: pool inconsistent\n", line);
+        failures++;
+    }
+}
+
+/* One step: build, check the budget, execute, done. Returns n. */
+static uint32_t step(struct world *w, int line)
+{
+    struct l8_seq *seqs;
+    uint32_t n, total = 0;
+    if (l8_sched_build_step(w->s, &seqs, &n) != 0) {
+        fprintf(stderr, "line %d: build_step failed\n", line);
+        failures++;
+        return 0;
+    }
+    for (uint32_t i = 0; i < n; i++)
+        total += seqs[i].n_tokens;
+    if (n == 0)
+        return 0;
+    int rc = exec_step(&w->x, w->s, seqs, n);
+    if (rc < 0) {
+        fprintf(stderr, "line %d: executor refused the step\n", line);
+        failures++;
+    }
+    (void)total;
+    CHECK_EQ(l8_sched_step_done(w->s, seqs, n, rc), 0);
+    check_pool(w, line);
+    return n;
+}
+
+static uint32_t run_all(struct world *w, uint32_t budget, uint32_t max_seqs)
+{
+    uint32_t steps = 0;
+    for (;;) {
+        struct l8_seq *seqs;
+        uint32_t n, total = 0;
+        CHECK_EQ(l8_sched_build_step(w->s, &seqs, &n), 0);
+        if (n == 0)
+            break;
+        CHECK(n <= max_seqs);
+        for (uint32_t i = 0; i < n; i++)
+            total += seqs[i].n_tokens;
+        CHECK(total <= budget);
+        int rc = exec_step(&w->x, w->s, seqs, n);
+        CHECK_EQ(rc, 0);
+        CHECK_EQ(l8_sched_step_done(w->s, seqs, n, rc), 0);
+        check_pool(w, __LINE__);
+        if (++steps > 10000) {
+            fprintf(stderr, "run_all: no progress\n");
+            failures++;
+            break;
+        }
+    }
+    CHECK(l8_sched_idle(w->s));
+    return steps;
+}
+
+static struct l8_sched_req req(uint64_t owner, uint64_t id, const uint32_t *prompt,
+                               uint32_t n, uint32_t max_new)
+{
+    struct l8_sched_req r = {
+        .owner = owner, .id = id, .prompt = prompt, .n_prompt = n,
+        .sampling = { .temperature = 0, .top_k = 0, .top_p = 1, .min_p = 0,
+                      .repetition_penalty = 1, .seed = 0 },
+        .max_new_tokens = max_new,
+    };
+    return r;
+}
+
+static void fill(uint32_t *t, uint32_t n, uint32_t base)
+{
+    for (uint32_t i = 0; i < n; i++)
+        t[i] = (base + i * 7) % VOCAB;
+}
+
+/* The recorded stream equals the solo run, ended by a single DONE. */
+static void check_stream(struct world *w, uint64_t owner, uint64_t id, const uint32_t *prompt,
+                         uint32_t n, uint32_t max_new, const uint32_t *stops, uint32_t n_stop,
+                         uint64_t seed, int line)
+{
+    uint32_t want[MAX_TOK];
+    uint32_t nw = solo(prompt, n, max_new, stops, n_stop, seed, want);
+    struct rec *r = rec_for(w, owner, id);
+    bool ok = r->n == nw && !memcmp(r->toks, want, nw * sizeof(uint32_t)) && r->n_done == 1 &&
+              r->n_error == 0 && !r->bad_order &&
+              r->reason == (nw < max_new ? L8_SCHED_DONE_STOP : L8_SCHED_DONE_LENGTH);
+    if (!ok) {
+        fprintf(stderr, "line %d: stream (%llu,%llu): got %u tokens done %d reason %d bad %d,"
+                " want %u\n", line, (unsigned long long)owner, (unsigned long long)id, r->n,
+                r->n_done, r->reason, r->bad_order, nw);
+        failures++;
+    }
+}
+
+/* ---- tests ------------------------------------------------------------------ */
+
+static void test_validation(void)
+{
+    struct world w;
+    CHECK_EQ(world_init(&w, 6, 16, 64, 4, 100), 0);   /* 96 positions */
+    uint32_t p[120];
+    fill(p, 120, 1);
+    struct l8_sched_req r = req(1, 1, p, 10, 5);
+    r.n_prompt = 0;
+    CHECK_EQ(l8_sched_submit(w.s, &r), L8_SCHED_E_EMPTY_PROMPT);
+    r = req(1, 1, p, 10, 0);
+    CHECK_EQ(l8_sched_submit(w.s, &r), L8_SCHED_E_MAX_NEW_ZERO);
+    r = req(1, 1, p, 10, 5);
+    p[3] = VOCAB;
+    CHECK_EQ(l8_sched_submit(w.s, &r), L8_SCHED_E_TOKEN_RANGE);
+    p[3] = VOCAB - 1;
+    CHECK_EQ(l8_sched_submit(w.s, &r), 0);
+    r = req(1, 2, p, 90, 11);           /* 101 > max_ctx 100 */
+    CHECK_EQ(l8_sched_submit(w.s, &r), L8_SCHED_E_TOO_LONG);
+    r = req(1, 2, p, 90, 10);           /* exactly max_ctx, but 99 positions > 6 pages */
+    CHECK_EQ(l8_sched_submit(w.s, &r), L8_SCHED_E_POOL_TOO_SMALL);
+    r = req(1, 2, p, 100, 29);
+    CHECK_EQ(l8_sched_submit(w.s, &r), L8_SCHED_E_TOO_LONG);
+    r = req(1, 2, p, 90, 7);            /* 96 positions = 6 pages: fits */
+    CHECK_EQ(l8_sched_submit(w.s, &r), 0);
+    r = req(1, 2, p, 4, 4);
+    CHECK_EQ(l8_sched_submit(w.s, &r), L8_SCHED_E_DUPLICATE_ID);
+    r.owner = 2;                         /* same id, other owner: fine */
+    CHECK_EQ(l8_sched_submit(w.s, &r), 0);
+    uint32_t stops[L8_SCHED_MAX_STOP + 1] = {0};
+    r = req(1, 3, p, 4, 4);
+    r.stop_ids = stops;
+    r.n_stop = L8_SCHED_MAX_STOP + 1;
+    CHECK_EQ(l8_sched_submit(w.s, &r), L8_SCHED_E_TOO_MANY_STOPS);
+    r.n_stop = 2;
+    stops[1] = VOCAB;
+    CHECK_EQ(l8_sched_submit(w.s, &r), L8_SCHED_E_TOKEN_RANGE);
+    r.n_stop = 0;
+    r.sampling.top_p = 0;
+    CHECK_EQ(l8_sched_submit(w.s, &r), L8_SCHED_E_BAD_SAMPLING);
+    r.sampling.top_p = 1.5f;
+    CHECK_EQ(l8_sched_submit(w.s, &r), L8_SCHED_E_BAD_SAMPLING);
+    r.sampling.top_p = 1;
+    r.sampling.temperature = __builtin_nanf("");
+    CHECK_EQ(l8_sched_submit(w.s, &r), L8_SCHED_E_BAD_SAMPLING);
+    r.sampling.temperature = 0.7f;
+    r.sampling.repetition_penalty = 0;
+    CHECK_EQ(l8_sched_submit(w.s, &r), L8_SCHED_E_BAD_SAMPLING);
+    r.sampling.repetition_penalty = 1.1f;
+    r.sampling.min_p = -0.1f;
+    CHECK_EQ(l8_sched_submit(w.s, &r), L8_SCHED_E_BAD_SAMPLING);
+    r.sampling.min_p = 0.05f;
+    CHECK_EQ(l8_sched_submit(w.s, &r), 0);
+    CHECK_EQ(l8_sched_cancel(w.s, 1, 99), -ENOENT);
+    CHECK_EQ(l8_sched_cancel(w.s, 3, 1), -ENOENT);
+    struct l8_sched_stats st;
+    l8_sched_get_stats(w.s, &st);
+    CHECK_EQ(st.waiting, 4);
+    CHECK_EQ(st.running, 0);
+    CHECK(strcmp(l8_sched_strerror(L8_SCHED_E_TOO_LONG),
+                 "prompt + max_new_tokens exceeds the context length") == 0);
+    world_fini(&w);
+
+    /* the queue limit */
+    struct l8_sched_opts o = { .n_pages = 8, .page_size = 16, .max_step_tokens = 64,
+                               .max_seqs = 4, .max_ctx = 100, .vocab = VOCAB,
+                               .max_requests = 2, .on_event = on_event, .ctx = &w };
+    struct l8_sched *s;
+    CHECK_EQ(l8_sched_new(&o, &s), 0);
+    r = req(1, 1, p, 4, 4);
+    CHECK_EQ(l8_sched_submit(s, &r), 0);
+    r.id = 2;
+    CHECK_EQ(l8_sched_submit(s, &r), 0);
+    r.id = 3;
+    CHECK_EQ(l8_sched_submit(s, &r), L8_SCHED_E_QUEUE_FULL);
+    l8_sched_free(s);
+    o.max_step_tokens = 3;               /* < max_seqs */
+    CHECK_EQ(l8_sched_new(&o, &s), -EINVAL);
+    o.max_step_tokens = 64;
+    o.on_event = NULL;
+    CHECK_EQ(l8_sched_new(&o, &s), -EINVAL);
+}
+
+/* Two requests with the same 40-token prefix, page_size 16: the second
+ * finds the first's 2 full pages in the prefix cache and starts at 32. */
+static void test_prefix_sharing(void)
+{
+    struct world w;
+    CHECK_EQ(world_init(&w, 64, 16, 64, 4, 256), 0);
+    uint32_t a[40], b[45];
+    fill(a, 40, 5);
+    memcpy(b, a, sizeof(a));
+    fill(b + 40, 5, 900);
+    struct l8_sched_req ra = req(1, 1, a, 40, 8), rb = req(2, 1, b, 45, 8);
+    CHECK_EQ(l8_sched_submit(w.s, &ra), 0);
+    struct l8_seq *seqs;
+    uint32_t n;
+    CHECK_EQ(l8_sched_build_step(w.s, &seqs, &n), 0);
+    CHECK_EQ(n, 1);
+    CHECK_EQ(seqs[0].pos, 0);
+    CHECK_EQ(seqs[0].n_tokens, 40);
+    CHECK_EQ(seqs[0].n_pages, 3);
+    CHECK(seqs[0].sample);
+    CHECK(l8_sched_step_slots(w.s)[0].first);
+    CHECK_EQ(l8_sched_build_step(w.s, &seqs, &n), -EBUSY);
+    CHECK_EQ(exec_step(&w.x, w.s, seqs, n), 0);
+    CHECK_EQ(l8_sched_step_done(w.s, seqs, n, 0), 0);
+    const uint32_t a_page0 = seqs[0].pages[0], a_page1 = seqs[0].pages[1];
+    const struct l8_kvpool *pool = l8_sched_pool(w.s);
+    CHECK(l8_kvpool_is_registered(pool, a_page0));
+    CHECK(l8_kvpool_is_registered(pool, a_page1));
+
+    CHECK_EQ(l8_sched_submit(w.s, &rb), 0);
+    CHECK_EQ(l8_sched_build_step(w.s, &seqs, &n), 0);
+    CHECK_EQ(n, 2);
+    const struct l8_sched_slot *sl = l8_sched_step_slots(w.s);
+    /* a decodes first */
+    CHECK_EQ(sl[0].owner, 1);
+    CHECK_EQ(seqs[0].pos, 40);
+    CHECK_EQ(seqs[0].n_tokens, 1);
+    CHECK(!sl[0].prefill);
+    /* b starts at 32 on a's pages */
+    CHECK_EQ(sl[1].owner, 2);
+    CHECK(sl[1].first);
+    CHECK(sl[1].prefill);
+    CHECK_EQ(sl[1].cached_tokens, 32);
+    CHECK_EQ(seqs[1].pos, 32);
+    CHECK_EQ(seqs[1].n_tokens, 13);
+    CHECK_EQ(seqs[1].pages[0], a_page0);
+    CHECK_EQ(seqs[1].pages[1], a_page1);
+    CHECK_EQ(l8_kvpool_refcount(pool, a_page0), 2);
+    CHECK_EQ(l8_kvpool_refcount(pool, a_page1), 2);
+    struct l8_kvpool_stats ps;
+    l8_kvpool_get_stats(pool, &ps);
+    CHECK_EQ(ps.shared, 2);
+    CHECK_EQ(ps.used, 3 + 1);   /* a: 3 pages; b: 2 shared + 1 own */
+    CHECK_EQ(exec_step(&w.x, w.s, seqs, n), 0);
+    CHECK_EQ(l8_sched_step_done(w.s, seqs, n, 0), 0);
+    run_all(&w, 64, 4);
+    check_stream(&w, 1, 1, a, 40, 8, NULL, 0, 0, __LINE__);
+    check_stream(&w, 2, 1, b, 45, 8, NULL, 0, 0, __LINE__);
+    struct l8_sched_stats st;
+    l8_sched_get_stats(w.s, &st);
+    CHECK_EQ(st.cached_tokens, 32);
+    CHECK_EQ(st.tokens_generated, 16);
+    /* both finished: nothing used; the full pages stay cached: a wrote 47
+     * positions (2 full pages + page 2 with 15), b 52 (3 full of its own
+     * chain: pages 0,1 shared, page 2 = b[32..48)) */
+    CHECK_EQ(st.pages_used, 0);
+    CHECK_EQ(st.pages_cached, 3);
+    CHECK_EQ(st.pages_free, 61);
+
+    /* A third copy of b's prompt with a different tail: 3 pages cached,
+     * capped so one token is still computed. */
+    uint32_t c[48];
+    memcpy(c, b, 45 * sizeof(uint32_t));
+    uint32_t gen_b[8];
+    solo(b, 45, 8, NULL, 0, 0, gen_b);
+    memcpy(c + 45, gen_b, 3 * sizeof(uint32_t)); /* b's K/V holds its first 3 generated */
+    struct l8_sched_req rc = req(3, 1, c, 48, 2);
+    CHECK_EQ(l8_sched_submit(w.s, &rc), 0);
+    CHECK_EQ(l8_sched_build_step(w.s, &seqs, &n), 0);
+    CHECK_EQ(n, 1);
+    CHECK_EQ(seqs[0].pos, 32);    /* 48 tokens: (48-1)/16 = 2 pages may come from cache */
+    CHECK_EQ(seqs[0].n_tokens, 16);
+    CHECK_EQ(exec_step(&w.x, w.s, seqs, n), 0);
+    CHECK_EQ(l8_sched_step_done(w.s, seqs, n, 0), 0);
+    run_all(&w, 64, 4);
+    check_stream(&w, 3, 1, c, 48, 2, NULL, 0, 0, __LINE__);
+    world_fini(&w);
+}
+
+/* Chunked prefill and the token budget. */
+static void test_chunked_prefill(void)
+{
+    struct world w;
+    CHECK_EQ(world_init(&w, 32, 4, 8, 4, 128), 0);
+    uint32_t p[20], q[3];
+    fill(p, 20, 11);
+    fill(q, 3, 77);
+    struct l8_sched_req r = req(1, 1, p, 20, 3);
+    CHECK_EQ(l8_sched_submit(w.s, &r), 0);
+    struct l8_seq *seqs;
+    uint32_t n;
+    /* request 1 alone: chunks of 8, 8 */
+    for (uint32_t i = 0; i < 2; i++) {
+        CHECK_EQ(l8_sched_build_step(w.s, &seqs, &n), 0);
+        CHECK_EQ(n, 1);
+        CHECK_EQ(seqs[0].pos, 8 * i);
+        CHECK_EQ(seqs[0].n_tokens, 8);
+        CHECK(!seqs[0].sample);
+        CHECK_EQ(l8_sched_step_slots(w.s)[0].first, i == 0);
+        CHECK(l8_sched_step_slots(w.s)[0].prefill);
+        CHECK_EQ(exec_step(&w.x, w.s, seqs, n), 0);
+        CHECK_EQ(l8_sched_step_done(w.s, seqs, n, 0), 0);
+    }
+    /* request 2 arrives mid-prefill: it gets what the running prefill
+     * leaves of the budget (8 - 4) and takes its whole 3-token prompt */
+    struct l8_sched_req r2 = req(1, 2, q, 3, 2);
+    CHECK_EQ(l8_sched_submit(w.s, &r2), 0);
+    CHECK_EQ(l8_sched_build_step(w.s, &seqs, &n), 0);
+    CHECK_EQ(n, 2);
+    CHECK_EQ(seqs[0].pos, 16);
+    CHECK_EQ(seqs[0].n_tokens, 4);
+    CHECK(seqs[0].sample);
+    CHECK_EQ(seqs[1].pos, 0);
+    CHECK_EQ(seqs[1].n_tokens, 3);
+    CHECK(seqs[1].sample);
+    CHECK(l8_sched_step_slots(w.s)[1].first);
+    CHECK_EQ(exec_step(&w.x, w.s, seqs, n), 0);
+    CHECK_EQ(l8_sched_step_done(w.s, seqs, n, 0), 0);
+    /* then two decodes */
+    CHECK_EQ(l8_sched_build_step(w.s, &seqs, &n), 0);
+    CHECK_EQ(n, 2);
+    CHECK_EQ(seqs[0].pos, 20);
+    CHECK_EQ(seqs[0].n_tokens, 1);
+    CHECK_EQ(seqs[0].sample_index, 1);
+    CHECK_EQ(seqs[1].pos, 3);
+    CHECK_EQ(seqs[1].n_tokens, 1);
+    CHECK(!l8_sched_step_slots(w.s)[1].prefill);
+    CHECK_EQ(exec_step(&w.x, w.s, seqs, n), 0);
+    CHECK_EQ(l8_sched_step_done(w.s, seqs, n, 0), 0);
+    run_all(&w, 8, 4);
+    check_stream(&w, 1, 1, p, 20, 3, NULL, 0, 0, __LINE__);
+    check_stream(&w, 1, 2, q, 3, 2, NULL, 0, 0, __LINE__);
+    world_fini(&w);
+
+    /* Many requests under a budget of 8 and 3 sequences: every step within
+     * both, every stream right, FIFO admission. */
+    CHECK_EQ(world_init(&w, 64, 4, 8, 3, 128), 0);
+    uint32_t prompts[10][30];
+    uint32_t lens[10];
+    for (int i = 0; i < 10; i++) {
+        lens[i] = 1 + (uint32_t)(i * 7) % 29;
+        fill(prompts[i], lens[i], 100 + 31 * i);
+        struct l8_sched_req ri = req(5, i, prompts[i], lens[i], 1 + i % 5);
+        ri.sampling.seed = 1000 + i;
+        ri.sampling.temperature = 0.8f;
+        CHECK_EQ(l8_sched_submit(w.s, &ri), 0);
+    }
+    run_all(&w, 8, 3);
+    for (int i = 0; i < 10; i++)
+        check_stream(&w, 5, i, prompts[i], lens[i], 1 + i % 5, NULL, 0, 1000 + i, __LINE__);
+    /* FIFO: request i's first token comes before request i+3's (3 slots) */
+    world_fini(&w);
+}
+
+/* Stop ids end a stream; logprobs only where asked. */
+static void test_stop_and_logprobs(void)
+{
+    struct world w;
+    CHECK_EQ(world_init(&w, 32, 4, 16, 4, 128), 0);
+    uint32_t p[6], want[10];
+    fill(p, 6, 3);
+    solo(p, 6, 10, NULL, 0, 0, want);
+    uint32_t stop[1] = { want[3] };
+    struct l8_sched_req r = req(1, 1, p, 6, 10);
+    r.stop_ids = stop;
+    r.n_stop = 1;
+    r.logprobs = true;
+    CHECK_EQ(l8_sched_submit(w.s, &r), 0);
+    struct l8_sched_req r2 = req(1, 2, p, 6, 10);
+    CHECK_EQ(l8_sched_submit(w.s, &r2), 0);
+    run_all(&w, 16, 4);
+    check_stream(&w, 1, 1, p, 6, 10, stop, 1, 0, __LINE__);
+    check_stream(&w, 1, 2, p, 6, 10, NULL, 0, 0, __LINE__);
+    struct rec *a = rec_for(&w, 1, 1), *b = rec_for(&w, 1, 2);
+    uint32_t first_stop = 0;
+    while (want[first_stop] != stop[0])
+        first_stop++;
+    CHECK_EQ(a->n, first_stop + 1);
+    CHECK_EQ(a->reason, L8_SCHED_DONE_STOP);
+    CHECK_EQ(a->done_index, first_stop + 1);
+    CHECK_EQ(b->reason, L8_SCHED_DONE_LENGTH);
+    CHECK_EQ(b->done_index, 10);
+    CHECK(a->logprobs[0] == -(float)(a->toks[0] % 7) - 0.5f);
+    CHECK(b->logprobs[0] == 1.0f); /* has_logprob false */
+    world_fini(&w);
+}
+
+/* A tiny pool: 6 pages of 4. A and B (4-token prompts, 16 new tokens each,
+ * 5 pages each at the end) cannot both finish; at position 12 A needs its
+ * 4th page, the pool is empty, and the youngest (B) is preempted. B comes
+ * back after A, starts from its one still-cached page, and continues its
+ * stream exactly (seeded sampling: sample_index continues). */
+static void test_preemption(void)
+{
+    struct world w;
+    CHECK_EQ(world_init(&w, 6, 4, 16, 4, 64), 0);
+    uint32_t a[4], b[4];
+    fill(a, 4, 1);
+    fill(b, 4, 500);
+    struct l8_sched_req ra = req(1, 1, a, 4, 16), rb = req(2, 1, b, 4, 16);
+    ra.sampling.seed = 42;
+    ra.sampling.temperature = 1;
+    rb.sampling.seed = 43;
+    rb.sampling.temperature = 1;
+    CHECK_EQ(l8_sched_submit(w.s, &ra), 0);
+    CHECK_EQ(l8_sched_submit(w.s, &rb), 0);
+    struct l8_sched_stats st;
+    uint32_t steps = 0, preempt_step = 0, b_back_step = 0, b_back_pos = 0, b_back_len = 0;
+    bool b_first_again = false;
+    for (;;) {
+        struct l8_seq *seqs;
+        uint32_t n;
+        CHECK_EQ(l8_sched_build_step(w.s, &seqs, &n), 0);
+        if (n == 0)
+            break;
+        steps++;
+        l8_sched_get_stats(w.s, &st);
+        const struct l8_sched_slot *sl = l8_sched_step_slots(w.s);
+        if (st.preemptions == 1 && !preempt_step) {
+            preempt_step = steps;
+            /* only A runs; B waits */
+            CHECK_EQ(n, 1);
+            CHECK_EQ(sl[0].owner, 1);
+            CHECK_EQ(seqs[0].pos, 12);
+            CHECK_EQ(st.running, 1);
+            CHECK_EQ(st.waiting, 1);
+        }
+        for (uint32_t i = 0; i < n; i++)
+            if (preempt_step && sl[i].owner == 2 && !b_back_step) {
+                b_back_step = steps;
+                b_back_pos = seqs[i].pos;
+                b_back_len = seqs[i].n_tokens;
+                b_first_again = sl[i].first;
+            }
+        CHECK_EQ(exec_step(&w.x, w.s, seqs, n), 0);
+        CHECK_EQ(l8_sched_step_done(w.s, seqs, n, 0), 0);
+        check_pool(&w, __LINE__);
+        if (steps > 200)
+            break;
+    }
+    l8_sched_get_stats(w.s, &st);
+    CHECK_EQ(st.preemptions, 1);
+    /* step 1: both prefill; steps 2..9 decode positions 4..11; step 10:
+     * A at 12 needs a page: B is preempted with 9 tokens generated */
+    CHECK_EQ(preempt_step, 10);
+    /* A finishes at step 10 + 6 (positions 12..18) = 16; B returns at 17
+     * from its page 0 (its pages 2 and 1 were reclaimed by A, tail first),
+     * recomputing positions 4..12 (prompt 4 + 9 generated = 13 tokens) */
+    CHECK_EQ(b_back_step, 17);
+    CHECK_EQ(b_back_pos, 4);
+    CHECK_EQ(b_back_len, 9);
+    CHECK(!b_first_again);
+    check_stream(&w, 1, 1, a, 4, 16, NULL, 0, 42, __LINE__);
+    check_stream(&w, 2, 1, b, 4, 16, NULL, 0, 43, __LINE__);
+    CHECK_EQ(st.tokens_generated, 32);
+    CHECK_EQ(st.pages_used, 0);
+    world_fini(&w);
+}
+
+/* A request needing the whole pool waits for the pool, never fails, and
+ * the queue behind it waits too (FIFO). */
+static void test_head_of_line(void)
+{
+    struct world w;
+    CHECK_EQ(world_init(&w, 4, 4, 32, 4, 64), 0);
+    uint32_t a[4], big[12], c[2];
+    fill(a, 4, 1);
+    fill(big, 12, 2);
+    fill(c, 2, 3);
+    struct l8_sched_req ra = req(1, 1, a, 4, 6), rbig = req(1, 2, big, 12, 5),
+                        rc = req(1, 3, c, 2, 2);
+    CHECK_EQ(l8_sched_submit(w.s, &ra), 0);   /* pages: 3 at the end */
+    struct l8_seq *seqs;
+    uint32_t n;
+    CHECK_EQ(l8_sched_build_step(w.s, &seqs, &n), 0);
+    CHECK_EQ(exec_step(&w.x, w.s, seqs, n), 0);
+    CHECK_EQ(l8_sched_step_done(w.s, seqs, n, 0), 0);
+    CHECK_EQ(l8_sched_submit(w.s, &rbig), 0); /* 16 positions: the whole pool */
+    CHECK_EQ(l8_sched_submit(w.s, &rc), 0);
+    CHECK_EQ(l8_sched_build_step(w.s, &seqs, &n), 0);
+    CHECK_EQ(n, 1);                  /* big cannot start, c must not pass it */
+    CHECK_EQ(l8_sched_step_slots(w.s)[0].id, 1);
+    CHECK_EQ(exec_step(&w.x, w.s, seqs, n), 0);
+    CHECK_EQ(l8_sched_step_done(w.s, seqs, n, 0), 0);
+    run_all(&w, 32, 4);
+    check_stream(&w, 1, 1, a, 4, 6, NULL, 0, 0, __LINE__);
+    check_stream(&w, 1, 2, big, 12, 5, NULL, 0, 0, __LINE__);
+    check_stream(&w, 1, 3, c, 2, 2, NULL, 0, 0, __LINE__);
+    world_fini(&w);
+}
+
+/* Higher priority is admitted first; FIFO within a priority. */
+static void test_priority(void)
+{
+    struct world w;
+    CHECK_EQ(world_init(&w, 64, 4, 64, 1, 64), 0);   /* one at a time */
+    uint32_t p[3];
+    fill(p, 3, 9);
+    static const int32_t prio[5] = {0, 5, 0, 5, -1};
+    for (int i = 0; i < 5; i++) {
+        struct l8_sched_req r = req(1, i, p, 3, 1);
+        r.priority = prio[i];
+        CHECK_EQ(l8_sched_submit(w.s, &r), 0);
+    }
+    static const uint64_t order[5] = {1, 3, 0, 2, 4};
+    for (int i = 0; i < 5; i++) {
+        struct l8_seq *seqs;
+        uint32_t n;
+        CHECK_EQ(l8_sched_build_step(w.s, &seqs, &n), 0);
+        CHECK_EQ(n, 1);
+        CHECK_EQ(l8_sched_step_slots(w.s)[0].id, order[i]);
+        CHECK_EQ(exec_step(&w.x, w.s, seqs, n), 0);
+        CHECK_EQ(l8_sched_step_done(w.s, seqs, n, 0), 0);
+    }
+    CHECK(l8_sched_idle(w.s));
+    world_fini(&w);
+}
+
+static void test_cancel(void)
+{
+    struct world w;
+    CHECK_EQ(world_init(&w, 16, 4, 64, 4, 64), 0);
+    uint32_t p[10];
+    fill(p, 10, 4);
+    struct l8_sched_req r1 = req(1, 1, p, 10, 20), r2 = req(1, 2, p, 6, 20);
+    CHECK_EQ(l8_sched_submit(w.s, &r1), 0);
+    step(&w, __LINE__);
+    struct l8_sched_owner_stats os;
+    l8_sched_owner_stats(w.s, 1, &os);
+    CHECK_EQ(os.requests, 1);
+    CHECK_EQ(os.pages, 3);
+    struct l8_sched_stats st;
+    l8_sched_get_stats(w.s, &st);
+    CHECK_EQ(st.pages_used, 3);
+    /* cancel between steps: pages back now (the 2 full ones stay cached) */
+    CHECK_EQ(l8_sched_cancel(w.s, 1, 1), 0);
+    CHECK_EQ(l8_sched_cancel(w.s, 1, 1), -ENOENT);
+    l8_sched_get_stats(w.s, &st);
+    CHECK_EQ(st.pages_used, 0);
+    CHECK_EQ(st.pages_cached, 2);
+    CHECK_EQ(st.pages_free, 14);
+    CHECK_EQ(st.running, 0);
+    CHECK(l8_sched_idle(w.s));
+    struct rec *rr = rec_for(&w, 1, 1);
+    CHECK_EQ(rr->n, 1);
+    CHECK_EQ(rr->n_done, 0);          /* cancel emits nothing */
+
+    /* cancel while the step is in flight: pages held until step_done, no
+     * events for it from that step */
+    CHECK_EQ(l8_sched_submit(w.s, &r2), 0);
+    struct l8_seq *seqs;
+    uint32_t n;
+    CHECK_EQ(l8_sched_build_step(w.s, &seqs, &n), 0);
+    CHECK_EQ(n, 1);
+    CHECK_EQ(seqs[0].pos, 4);   /* p[0..4) cached from request 1 */
+    CHECK_EQ(l8_sched_cancel(w.s, 1, 2), 0);
+    l8_sched_owner_stats(w.s, 1, &os);
+    CHECK_EQ(os.requests, 0);
+    CHECK_EQ(os.pages, 2);
+    CHECK(!l8_sched_idle(w.s));
+    CHECK_EQ(exec_step(&w.x, w.s, seqs, n), 0);
+    CHECK_EQ(l8_sched_step_done(w.s, seqs, n, 0), 0);
+    CHECK_EQ(rec_for(&w, 1, 2)->n, 0);
+    l8_sched_get_stats(w.s, &st);
+    CHECK_EQ(st.pages_used, 0);
+    CHECK(l8_sched_idle(w.s));
+    world_fini(&w);
+}
+
+static void test_cancel_owner(void)
+{
+    struct world w;
+    CHECK_EQ(world_init(&w, 32, 4, 64, 8, 64), 0);
+    uint32_t p[5][7];
+    for (int i = 0; i < 5; i++)
+        fill(p[i], 7, 50 * i + 1);
+    for (int i = 0; i < 3; i++) {
+        struct l8_sched_req r = req(7, i, p[i], 7, 10);
+        CHECK_EQ(l8_sched_submit(w.s, &r), 0);
+    }
+    struct l8_sched_req other = req(8, 0, p[3], 7, 10);
+    CHECK_EQ(l8_sched_submit(w.s, &other), 0);
+    step(&w, __LINE__);
+    step(&w, __LINE__);
+    struct l8_sched_req late = req(7, 3, p[4], 7, 10);  /* still waiting */
+    CHECK_EQ(l8_sched_submit(w.s, &late), 0);
+    struct l8_sched_owner_stats os;
+    l8_sched_owner_stats(w.s, 7, &os);
+    CHECK_EQ(os.requests, 4);
+    CHECK_EQ(os.pages, 6);
+    CHECK_EQ(l8_sched_cancel_owner(w.s, 7), 4);
+    l8_sched_owner_stats(w.s, 7, &os);
+    CHECK_EQ(os.requests, 0);
+    CHECK_EQ(os.pages, 0);
+    l8_sched_owner_stats(w.s, 8, &os);
+    CHECK_EQ(os.requests, 1);
+    CHECK_EQ(os.pages, 2);
+    CHECK_EQ(l8_sched_cancel_owner(w.s, 7), 0);
+    run_all(&w, 64, 8);
+    check_stream(&w, 8, 0, p[3], 7, 10, NULL, 0, 0, __LINE__);
+    CHECK_EQ(rec_for(&w, 7, 0)->n, 2);
+    CHECK_EQ(rec_for(&w, 7, 0)->n_done, 0);
+    struct l8_sched_stats st;
+    l8_sched_get_stats(w.s, &st);
+    CHECK_EQ(st.pages_used, 0);
+
+    /* the client vanishes while its events are being delivered: the
+     * callback cancels the owner in the middle of step_done */
+    for (int i = 0; i < 3; i++) {
+        struct l8_sched_req r = req(9, i, p[i], 7, 10);
+        CHECK_EQ(l8_sched_submit(w.s, &r), 0);
+    }
+    struct l8_sched_req keep = req(10, 0, p[4], 7, 10);
+    CHECK_EQ(l8_sched_submit(w.s, &keep), 0);
+    w.cancel_in_cb = true;
+    w.cancel_owner = 9;
+    w.cancel_at = 2;
+    run_all(&w, 64, 8);
+    /* (9,0) gets index 2 and its owner goes: (9,1) and (9,2), in the same
+     * step, get nothing more */
+    for (int i = 0; i < 3; i++) {
+        CHECK_EQ(rec_for(&w, 9, i)->n, i == 0 ? 3 : 2);
+        CHECK_EQ(rec_for(&w, 9, i)->n_done, 0);
+    }
+    check_stream(&w, 10, 0, p[4], 7, 10, NULL, 0, 0, __LINE__);
+    l8_sched_get_stats(w.s, &st);
+    CHECK_EQ(st.pages_used, 0);
+    CHECK_EQ(st.running + st.waiting, 0);
+    world_fini(&w);
+}
+
+/* An engine failure ends every request of the step with an ERROR. */
+static void test_engine_error(void)
+{
+    struct world w;
+    CHECK_EQ(world_init(&w, 16, 4, 64, 4, 64), 0);
+    uint32_t p[5];
+    fill(p, 5, 8);
+    struct l8_sched_req r1 = req(1, 1, p, 5, 4), r2 = req(1, 2, p, 5, 4);
+    CHECK_EQ(l8_sched_submit(w.s, &r1), 0);
+    CHECK_EQ(l8_sched_submit(w.s, &r2), 0);
+    struct l8_seq *seqs;
+    uint32_t n;
+    CHECK_EQ(l8_sched_build_step(w.s, &seqs, &n), 0);
+    CHECK_EQ(n, 2);
+    CHECK_EQ(l8_sched_step_done(w.s, seqs, n + 1, 0), -EINVAL);
+    CHECK_EQ(l8_sched_step_done(w.s, seqs, n, -EIO), 0);
+    CHECK_EQ(rec_for(&w, 1, 1)->n_error, 1);
+    CHECK_EQ(rec_for(&w, 1, 1)->error, -EIO);
+    CHECK_EQ(rec_for(&w, 1, 2)->n_error, 1);
+    CHECK(l8_sched_idle(w.s));
+    struct l8_sched_stats st;
+    l8_sched_get_stats(w.s, &st);
+    CHECK_EQ(st.pages_used, 0);
+    CHECK_EQ(st.pages_cached, 0);  /* nothing registered from a failed step */
+    CHECK_EQ(l8_sched_step_done(w.s, seqs, n, 0), -EINVAL); /* not in flight */
+    world_fini(&w);
+}
+
+/* Many requests, a pool far too small for all at once, shared prefixes,
+ * mixed priorities, random cancels: every surviving stream is exact. */
+static void test_stress(void)
+{
+    struct world w;
+    CHECK_EQ(world_init(&w, 24, 4, 12, 5, 128), 0);
+    static uint32_t prompts[48][40];
+    uint32_t lens[48], news[48];
+    uint64_t rng = 12345;
+    for (int i = 0; i < 48; i++) {
+        rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+        lens[i] = 1 + (uint32_t)(rng >> 33) % 39;
+        news[i] = 1 + (uint32_t)(rng >> 45) % 24;
+        /* half share a 12-token system prompt */
+        fill(prompts[i], lens[i], i % 2 ? 777 : 1000 + i);
+        if (i % 2 && lens[i] > 12)
+            fill(prompts[i] + 12, lens[i] - 12, 3000 + i);
+        struct l8_sched_req r = req(i % 6, i, prompts[i], lens[i], news[i]);
+        r.sampling.seed = i;
+        r.sampling.temperature = 0.9f;
+        r.priority = i % 3 == 0;
+        CHECK_EQ(l8_sched_submit(w.s, &r), 0);
+    }
+    uint32_t steps = 0;
+    int cancelled = -1;
+    for (;;) {
+        struct l8_seq *seqs;
+        uint32_t n, total = 0;
+        CHECK_EQ(l8_sched_build_step(w.s, &seqs, &n), 0);
+        if (n == 0)
+            break;
+        for (uint32_t i = 0; i < n; i++)
+            total += seqs[i].n_tokens;
+        CHECK(total <= 12);
+        CHECK(n <= 5);
+        if (++steps == 40) {
+            /* cancel the newest live request */
+            for (int i = 47; i >= 0 && cancelled < 0; i--)
+                if (l8_sched_cancel(w.s, i % 6, i) == 0)
+                    cancelled = i;
+            CHECK(cancelled >= 0);
+        }
+        CHECK_EQ(exec_step(&w.x, w.s, seqs, n), 0);
+        CHECK_EQ(l8_sched_step_done(w.s, seqs, n, 0), 0);
+        check_pool(&w, __LINE__);
+        if (steps > 5000)
+            break;
+    }
+    CHECK(l8_sched_idle(w.s));
+    uint32_t finished = 0;
+    for (int i = 0; i < 48; i++) {
+        struct rec *r = rec_for(&w, i % 6, i);
+        if (i == cancelled) {
+            CHECK_EQ(r->n_done, 0);
+            continue;
+        }
+        check_stream(&w, i % 6, i, prompts[i], lens[i], news[i], NULL, 0, i, __LINE__);
+        finished++;
+    }
+    CHECK_EQ(finished, 47);
+    struct l8_sched_stats st;
+    l8_sched_get_stats(w.s, &st);
+    CHECK(st.preemptions > 0);
+    CHECK(st.cached_tokens > 0);
+    CHECK_EQ(st.pages_used, 0);
+    printf("stress: %u steps, %llu preemptions, %llu cached prompt tokens\n", steps,
+           (unsigned long long)st.preemptions, (unsigned long long)st.cached_tokens);
+    world_fini(&w);
+}
+
+int main(void)
+{
+    test_validation();
+    test_prefix_sharing();
+    test_chunked_prefill();
+    test_stop_and_logprobs();
+    test_preemption();
+    test_head_of_line();
+    test_priority();
+    test_cancel();
+    test_cancel_owner();
+    test_engine_error();
+    test_stress();
+    if (failures) {
+        fprintf(stderr, "test_sched: %d failures\n", failures);
+        return 1;
+    }
+    printf("test_sched: ok\n");
+    return 0;
+}
