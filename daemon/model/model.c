@@ -37,12 +37,6 @@ static int fail_code(char err[L8_ERRLEN], int code, const char *fmt, ...)
 }
 #define fail(err, ...) fail_code(err, -EINVAL, __VA_ARGS__)
 
-static const char *base_name_of(const char *path)
-{
-    const char *s = strrchr(path, '/');
-    return s ? s + 1 : path;
-}
-
 static bool is_dense_dtype(enum l8_dtype t)
 {
     return t == L8_BF16 || t == L8_F16 || t == L8_F32;
@@ -142,7 +136,7 @@ static int need(struct loader *L, const char *name, uint32_t n_want, const uint6
         char got[128], exp[128];
         shape_str(t->shape, t->n_dims, got, sizeof got);
         shape_str(want, n_want, exp, sizeof exp);
-        return fail(L->err, "%s: %s: shape %s, expected %s%s", base_name_of(t->file), name, got,
+        return fail(L->err, "%s: %s: shape %s, expected %s%s", t->file, name, got,
                     exp, allow_col ? " or [out, 1]" : "");
     }
     L->used[t - l8_st_at(L->ts, 0)] = true;
@@ -152,7 +146,7 @@ static int need(struct loader *L, const char *name, uint32_t n_want, const uint6
 
 static int bad_dtype(struct loader *L, const struct l8_tensor *t, const char *expected)
 {
-    return fail(L->err, "%s: %s: dtype %s, expected %s", base_name_of(t->file), t->name,
+    return fail(L->err, "%s: %s: dtype %s, expected %s", t->file, t->name,
                 l8_dtype_name(t->dtype), expected);
 }
 
@@ -171,7 +165,7 @@ static int need_dense(struct loader *L, const char *name, uint32_t rows, uint32_
         return bad_dtype(L, t, "BF16, F16 or F32");
     if ((uintptr_t)t->data % l8_dtype_size(t->dtype))
         return fail(L->err, "%s: %s: data not aligned to its %zu-byte elements",
-                    base_name_of(t->file), name, l8_dtype_size(t->dtype));
+                    t->file, name, l8_dtype_size(t->dtype));
     *d = (struct l8_dense){ .dtype = t->dtype, .data = t->data, .rows = rows, .cols = cols };
     return 0;
 }
@@ -419,7 +413,7 @@ int l8_model_load(const char *dir, int nthreads, struct l8_model **out, char err
         if (L.used[i] || (n >= sizeof inv - 1 && !strcmp(t->name + n - (sizeof inv - 1), inv)))
             continue;
         r = fail(err, "%s: %s: unexpected tensor (not part of a LlamaForCausalLM with this"
-                 " config.json)", base_name_of(t->file), t->name);
+                 " config.json)", t->file, t->name);
         goto err;
     }
     L.arena_bytes += align_up(c->head_dim / 2 * sizeof(float));

@@ -29,6 +29,8 @@ static int t_failures;
 #define CHECK_ERR(r, want_r, err, ...)                                           \
     do {                                                                         \
         const char *frags_[] = { __VA_ARGS__, NULL };                            \
+        if (getenv("L8_TEST_VERBOSE"))                                           \
+            fprintf(stderr, "  [%d] %s\n", (r), (err));                          \
         if ((r) != (want_r)) {                                                   \
             fprintf(stderr, "%s:%d: return %d, expected %d (err: %s)\n", __FILE__, \
                     __LINE__, (r), (want_r), (err));                             \
