@@ -1,0 +1,666 @@
+/* client.c - libllama8client: the client side of llama8d's protocol.
+ *
+ * The arena is used as a byte ring in submission order: each submission
+ * takes one contiguous chunk (prompt tokens, then the protobuf message),
+ * and the chunk is free again once the daemon has advanced the submission
+ * ring's head past its entry (the daemon copies everything out before it
+ * does). sq_end[] remembers where each entry's chunk ends. */
+#include "llama8client.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "llama8.pb-c.h"
+
+struct l8c_client {
+    int sock;
+    int shm_fd, sq_efd, eq_efd;
+    uint8_t *map;
+    uint64_t map_size;
+    struct l8_shm_hdr geo;          /* our copy of the header */
+    struct l8_ring_ctl *sq_ctl, *eq_ctl;
+    struct l8_sqe *sq;
+    struct l8_event *eq;
+    uint8_t *arena;
+    uint32_t sq_tail;               /* ours: next entry to write */
+    uint32_t sq_head_seen;          /* last daemon head we reclaimed up to */
+    uint32_t eq_head;               /* ours: next event to read */
+    uint64_t arena_tail, arena_head;/* free-running byte counters */
+    uint64_t *sq_end;               /* [sq_entries] arena_tail after each entry */
+    uint64_t next_id;
+    bool dead;
+    bool armed;                     /* we set NEED_WAKEUP on the event ring */
+    int last_code;
+    char last_err[L8C_ERRLEN];
+    struct l8c_info info;
+    char *s_daemon_version, *s_model_name, *s_model_dir, *s_backend;
+};
+
+static const char *const err_names[] = {
+    "NONE", "BAD_MESSAGE", "BAD_TOKEN", "PROMPT_TOO_LONG", "BAD_PARAMS",
+    "UNKNOWN_REQUEST", "TOO_MANY_REQUESTS", "TOO_MANY_CLIENTS",
+    "PERMISSION_DENIED", "SHUTTING_DOWN", "INTERNAL", "BAD_VERSION",
+    "RING_VIOLATION", "DUPLICATE_REQUEST", "EMPTY_PROMPT",
+};
+_Static_assert(sizeof(err_names) / sizeof(err_names[0]) == L8_ERR_MAX_, "names");
+
+const char *l8c_err_name(int code)
+{
+    if (code < 0 || code >= L8_ERR_MAX_)
+        return "UNKNOWN";
+    return err_names[code];
+}
+
+const char *l8c_done_name(int reason)
+{
+    static const char *const n[] = { "none", "eos", "stop", "length", "context", "cancelled" };
+    if (reason < 0 || reason >= (int)(sizeof(n) / sizeof(n[0])))
+        return "unknown";
+    return n[reason];
+}
+
+uint64_t l8c_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+const char *l8c_default_socket(void)
+{
+    const char *e = getenv(L8_SOCKET_ENV);
+    return e && *e ? e : L8_DEFAULT_SOCKET;
+}
+
+void l8c_params_init(struct l8c_params *p)
+{
+    *p = (struct l8c_params){ .temperature = 0.0f, .top_k = 0, .top_p = 1.0f,
+                              .min_p = 0.0f, .repetition_penalty = 1.0f,
+                              .seed = 0, .max_new_tokens = 256 };
+}
+
+static void set_err(struct l8c_client *c, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void set_err(struct l8c_client *c, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->last_err, sizeof(c->last_err), fmt, ap);
+    va_end(ap);
+    c->last_code = code;
+}
+
+const char *l8c_last_error(const struct l8c_client *c, int *code)
+{
+    if (code)
+        *code = c->last_code;
+    return c->last_err;
+}
+
+const struct l8c_info *l8c_info(const struct l8c_client *c) { return &c->info; }
+int l8c_event_fd(const struct l8c_client *c) { return c->eq_efd; }
+int l8c_ctl_fd(const struct l8c_client *c) { return c->sock; }
+
+static int errno_of_code(int code)
+{
+    switch (code) {
+    case L8_ERR_PERMISSION_DENIED: return -EPERM;
+    case L8_ERR_TOO_MANY_CLIENTS:  return -EUSERS;
+    case L8_ERR_BAD_VERSION:       return -EPROTO;
+    case L8_ERR_SHUTTING_DOWN:     return -ESHUTDOWN;
+    default:                       return -ECONNRESET;
+    }
+}
+
+static void close_fd(int *fd)
+{
+    if (*fd >= 0)
+        close(*fd);
+    *fd = -1;
+}
+
+void l8c_close(struct l8c_client *c)
+{
+    if (!c)
+        return;
+    if (c->map)
+        munmap(c->map, c->map_size);
+    close_fd(&c->sock);
+    close_fd(&c->shm_fd);
+    close_fd(&c->sq_efd);
+    close_fd(&c->eq_efd);
+    free(c->sq_end);
+    free(c->s_daemon_version);
+    free(c->s_model_name);
+    free(c->s_model_dir);
+    free(c->s_backend);
+    free(c);
+}
+
+static int send_ctl(struct l8c_client *c, const Llama8__ClientMessage *m)
+{
+    uint8_t buf[L8_MAX_CTL_MSG];
+    size_t n = llama8__client_message__get_packed_size(m);
+    if (n > sizeof(buf))
+        return -EMSGSIZE;
+    llama8__client_message__pack(m, buf);
+    if (send(c->sock, buf, n, MSG_NOSIGNAL) != (ssize_t)n) {
+        int e = errno;
+        set_err(c, 0, "send to daemon: %s", strerror(e));
+        c->dead = true;
+        return -ECONNRESET;
+    }
+    return 0;
+}
+
+/* Receive one control datagram (waiting up to timeout_ms), with up to
+ * L8_N_FDS descriptors. Returns the parsed message, NULL with *rc set. */
+static Llama8__DaemonMessage *recv_ctl(struct l8c_client *c, int timeout_ms,
+                                       int fds[L8_N_FDS], int *nfds, int *rc)
+{
+    uint8_t buf[L8_MAX_CTL_MSG];
+    union { struct cmsghdr h; char b[CMSG_SPACE(sizeof(int) * L8_N_FDS)]; } cm;
+    struct iovec iov = { buf, sizeof(buf) };
+    struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
+                         .msg_control = cm.b, .msg_controllen = sizeof(cm.b) };
+    struct pollfd pfd = { c->sock, POLLIN, 0 };
+    int pr;
+    do
+        pr = poll(&pfd, 1, timeout_ms);
+    while (pr < 0 && errno == EINTR);
+    if (pr == 0) {
+        *rc = -ETIMEDOUT;
+        return NULL;
+    }
+    ssize_t n = recvmsg(c->sock, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+    if (nfds)
+        *nfds = 0;
+    for (struct cmsghdr *h = CMSG_FIRSTHDR(&mh); h; h = CMSG_NXTHDR(&mh, h)) {
+        if (h->cmsg_level != SOL_SOCKET || h->cmsg_type != SCM_RIGHTS)
+            continue;
+        int k = (int)((h->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+        int got[L8_N_FDS + 4];
+        if (k > L8_N_FDS + 4)
+            k = L8_N_FDS + 4;
+        memcpy(got, CMSG_DATA(h), (size_t)k * sizeof(int));
+        for (int i = 0; i < k; i++) {
+            if (fds && nfds && *nfds < L8_N_FDS)
+                fds[(*nfds)++] = got[i];
+            else
+                close(got[i]);
+        }
+    }
+    if (n <= 0) {
+        if (n < 0 && errno == EAGAIN) {
+            *rc = -ETIMEDOUT;
+            return NULL;
+        }
+        if (!c->last_code)
+            set_err(c, 0, "daemon closed the connection");
+        c->dead = true;
+        *rc = -ECONNRESET;
+        return NULL;
+    }
+    if (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
+        set_err(c, 0, "oversized message from daemon");
+        *rc = -EPROTO;
+        return NULL;
+    }
+    Llama8__DaemonMessage *m = llama8__daemon_message__unpack(NULL, (size_t)n, buf);
+    if (!m) {
+        set_err(c, 0, "unparsable message from daemon");
+        *rc = -EPROTO;
+        return NULL;
+    }
+    return m;
+}
+
+/* An Error on the control socket ends the connection (the daemon only
+ * sends one before hanging up). */
+static int take_error(struct l8c_client *c, const Llama8__Error *e)
+{
+    set_err(c, (int)e->code, "daemon: %s: %s", l8c_err_name((int)e->code),
+            e->message ? e->message : "");
+    c->dead = true;
+    return errno_of_code((int)e->code);
+}
+
+static char *dupstr(const char *s) { return strdup(s ? s : ""); }
+
+static int take_welcome(struct l8c_client *c, const Llama8__Welcome *w,
+                        const int fds[L8_N_FDS])
+{
+    struct stat st;
+    if (w->protocol_version != L8_PROTO_VERSION) {
+        set_err(c, L8_ERR_BAD_VERSION, "daemon speaks protocol %u, we speak %u",
+                w->protocol_version, L8_PROTO_VERSION);
+        return -EPROTO;
+    }
+    c->shm_fd = fds[L8_FD_SHM];
+    c->sq_efd = fds[L8_FD_SQ_DOORBELL];
+    c->eq_efd = fds[L8_FD_EQ_DOORBELL];
+    if (fstat(c->shm_fd, &st) < 0 || st.st_size <= 0 ||
+        (uint64_t)st.st_size != w->shm_size) {
+        set_err(c, 0, "shared memory size does not match the Welcome");
+        return -EPROTO;
+    }
+    c->map_size = (uint64_t)st.st_size;
+    c->map = mmap(NULL, c->map_size, PROT_READ | PROT_WRITE, MAP_SHARED, c->shm_fd, 0);
+    if (c->map == MAP_FAILED) {
+        c->map = NULL;
+        int e = errno;
+        set_err(c, 0, "mmap: %s", strerror(e));
+        return -e;
+    }
+    memcpy(&c->geo, c->map, sizeof(c->geo));
+    if (!l8_shm_hdr_valid(&c->geo, c->map_size) || c->geo.sq_entries != w->sq_entries ||
+        c->geo.eq_entries != w->eq_entries || c->geo.arena_size != w->arena_size) {
+        set_err(c, 0, "shared memory header is not the layout we know");
+        return -EPROTO;
+    }
+    c->sq_ctl = (struct l8_ring_ctl *)(c->map + c->geo.sq_ctl_off);
+    c->sq = (struct l8_sqe *)(c->map + c->geo.sq_off);
+    c->eq_ctl = (struct l8_ring_ctl *)(c->map + c->geo.eq_ctl_off);
+    c->eq = (struct l8_event *)(c->map + c->geo.eq_off);
+    c->arena = c->map + c->geo.arena_off;
+    c->sq_end = calloc(c->geo.sq_entries, sizeof(*c->sq_end));
+    if (!c->sq_end)
+        return -ENOMEM;
+    /* Fresh rings start at zero; take whatever the daemon set. */
+    c->sq_tail = atomic_load_explicit(&c->sq_ctl->tail, memory_order_relaxed);
+    c->sq_head_seen = c->sq_tail;
+    c->eq_head = atomic_load_explicit(&c->eq_ctl->head, memory_order_relaxed);
+
+    struct l8c_info *i = &c->info;
+    c->s_daemon_version = dupstr(w->daemon_version);
+    c->s_model_name = dupstr(w->model_name);
+    c->s_model_dir = dupstr(w->model_dir);
+    c->s_backend = dupstr(w->backend);
+    if (!c->s_daemon_version || !c->s_model_name || !c->s_model_dir || !c->s_backend)
+        return -ENOMEM;
+    i->client_id = w->client_id;
+    i->protocol_version = w->protocol_version;
+    i->daemon_version = c->s_daemon_version;
+    i->model_name = c->s_model_name;
+    i->model_dir = c->s_model_dir;
+    i->backend = c->s_backend;
+    i->vocab_size = w->vocab_size;
+    i->context_length = w->context_length;
+    i->bos_id = w->bos_id;
+    i->n_eos = w->n_eos_ids < L8C_MAX_EOS ? (uint32_t)w->n_eos_ids : L8C_MAX_EOS;
+    for (uint32_t k = 0; k < i->n_eos; k++)
+        i->eos_ids[k] = w->eos_ids[k];
+    i->max_requests = w->max_requests;
+    i->max_prompt_tokens = w->max_prompt_tokens;
+    i->max_new_tokens = w->max_new_tokens;
+    i->max_stop_ids = w->max_stop_ids;
+    i->sq_entries = w->sq_entries;
+    i->eq_entries = w->eq_entries;
+    i->arena_size = w->arena_size;
+    return 0;
+}
+
+int l8c_connect(const char *path, const char *name, struct l8c_client **out,
+                char err[L8C_ERRLEN])
+{
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    int fds[L8_N_FDS], nfds = 0, rc;
+    Llama8__DaemonMessage *dm = NULL;
+    struct l8c_client *c = calloc(1, sizeof(*c));
+    if (!c) {
+        if (err)
+            snprintf(err, L8C_ERRLEN, "out of memory");
+        return -ENOMEM;
+    }
+    c->sock = c->shm_fd = c->sq_efd = c->eq_efd = -1;
+    c->next_id = 1;
+    if (!path)
+        path = l8c_default_socket();
+    if (strlen(path) >= sizeof(sa.sun_path)) {
+        set_err(c, 0, "socket path too long: %s", path);
+        rc = -ENAMETOOLONG;
+        goto err;
+    }
+    strcpy(sa.sun_path, path);
+    c->sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    if (c->sock < 0 || connect(c->sock, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+        rc = -errno;
+        set_err(c, 0, "connect %s: %s", path, strerror(-rc));
+        goto err;
+    }
+    Llama8__Hello hello = LLAMA8__HELLO__INIT;
+    hello.protocol_version = L8_PROTO_VERSION;
+    hello.client_name = (char *)(name ? name : "libllama8client");
+    Llama8__ClientMessage cm = LLAMA8__CLIENT_MESSAGE__INIT;
+    cm.msg_case = LLAMA8__CLIENT_MESSAGE__MSG_HELLO;
+    cm.hello = &hello;
+    if ((rc = send_ctl(c, &cm)) < 0)
+        goto err;
+    /* Loading can take a while under socket activation: wait long. */
+    dm = recv_ctl(c, 120000, fds, &nfds, &rc);
+    if (!dm) {
+        for (int k = 0; k < nfds; k++)
+            close(fds[k]);
+        if (rc == -ETIMEDOUT)
+            set_err(c, 0, "no answer from the daemon");
+        goto err;
+    }
+    if (dm->msg_case == LLAMA8__DAEMON_MESSAGE__MSG_ERROR) {
+        for (int k = 0; k < nfds; k++)
+            close(fds[k]);
+        rc = take_error(c, dm->error);
+        goto err;
+    }
+    if (dm->msg_case != LLAMA8__DAEMON_MESSAGE__MSG_WELCOME || nfds != L8_N_FDS) {
+        for (int k = 0; k < nfds; k++)
+            close(fds[k]);
+        set_err(c, 0, "daemon did not answer Hello with a Welcome and %d descriptors",
+                L8_N_FDS);
+        rc = -EPROTO;
+        goto err;
+    }
+    if ((rc = take_welcome(c, dm->welcome, fds)) < 0)
+        goto err;
+    llama8__daemon_message__free_unpacked(dm, NULL);
+    c->last_err[0] = 0;
+    *out = c;
+    return 0;
+err:
+    if (dm)
+        llama8__daemon_message__free_unpacked(dm, NULL);
+    if (err)
+        snprintf(err, L8C_ERRLEN, "%s", c->last_err[0] ? c->last_err : strerror(-rc));
+    l8c_close(c);
+    return rc;
+}
+
+/* Reclaim arena space of entries the daemon has consumed. */
+static int reclaim(struct l8c_client *c)
+{
+    /* acquire: pairs with the daemon's release store of head, made after
+     * it copied the entries out, so the arena bytes are no longer read. */
+    uint32_t h = atomic_load_explicit(&c->sq_ctl->head, memory_order_acquire);
+    if ((uint32_t)(c->sq_tail - h) > c->geo.sq_entries || (uint32_t)(h - c->sq_head_seen) >
+        (uint32_t)(c->sq_tail - c->sq_head_seen)) {
+        set_err(c, 0, "daemon's submission head is out of range");
+        return -EPROTO;
+    }
+    if (h != c->sq_head_seen) {
+        c->arena_head = c->sq_end[(h - 1) & (c->geo.sq_entries - 1)];
+        c->sq_head_seen = h;
+    }
+    return 0;
+}
+
+/* Take len bytes (a 64-byte multiple) of contiguous arena space. */
+static int arena_alloc(struct l8c_client *c, uint32_t len, uint32_t *off)
+{
+    uint64_t size = c->geo.arena_size;
+    uint64_t pos = c->arena_tail % size, skip = 0;
+    if (len > size)
+        return -EINVAL;
+    if (pos + len > size)
+        skip = size - pos;      /* would straddle the end: start over at 0 */
+    if (c->arena_tail + skip + len - c->arena_head > size)
+        return -EAGAIN;
+    c->arena_tail += skip;
+    *off = (uint32_t)(c->arena_tail % size);
+    c->arena_tail += len;
+    return 0;
+}
+
+/* Publish one entry whose arena chunk ends at arena_tail. */
+static void publish(struct l8c_client *c, uint32_t off, uint32_t len, uint8_t kind)
+{
+    struct l8_sqe *e = &c->sq[c->sq_tail & (c->geo.sq_entries - 1)];
+    *e = (struct l8_sqe){ .msg_off = off, .msg_len = len, .kind = kind };
+    c->sq_end[c->sq_tail & (c->geo.sq_entries - 1)] = c->arena_tail;
+    c->sq_tail++;
+    /* release: orders the arena bytes and the entry before the new tail,
+     * so the daemon that acquires the tail sees them complete. */
+    atomic_store_explicit(&c->sq_ctl->tail, c->sq_tail, memory_order_release);
+    /* seq_cst fence: orders the tail store before the flag load (Dekker
+     * with the daemon's flag store + fence + tail load). */
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load_explicit(&c->sq_ctl->flags, memory_order_relaxed) & L8_RING_NEED_WAKEUP) {
+        uint64_t one = 1;
+        if (write(c->sq_efd, &one, sizeof(one)) < 0) {
+            /* EAGAIN: the counter is saturated, the daemon will wake anyway. */
+        }
+    }
+}
+
+static int submit_msg(struct l8c_client *c, uint8_t kind, const ProtobufCMessage *m,
+                      const uint32_t *prompt, uint32_t n, Llama8__GenerateRequest *g)
+{
+    int rc;
+    if (c->dead)
+        return -ECONNRESET;
+    if ((rc = reclaim(c)) < 0)
+        return rc;
+    if ((uint32_t)(c->sq_tail - c->sq_head_seen) >= c->geo.sq_entries)
+        return -EAGAIN;
+    size_t tok_bytes = l8_align_up((size_t)n * 4, 8);
+    /* The packed size depends on prompt_offset (a varint): size it with the
+     * largest offset, then pack with the real one. */
+    if (g) {
+        g->prompt_offset = c->geo.arena_size;
+        g->prompt_count = n;
+    }
+    size_t msg_max = protobuf_c_message_get_packed_size(m);
+    if (msg_max > L8_MAX_REQ_MSG)
+        return -EINVAL;
+    size_t total = l8_align_up(tok_bytes + msg_max, L8_CACHELINE);
+    if (total > c->geo.arena_size)
+        return -EINVAL;
+    uint32_t off;
+    if ((rc = arena_alloc(c, (uint32_t)total, &off)) < 0)
+        return rc;
+    if (g) {
+        g->prompt_offset = off;
+        memcpy(c->arena + off, prompt, (size_t)n * 4);
+    }
+    size_t len = protobuf_c_message_pack(m, c->arena + off + tok_bytes);
+    publish(c, off + (uint32_t)tok_bytes, (uint32_t)len, kind);
+    return 0;
+}
+
+int l8c_submit_id(struct l8c_client *c, uint64_t id, const uint32_t *prompt,
+                  uint32_t n, const struct l8c_params *p)
+{
+    if (!c || (!prompt && n) || !p)
+        return -EINVAL;
+    Llama8__Sampling s = LLAMA8__SAMPLING__INIT;
+    s.temperature = p->temperature;
+    s.top_k = p->top_k;
+    s.top_p = p->top_p;
+    s.min_p = p->min_p;
+    s.repetition_penalty = p->repetition_penalty;
+    s.seed = p->seed;
+    Llama8__GenerateRequest g = LLAMA8__GENERATE_REQUEST__INIT;
+    g.request_id = id;
+    g.sampling = &s;
+    g.max_new_tokens = p->max_new_tokens;
+    g.n_stop_ids = p->n_stop_ids;
+    g.stop_ids = (uint32_t *)p->stop_ids;
+    g.logprobs = p->logprobs;
+    g.ignore_eos = p->ignore_eos;
+    g.priority = p->priority;
+    return submit_msg(c, L8_SQE_GENERATE, &g.base, prompt, n, &g);
+}
+
+int l8c_submit(struct l8c_client *c, const uint32_t *prompt, uint32_t n,
+               const struct l8c_params *p, uint64_t *id)
+{
+    if (!c)
+        return -EINVAL;
+    int rc = l8c_submit_id(c, c->next_id, prompt, n, p);
+    if (rc == 0) {
+        if (id)
+            *id = c->next_id;
+        c->next_id++;
+    }
+    return rc;
+}
+
+int l8c_cancel(struct l8c_client *c, uint64_t id)
+{
+    if (!c)
+        return -EINVAL;
+    Llama8__Cancel m = LLAMA8__CANCEL__INIT;
+    m.request_id = id;
+    return submit_msg(c, L8_SQE_CANCEL, &m.base, NULL, 0, NULL);
+}
+
+/* Read what the daemon sent on the socket without waiting: an Error
+ * (fatal) or the hang-up. */
+static int check_ctl(struct l8c_client *c)
+{
+    int rc;
+    Llama8__DaemonMessage *m = recv_ctl(c, 0, NULL, NULL, &rc);
+    if (!m)
+        return rc == -ETIMEDOUT ? 0 : rc;
+    if (m->msg_case == LLAMA8__DAEMON_MESSAGE__MSG_ERROR)
+        rc = take_error(c, m->error);
+    else
+        rc = 0;     /* a late Status reply: nobody waits for it any more */
+    llama8__daemon_message__free_unpacked(m, NULL);
+    return rc;
+}
+
+int l8c_poll_events(struct l8c_client *c, struct l8_event *ev, int max)
+{
+    if (!c || !ev || max <= 0)
+        return -EINVAL;
+    if (c->armed) {
+        uint64_t v;
+        atomic_store_explicit(&c->eq_ctl->flags, 0, memory_order_relaxed);
+        if (read(c->eq_efd, &v, sizeof(v)) < 0) {
+            /* EAGAIN: nobody rang */
+        }
+        c->armed = false;
+    }
+    /* acquire: pairs with the daemon's release store of tail, so the
+     * records below it are complete. */
+    uint32_t t = atomic_load_explicit(&c->eq_ctl->tail, memory_order_acquire);
+    uint32_t used = t - c->eq_head;
+    if (used > c->geo.eq_entries) {
+        set_err(c, 0, "daemon's event tail is out of range");
+        c->dead = true;
+        return -EPROTO;
+    }
+    int n = 0;
+    while (n < max && c->eq_head != t) {
+        ev[n++] = c->eq[c->eq_head & (c->geo.eq_entries - 1)];
+        c->eq_head++;
+    }
+    if (n) {
+        /* release: our reads of the records happen before the daemon may
+         * overwrite their slots. */
+        atomic_store_explicit(&c->eq_ctl->head, c->eq_head, memory_order_release);
+        return n;
+    }
+    if (c->dead)
+        return -ECONNRESET;
+    return 0;
+}
+
+int l8c_prepare_wait(struct l8c_client *c)
+{
+    atomic_store_explicit(&c->eq_ctl->flags, L8_RING_NEED_WAKEUP, memory_order_relaxed);
+    c->armed = true;
+    /* seq_cst fence: orders the flag store before the tail load (Dekker
+     * with the daemon's tail store + fence + flag load). */
+    atomic_thread_fence(memory_order_seq_cst);
+    uint32_t t = atomic_load_explicit(&c->eq_ctl->tail, memory_order_relaxed);
+    return t != c->eq_head;
+}
+
+int l8c_wait_events(struct l8c_client *c, struct l8_event *ev, int max, int timeout_ms)
+{
+    uint64_t deadline = timeout_ms >= 0 ? l8c_now_ns() + (uint64_t)timeout_ms * 1000000ull : 0;
+    for (;;) {
+        int n = l8c_poll_events(c, ev, max);
+        if (n != 0)
+            return n;
+        if (l8c_prepare_wait(c))
+            continue;
+        int wait = -1;
+        if (timeout_ms >= 0) {
+            uint64_t now = l8c_now_ns();
+            if (now >= deadline)
+                return 0;
+            wait = (int)((deadline - now + 999999) / 1000000);
+        }
+        struct pollfd p[2] = { { c->eq_efd, POLLIN, 0 }, { c->sock, POLLIN, 0 } };
+        int pr = poll(p, 2, wait);
+        if (pr < 0 && errno != EINTR)
+            return -errno;
+        if (pr > 0 && p[1].revents) {
+            int rc = check_ctl(c);
+            if (rc < 0) {
+                n = l8c_poll_events(c, ev, max);
+                return n != 0 ? n : rc;
+            }
+        }
+    }
+}
+
+int l8c_status(struct l8c_client *c, struct l8c_status *out, int timeout_ms)
+{
+    int rc;
+    if (!c || !out)
+        return -EINVAL;
+    if (c->dead)
+        return -ECONNRESET;
+    Llama8__StatusRequest sr = LLAMA8__STATUS_REQUEST__INIT;
+    Llama8__ClientMessage cm = LLAMA8__CLIENT_MESSAGE__INIT;
+    cm.msg_case = LLAMA8__CLIENT_MESSAGE__MSG_STATUS_REQUEST;
+    cm.status_request = &sr;
+    if ((rc = send_ctl(c, &cm)) < 0)
+        return rc;
+    Llama8__DaemonMessage *m = recv_ctl(c, timeout_ms, NULL, NULL, &rc);
+    if (!m)
+        return rc;
+    if (m->msg_case == LLAMA8__DAEMON_MESSAGE__MSG_ERROR) {
+        rc = take_error(c, m->error);
+    } else if (m->msg_case != LLAMA8__DAEMON_MESSAGE__MSG_STATUS) {
+        set_err(c, 0, "daemon answered a status request with something else");
+        rc = -EPROTO;
+    } else {
+        const Llama8__Status *s = m->status;
+        struct l8c_status o = { 0 };
+        snprintf(o.model_name, sizeof(o.model_name), "%s", s->model_name ? s->model_name : "");
+        snprintf(o.backend, sizeof(o.backend), "%s", s->backend ? s->backend : "");
+        o.pages_total = s->pages_total;
+        o.pages_used = s->pages_used;
+        o.pages_cached = s->pages_cached;
+        o.page_size = s->page_size;
+        o.clients = s->clients;
+        o.requests_running = s->requests_running;
+        o.requests_waiting = s->requests_waiting;
+        o.context_length = s->context_length;
+        o.tokens_per_s = s->tokens_per_s;
+        o.uptime_s = s->uptime_s;
+        o.tokens_generated = s->tokens_generated;
+        o.requests_done = s->requests_done;
+        o.prompt_tokens = s->prompt_tokens;
+        o.prompt_tokens_cached = s->prompt_tokens_cached;
+        o.draining = s->draining;
+        *out = o;
+        rc = 0;
+    }
+    llama8__daemon_message__free_unpacked(m, NULL);
+    return rc;
+}

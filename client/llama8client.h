@@ -1,0 +1,152 @@
+/* llama8client.h - talk to llama8d: connect, submit token prompts, stream
+ * generated tokens back, cancel, ask for status.
+ *
+ * The library speaks the protocol of proto/llama8.proto and the shared
+ * memory ABI of proto/l8_shm.h: the handshake and status travel on a
+ * SOCK_SEQPACKET Unix socket, requests and tokens on a per-client
+ * shared-memory ring pair, with eventfd doorbells rung only when the other
+ * side sleeps. Text <-> tokens and the chat format live in
+ * llama8_tokenizer.h, included here for convenience.
+ *
+ * Threading: one struct l8c_client is used by one thread at a time (no
+ * internal locks). Separate clients are independent.
+ *
+ * Errors: functions return 0 (or a count) on success and a negative errno
+ * on failure; l8c_last_error() then has a human-readable message and, when
+ * the daemon said why, the protocol error code.
+ *   -ECONNREFUSED / -ENOENT  no daemon at the socket path
+ *   -EPERM                   the daemon refused us (PERMISSION_DENIED)
+ *   -EUSERS                  the daemon has too many clients
+ *   -EPROTO                  the daemon broke the protocol or a version mismatch
+ *   -ECONNRESET              the daemon went away or disconnected us
+ *   -EAGAIN                  rings full: consume events, then retry
+ *   -EINVAL                  bad arguments (checked before anything is sent) */
+#pragma once
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "l8_shm.h"
+#include "llama8_tokenizer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define L8C_MAX_EOS 8
+#define L8C_ERRLEN 256
+
+struct l8c_client;
+
+/* What the daemon told us in its Welcome. Strings are owned by the client
+ * and live until l8c_close(). */
+struct l8c_info {
+    uint64_t client_id;
+    uint32_t protocol_version;
+    const char *daemon_version;
+    const char *model_name;
+    const char *model_dir;     /* absolute path; tokenizer.json is there */
+    const char *backend;       /* "cpu" or "cuda" */
+    uint32_t vocab_size;
+    uint32_t context_length;
+    int32_t bos_id;            /* -1 if none */
+    uint32_t n_eos;
+    uint32_t eos_ids[L8C_MAX_EOS];
+    uint32_t max_requests;     /* in flight at once for this client */
+    uint32_t max_prompt_tokens;
+    uint32_t max_new_tokens;
+    uint32_t max_stop_ids;
+    uint32_t sq_entries, eq_entries, arena_size;
+};
+
+/* Per-request parameters. Start from l8c_params_init(). */
+struct l8c_params {
+    float temperature;          /* <= 0: greedy */
+    uint32_t top_k;             /* 0: off */
+    float top_p;                /* 1: off */
+    float min_p;                /* 0: off */
+    float repetition_penalty;   /* 1: off */
+    uint64_t seed;
+    uint32_t max_new_tokens;    /* >= 1 */
+    const uint32_t *stop_ids;   /* extra stop ids, not copied past submit */
+    uint32_t n_stop_ids;
+    bool logprobs;
+    bool ignore_eos;
+    int32_t priority;
+};
+
+/* Greedy, 256 new tokens, no stop ids beyond the model's eos. */
+void l8c_params_init(struct l8c_params *p);
+
+/* The socket path used when none is given: $LLAMA8_SOCKET, else
+ * /run/llama8d/llama8d.sock. */
+const char *l8c_default_socket(void);
+
+/* Connect to the daemon at path (NULL: l8c_default_socket()), handshake,
+ * map the rings. name appears in the daemon's logs (may be NULL).
+ * On failure *out is untouched and, if err is not NULL, it says why. */
+int l8c_connect(const char *path, const char *name, struct l8c_client **out,
+                char err[L8C_ERRLEN]);
+/* Close the connection; the daemon cancels what is still running.
+ * l8c_close(NULL) is a no-op. */
+void l8c_close(struct l8c_client *c);
+
+const struct l8c_info *l8c_info(const struct l8c_client *c);
+/* The last error's message ("" if none) and protocol code (enum l8_err). */
+const char *l8c_last_error(const struct l8c_client *c, int *code);
+
+/* Submit a generation request for prompt[n] (token ids < vocab_size).
+ * The request id (chosen by the library, unique per client) goes to *id.
+ * Returns 0, -EINVAL (bad arguments: nothing sent), -EAGAIN (submission
+ * ring or arena full), or -ECONNRESET. Validation against the model's
+ * limits happens in the daemon, which answers with an ERROR event. */
+int l8c_submit(struct l8c_client *c, const uint32_t *prompt, uint32_t n,
+               const struct l8c_params *p, uint64_t *id);
+/* Submit with a caller-chosen id (for tests of the daemon's checks). */
+int l8c_submit_id(struct l8c_client *c, uint64_t id, const uint32_t *prompt,
+                  uint32_t n, const struct l8c_params *p);
+/* Ask the daemon to cancel a request; a DONE event with reason CANCELLED
+ * (or an ERROR UNKNOWN_REQUEST) follows. */
+int l8c_cancel(struct l8c_client *c, uint64_t id);
+
+/* Take up to max events without waiting. Returns the number taken, or
+ * -ECONNRESET once the daemon is gone and the ring is empty. */
+int l8c_poll_events(struct l8c_client *c, struct l8_event *ev, int max);
+/* Wait up to timeout_ms (-1: forever) for events, then take up to max.
+ * Sleeps on the event doorbell (a plain poll + read), telling the daemon
+ * to ring it. Returns the number taken (0 on timeout) or a negative errno. */
+int l8c_wait_events(struct l8c_client *c, struct l8_event *ev, int max,
+                    int timeout_ms);
+
+/* For the caller's own event loop: a descriptor that becomes readable when
+ * events arrive, once l8c_prepare_wait() returned 0. Call
+ * l8c_prepare_wait() right before sleeping on it: it returns 1 if events
+ * are already waiting (do not sleep, poll them). After the descriptor
+ * fires, call l8c_poll_events(), which clears it. The control socket
+ * (l8c_ctl_fd) becoming readable or hung up means the daemon has something
+ * to say or went away: call l8c_poll_events() too. */
+int l8c_event_fd(const struct l8c_client *c);
+int l8c_ctl_fd(const struct l8c_client *c);
+int l8c_prepare_wait(struct l8c_client *c);
+
+/* Status (one round trip on the control socket). */
+struct l8c_status {
+    char model_name[128];
+    char backend[16];
+    uint32_t pages_total, pages_used, pages_cached, page_size;
+    uint32_t clients, requests_running, requests_waiting, context_length;
+    double tokens_per_s, uptime_s;
+    uint64_t tokens_generated, requests_done, prompt_tokens, prompt_tokens_cached;
+    bool draining;
+};
+int l8c_status(struct l8c_client *c, struct l8c_status *out, int timeout_ms);
+
+/* Names for codes, for messages. */
+const char *l8c_err_name(int code);
+const char *l8c_done_name(int reason);
+
+/* CLOCK_MONOTONIC in ns, the clock of event t_ns fields. */
+uint64_t l8c_now_ns(void);
+
+#ifdef __cplusplus
+}
+#endif

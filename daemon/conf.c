@@ -1,0 +1,346 @@
+/* conf.c - see conf.h. One table describes every key; the file parser and
+ * the flag parser both go through l8d_conf_set(), so a key means the same
+ * thing in both places. */
+#include "conf.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "l8_build.h"
+
+enum kind { K_STR, K_U32, K_U64, K_INT, K_NUMERICS, K_BACKEND, K_LEVEL, K_BOOL };
+
+struct key {
+    const char *name;
+    enum kind kind;
+    size_t off, size;
+    const char *help;
+};
+
+#define F(field) offsetof(struct l8d_conf, field), sizeof(((struct l8d_conf *)0)->field)
+static const struct key keys[] = {
+    { "model", K_STR, F(model), "DIR checkpoint directory (config.json, safetensors)" },
+    { "socket", K_STR, F(socket), "PATH listening socket (default $RUNTIME_DIRECTORY/llama8d.sock)" },
+    { "kv_pages", K_U32, F(kv_pages), "N KV pool pages" },
+    { "kv_mib", K_U64, F(kv_mib), "MIB KV pool size when kv_pages is 0" },
+    { "page_size", K_U32, F(page_size), "N positions per KV page" },
+    { "max_batch", K_U32, F(max_batch), "N sequences per step" },
+    { "max_step_tokens", K_U32, F(max_step_tokens), "N tokens per step (chunked prefill budget)" },
+    { "max_ctx", K_U32, F(max_ctx), "N prompt + new tokens per request (0: the model's)" },
+    { "max_new_tokens", K_U32, F(max_new_tokens), "N new tokens per request (0: max_ctx)" },
+    { "max_clients", K_U32, F(max_clients), "N connected clients" },
+    { "max_requests_per_client", K_U32, F(max_requests_per_client), "N requests in flight per client" },
+    { "max_requests", K_U32, F(max_requests), "N live requests in all" },
+    { "socket_mode", K_U32, F(socket_mode), "MODE permissions of a socket we create (octal, 0660)" },
+    { "allowed_group", K_STR, F(allowed_group), "GROUP may connect (root always may)" },
+    { "drain_timeout_ms", K_U32, F(drain_timeout_ms), "MS SIGTERM grace for running requests" },
+    { "eq_entries", K_U32, F(eq_entries), "N event ring entries per client (power of two)" },
+    { "log_level", K_LEVEL, F(log_level), "LEVEL err|warning|notice|info|debug" },
+    { "threads", K_INT, F(threads), "N engine threads (0: all cores)" },
+    { "numerics", K_NUMERICS, F(numerics), "exact|fp8" },
+    { "backend", K_BACKEND, F(backend), "auto|cpu|cuda (auto: cuda when it works here)" },
+    { "no_warmup", K_BOOL, F(no_warmup), "BOOL skip the warm-up step" },
+};
+#define N_KEYS (sizeof(keys) / sizeof(keys[0]))
+
+void l8d_conf_defaults(struct l8d_conf *c)
+{
+    memset(c, 0, sizeof(*c));
+    const char *rt = getenv("RUNTIME_DIRECTORY");
+    /* RUNTIME_DIRECTORY may list several, separated by ':'; take the first. */
+    if (rt && *rt) {
+        size_t n = strcspn(rt, ":");
+        snprintf(c->socket, sizeof(c->socket), "%.*s/llama8d.sock", (int)n, rt);
+    } else {
+        snprintf(c->socket, sizeof(c->socket), "/run/llama8d/llama8d.sock");
+    }
+    snprintf(c->allowed_group, sizeof(c->allowed_group), "llama8");
+    c->socket_mode = 0660;
+    c->page_size = 16;
+    c->max_batch = 64;
+    c->max_step_tokens = 512;
+    c->max_clients = 256;
+    c->max_requests_per_client = 64;
+    c->max_requests = 4096;
+    c->drain_timeout_ms = 10000;
+    c->eq_entries = 4096;
+    c->numerics = L8_NUMERICS_EXACT;
+    c->backend = L8_BACKEND_CPU;
+    c->backend_auto = true;
+    c->log_level = L8_LOG_INFO;
+}
+
+static int parse_u64(const char *v, uint64_t max, uint64_t *out)
+{
+    char *end;
+    if (!*v || *v == '-')
+        return -EINVAL;
+    errno = 0;
+    unsigned long long x = strtoull(v, &end, 0);
+    if (errno || *end || x > max)
+        return -EINVAL;
+    *out = x;
+    return 0;
+}
+
+int l8d_conf_set(struct l8d_conf *c, const char *key, const char *value,
+                 char err[L8D_ERRLEN])
+{
+    const struct key *k = NULL;
+    uint64_t u;
+    for (size_t i = 0; i < N_KEYS; i++)
+        if (strcmp(keys[i].name, key) == 0)
+            k = &keys[i];
+    if (!k) {
+        snprintf(err, L8D_ERRLEN, "unknown key '%s'", key);
+        return -ENOENT;
+    }
+    char *p = (char *)c + k->off;
+    switch (k->kind) {
+    case K_STR:
+        if (strlen(value) >= k->size) {
+            snprintf(err, L8D_ERRLEN, "%s: value longer than %zu bytes", key, k->size - 1);
+            return -EINVAL;
+        }
+        memcpy(p, value, strlen(value) + 1);
+        return 0;
+    case K_U32:
+        if (parse_u64(value, UINT32_MAX, &u) < 0)
+            goto bad;
+        *(uint32_t *)p = (uint32_t)u;
+        return 0;
+    case K_U64:
+        if (parse_u64(value, UINT64_MAX / 2, &u) < 0)
+            goto bad;
+        *(uint64_t *)p = u;
+        return 0;
+    case K_INT:
+        if (parse_u64(value, 4096, &u) < 0)
+            goto bad;
+        *(int *)p = (int)u;
+        return 0;
+    case K_BOOL:
+        if (!strcmp(value, "1") || !strcmp(value, "true") || !strcmp(value, "yes"))
+            *(bool *)p = true;
+        else if (!strcmp(value, "0") || !strcmp(value, "false") || !strcmp(value, "no"))
+            *(bool *)p = false;
+        else
+            goto bad;
+        return 0;
+    case K_NUMERICS:
+        if (!strcmp(value, "exact"))
+            *(enum l8_numerics *)p = L8_NUMERICS_EXACT;
+        else if (!strcmp(value, "fp8"))
+            *(enum l8_numerics *)p = L8_NUMERICS_FP8;
+        else
+            goto bad;
+        return 0;
+    case K_BACKEND:
+        c->backend_auto = false;
+        if (!strcmp(value, "cpu"))
+            *(enum l8_backend *)p = L8_BACKEND_CPU;
+        else if (!strcmp(value, "cuda"))
+            *(enum l8_backend *)p = L8_BACKEND_CUDA;
+        else if (!strcmp(value, "auto"))
+            c->backend_auto = true;
+        else
+            goto bad;
+        return 0;
+    case K_LEVEL:
+        if (l8_log_parse_level(value, (enum l8_log_level *)p) < 0)
+            goto bad;
+        return 0;
+    }
+bad:
+    snprintf(err, L8D_ERRLEN, "%s: bad value '%s' (%s)", key, value, k->help);
+    return -EINVAL;
+}
+
+static char *trim(char *s)
+{
+    while (*s == ' ' || *s == '\t')
+        s++;
+    char *e = s + strlen(s);
+    while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\r'))
+        *--e = 0;
+    return s;
+}
+
+int l8d_conf_parse_text(struct l8d_conf *c, const char *text, const char *path,
+                        char err[L8D_ERRLEN])
+{
+    char *copy = strdup(text), msg[L8D_ERRLEN];
+    int line = 0, rc = 0;
+    if (!copy)
+        return -ENOMEM;
+    /* strtok_r would skip empty lines and lose the line count. */
+    for (char *s = copy; s; ) {
+        char *nl = strchr(s, '\n');
+        if (nl)
+            *nl = 0;
+        line++;
+        char *l = trim(s);
+        s = nl ? nl + 1 : NULL;
+        if (!*l || *l == '#' || *l == ';')
+            continue;
+        char *eq = strchr(l, '=');
+        if (!eq) {
+            snprintf(err, L8D_ERRLEN, "%s:%d: expected 'key = value'", path, line);
+            rc = -EINVAL;
+            break;
+        }
+        *eq = 0;
+        char *k = trim(l), *v = trim(eq + 1);
+        if (l8d_conf_set(c, k, v, msg) < 0) {
+            snprintf(err, L8D_ERRLEN, "%.200s:%d: %.280s", path, line, msg);
+            rc = -EINVAL;
+            break;
+        }
+    }
+    free(copy);
+    return rc;
+}
+
+static int load_file(struct l8d_conf *c, const char *path, bool must, char err[L8D_ERRLEN])
+{
+    FILE *f = fopen(path, "re");
+    if (!f) {
+        if (!must && errno == ENOENT)
+            return 0;
+        snprintf(err, L8D_ERRLEN, "%s: %s", path, strerror(errno));
+        return -EINVAL;
+    }
+    char *buf = NULL;
+    size_t cap = 0, n = 0, r;
+    char tmp[4096];
+    while ((r = fread(tmp, 1, sizeof(tmp), f)) > 0) {
+        if (n + r + 1 > cap) {
+            cap = (n + r + 1) * 2;
+            char *nb = realloc(buf, cap);
+            if (!nb) {
+                free(buf);
+                fclose(f);
+                return -ENOMEM;
+            }
+            buf = nb;
+        }
+        memcpy(buf + n, tmp, r);
+        n += r;
+    }
+    fclose(f);
+    if (!buf)
+        return 0;
+    buf[n] = 0;
+    int rc = l8d_conf_parse_text(c, buf, path, err);
+    free(buf);
+    return rc;
+}
+
+void l8d_conf_usage(FILE *f)
+{
+    fprintf(f, "Usage: llama8d --model DIR [--socket PATH] [options]\n"
+               "Serve a Llama checkpoint to local clients over shared memory.\n\n"
+               "  --config FILE           configuration file (default %s if present)\n",
+            L8D_DEFAULT_CONF);
+    for (size_t i = 0; i < N_KEYS; i++) {
+        char flag[64];
+        snprintf(flag, sizeof(flag), "--%s", keys[i].name);
+        for (char *p = flag + 2; *p; p++)
+            if (*p == '_')
+                *p = '-';
+        const char *h = keys[i].help, *sp = strchr(h, ' ');
+        char arg[32] = "";
+        if (sp && sp - h < 16 && h[0] >= 'A' && h[0] <= 'Z')
+            snprintf(arg, sizeof(arg), " %.*s", (int)(sp - h), h), h = sp + 1;
+        char both[96];
+        snprintf(both, sizeof(both), "%s%s", flag, arg);
+        fprintf(f, "  %-23s %s\n", both, h);
+    }
+    fprintf(f, "  --help, --version\n\n"
+               "Every option is also a config-file key (kv_pages = 4096); flags win.\n");
+}
+
+int l8d_conf_from_args(struct l8d_conf *c, int argc, char **argv, char err[L8D_ERRLEN])
+{
+    const char *config = NULL;
+    char key[64], msg[L8D_ERRLEN];
+    int rc;
+    l8d_conf_defaults(c);
+    /* Pass 1: --config, --help, --version; pass 2 applies flags over the file. */
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            l8d_conf_usage(stdout);
+            return 1;
+        }
+        if (!strcmp(argv[i], "--version")) {
+            printf("llama8d %s\n", L8_VERSION);
+            return 1;
+        }
+        if (!strcmp(argv[i], "--config")) {
+            if (i + 1 >= argc) {
+                snprintf(err, L8D_ERRLEN, "--config needs a value");
+                return -EINVAL;
+            }
+            config = argv[++i];
+        } else if (!strncmp(argv[i], "--config=", 9)) {
+            config = argv[i] + 9;
+        }
+    }
+    if ((rc = load_file(c, config ? config : L8D_DEFAULT_CONF, config != NULL, err)) < 0)
+        return rc;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (strncmp(a, "--", 2) != 0) {
+            snprintf(err, L8D_ERRLEN, "unexpected argument '%s' (see --help)", a);
+            return -EINVAL;
+        }
+        const char *eq = strchr(a, '=');
+        size_t kl = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
+        if (kl >= sizeof(key)) {
+            snprintf(err, L8D_ERRLEN, "unknown option '%s'", a);
+            return -EINVAL;
+        }
+        memcpy(key, a + 2, kl);
+        key[kl] = 0;
+        for (char *p = key; *p; p++)
+            if (*p == '-')
+                *p = '_';
+        if (eq) {
+            v = eq + 1;
+        } else {
+            if (i + 1 >= argc) {
+                snprintf(err, L8D_ERRLEN, "option '%s' needs a value", a);
+                return -EINVAL;
+            }
+            v = argv[++i];
+        }
+        if (!strcmp(key, "config"))
+            continue;
+        if ((rc = l8d_conf_set(c, key, v, msg)) < 0) {
+            if (rc == -ENOENT)
+                snprintf(err, L8D_ERRLEN, "unknown option '%s' (see --help)", a);
+            else
+                memcpy(err, msg, L8D_ERRLEN);
+            return -EINVAL;
+        }
+    }
+    if (!c->model[0]) {
+        snprintf(err, L8D_ERRLEN, "no model directory: give --model DIR or model = DIR in the config");
+        return -EINVAL;
+    }
+    if (!(c->eq_entries && !(c->eq_entries & (c->eq_entries - 1))) || c->eq_entries < 64 || c->eq_entries > (1u << 20)) {
+        snprintf(err, L8D_ERRLEN, "eq_entries must be a power of two in [64, 1048576]");
+        return -EINVAL;
+    }
+    if (!c->page_size || !c->max_batch || !c->max_step_tokens || !c->max_clients ||
+        !c->max_requests_per_client || c->max_step_tokens < c->max_batch) {
+        snprintf(err, L8D_ERRLEN, "page_size, max_batch, max_step_tokens (>= max_batch), "
+                                  "max_clients and max_requests_per_client must be positive");
+        return -EINVAL;
+    }
+    return 0;
+}

@@ -1,0 +1,52 @@
+/* conf.h - llama8d's configuration: /etc/llama8d/llama8d.conf (key = value
+ * lines, '#' comments) overridden by command-line flags of the same names
+ * (--kv-pages for kv_pages). */
+#pragma once
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdint.h>
+#include "engine/engine.h"
+#include "log.h"
+
+#define L8D_DEFAULT_CONF "/etc/llama8d/llama8d.conf"
+#define L8D_ERRLEN 512
+
+struct l8d_conf {
+    char model[4096];          /* checkpoint directory (required) */
+    char socket[108];          /* listening socket path (unless socket-activated) */
+    char allowed_group[64];    /* group whose members may connect ("" = only root
+                                  and the daemon's own uid) */
+    uint32_t socket_mode;      /* permissions of a socket we create ourselves */
+    uint32_t kv_pages;         /* pool pages (0 = from kv_mib) */
+    uint64_t kv_mib;           /* pool size when kv_pages == 0 (0 = engine default) */
+    uint32_t page_size;        /* positions per page */
+    uint32_t max_batch;        /* sequences per step */
+    uint32_t max_step_tokens;  /* token budget per step (chunked prefill) */
+    uint32_t max_ctx;          /* prompt + new tokens per request (0 = model's) */
+    uint32_t max_new_tokens;   /* per request cap (0 = max_ctx) */
+    uint32_t max_clients;
+    uint32_t max_requests_per_client;
+    uint32_t max_requests;     /* live requests in the whole daemon */
+    uint32_t drain_timeout_ms; /* SIGTERM: how long running requests may finish */
+    uint32_t eq_entries;       /* event ring size per client (power of two) */
+    int threads;               /* engine threads (0 = all cores) */
+    enum l8_numerics numerics;
+    enum l8_backend backend;
+    bool backend_auto;         /* backend = auto: cuda if it works here, else cpu */
+    enum l8_log_level log_level;
+    bool no_warmup;            /* skip the warm-up step (tests) */
+};
+
+void l8d_conf_defaults(struct l8d_conf *c);
+/* Apply a configuration file's text. path only names it in messages.
+ * -EINVAL with "path:line: ..." in err for an unknown key or bad value. */
+int l8d_conf_parse_text(struct l8d_conf *c, const char *text, const char *path,
+                        char err[L8D_ERRLEN]);
+/* Set one key (config-file spelling) to a value. -EINVAL/-ENOENT. */
+int l8d_conf_set(struct l8d_conf *c, const char *key, const char *value,
+                 char err[L8D_ERRLEN]);
+/* Defaults, then the config file (--config FILE, or L8D_DEFAULT_CONF when it
+ * exists), then the flags. Returns 0, 1 when --help/--version was printed
+ * (exit 0), or -EINVAL with err set. */
+int l8d_conf_from_args(struct l8d_conf *c, int argc, char **argv, char err[L8D_ERRLEN]);
+void l8d_conf_usage(FILE *f);

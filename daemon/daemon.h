@@ -1,0 +1,163 @@
+/* daemon.h - llama8d's state, owned by the event-loop thread.
+ *
+ * loop.c runs the io_uring loop and the step cycle; session.c is one
+ * client's connection, shared memory and requests. Only the engine thread
+ * runs elsewhere, and it touches nothing here but the step it was given. */
+#pragma once
+#include <liburing.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+
+#include "conf.h"
+#include "engine/engine.h"
+#include "engine_thread.h"
+#include "l8_shm.h"
+#include "sched.h"
+
+struct l8d;
+
+/* One live request of a session; the scheduler's `user` points here. */
+struct l8d_req {
+    struct l8d_session *s;
+    uint64_t id;
+    uint32_t generated;      /* tokens delivered so far */
+    bool live;
+    bool ignore_eos;
+};
+
+/* Lifecycle of a session. */
+enum l8d_sess_state {
+    L8D_SESS_HELLO = 0,      /* accepted, waiting for Hello */
+    L8D_SESS_READY,          /* welcomed: rings live */
+    L8D_SESS_CLOSING,        /* being torn down: waiting for io_uring ops */
+};
+
+struct l8d_session {
+    struct l8d *d;
+    uint32_t slot;           /* index in d->sessions */
+    uint32_t gen;            /* generation of the slot, in io_uring user_data */
+    enum l8d_sess_state state;
+    int fd;                  /* the SOCK_SEQPACKET connection */
+    uint64_t id;             /* client id: the scheduler's owner */
+    pid_t pid;
+    uid_t uid;
+    gid_t gid;
+    char name[65];
+    /* Shared memory: the daemon's private copy of the geometry is the only
+     * one it trusts; the header in the mapping is for the client. */
+    uint8_t *map;
+    size_t map_size;
+    struct l8_shm_hdr geo;
+    struct l8_ring_ctl *sq_ctl, *eq_ctl;
+    struct l8_sqe *sq;
+    struct l8_event *eq;
+    const uint8_t *arena;
+    int shm_fd, sq_efd, eq_efd;
+    uint32_t sq_head;        /* private: next submission to take */
+    uint32_t eq_tail;        /* private: next event slot to fill */
+    uint32_t eq_published;   /* the tail value last stored to shared memory */
+    /* Events that did not fit in the event ring, in order (bounded by
+     * max_requests_per_client * (max_new_tokens + 3)). */
+    struct l8_event *backlog;
+    uint32_t bl_head, bl_n, bl_cap;
+    /* Requests. */
+    struct l8d_req *reqs;    /* [max_requests_per_client] */
+    uint32_t n_live;
+    /* io_uring buffers: the control recv and the doorbell read. */
+    uint8_t rx[L8_MAX_CTL_MSG];
+    struct iovec rx_iov;
+    struct msghdr rx_msg;
+    uint64_t doorbell_val;
+    uint32_t ops_pending;    /* io_uring ops that still point at this session */
+    bool recv_armed, doorbell_armed;
+    bool kick;               /* doorbell rang or a message came: scan the SQ */
+    bool dirty;              /* events written, tail not yet published */
+    bool violation;          /* broke the protocol: close after this pass */
+};
+
+enum l8d_state { L8D_RUNNING = 0, L8D_DRAINING, L8D_STOPPED };
+
+struct l8d {
+    struct l8d_conf conf;
+    struct l8_model *model;
+    struct l8_engine *engine;
+    struct l8_sched *sched;
+    struct l8d_engine_thread *et;
+    struct io_uring ring;
+    enum l8d_state state;
+    int exit_code;
+    int listen_fd;
+    bool socket_activated;   /* listen_fd came from systemd: never unlink */
+    bool accept_armed;
+    int signal_fd;
+    int et_fd;               /* engine completion eventfd */
+    uint64_t et_val;
+    uint8_t sig_buf[128];    /* struct signalfd_siginfo */
+    struct __kernel_timespec tick;
+    bool timer_armed;
+    /* Sessions: slots [0, max_clients); a NULL slot is free. */
+    struct l8d_session **sessions;
+    uint32_t n_slots, n_sessions;
+    uint32_t *slot_gen;
+    uint64_t next_client_id;
+    gid_t allowed_gid;
+    bool have_group;
+    /* The step in flight. */
+    bool step_in_flight;
+    struct l8_seq *step_seqs;
+    uint32_t step_n;
+    uint64_t step_t_submit;
+    uint64_t ev_t_ns;        /* t_ns of the events being delivered */
+    /* Model facts for Welcome. */
+    char model_dir[4096];
+    char model_name[256];
+    uint32_t vocab, max_ctx, max_prompt, max_new, max_stop_ids;
+    int32_t bos;
+    uint32_t n_eos;
+    uint32_t eos[L8_MAX_EOS];
+    uint32_t sq_entries, eq_entries, arena_size;
+    uint32_t *prompt_buf;    /* [max_prompt] scratch for copying prompts out */
+    uint8_t *msg_buf;        /* [L8_MAX_REQ_MSG] scratch for copying messages out */
+    /* Statistics. */
+    uint64_t start_ns;
+    uint64_t requests_done;
+    uint64_t rate_t[16], rate_tok[16];  /* 1 s samples for tokens/s */
+    uint32_t rate_i, rate_n;
+    uint64_t last_sample_ns, last_watchdog_ns;
+    uint64_t watchdog_usec;  /* 0: no watchdog */
+    uint64_t drain_deadline_ns;
+    /* Doorbells to ring this pass. */
+    uint64_t one;            /* the value written to eventfds */
+};
+
+/* session.c */
+int  l8d_session_accept(struct l8d *d, int fd);
+/* The socket delivered a datagram of n bytes (n <= 0: hang-up/error). */
+void l8d_session_on_recv(struct l8d_session *s, int n, int msg_flags);
+/* Take what the submission ring holds. */
+void l8d_session_scan(struct l8d_session *s);
+/* Deliver a scheduler event. */
+void l8d_session_on_sched_event(struct l8d *d, const struct l8_sched_event *ev,
+                                uint64_t t_ns);
+/* Queue one event record for s (ring or backlog). */
+void l8d_session_push(struct l8d_session *s, const struct l8_event *ev);
+/* Move backlog into the ring; store the tail; say whether to ring the
+ * doorbell. */
+bool l8d_session_publish(struct l8d_session *s);
+/* Start tearing a session down (cancels its requests at once). */
+void l8d_session_close(struct l8d_session *s, int err_code, const char *why);
+/* Free a closing session whose io_uring ops are all back. */
+void l8d_session_free(struct l8d_session *s);
+/* SIGTERM deadline: cut every live request with SHUTTING_DOWN. */
+void l8d_session_cut_all(struct l8d_session *s);
+/* Send an Error datagram on a socket (best effort, never blocks). */
+void l8d_send_error(int fd, int code, uint64_t request_id, const char *msg);
+
+/* loop.c */
+int  l8d_loop_run(struct l8d *d);
+/* The scheduler's on_event (ctx = struct l8d). */
+void l8d_on_sched_event(void *ctx, const struct l8_sched_event *ev);
+/* Arm a recv / doorbell read for a session (io_uring SQEs). */
+void l8d_loop_arm_session(struct l8d *d, struct l8d_session *s);

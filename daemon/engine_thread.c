@@ -1,0 +1,144 @@
+/* engine_thread.c - see engine_thread.h. A mutex and condition variable
+ * hand the step over; the eventfd carries the completion back, because
+ * that is what io_uring can wait on. */
+#include "engine_thread.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+struct l8d_engine_thread {
+    struct l8_engine *e;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done_fd;
+    bool quit;
+    bool pending;        /* submitted, not yet started */
+    bool busy;           /* submitted, result not yet taken */
+    bool finished;       /* result ready */
+    struct l8_seq *seqs;
+    uint32_t n;
+    int status;
+    uint64_t t_start, t_end;
+};
+
+uint64_t l8d_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void *run(void *arg)
+{
+    struct l8d_engine_thread *t = arg;
+    pthread_mutex_lock(&t->mu);
+    for (;;) {
+        while (!t->pending && !t->quit)
+            pthread_cond_wait(&t->cv, &t->mu);
+        if (t->quit)
+            break;
+        t->pending = false;
+        struct l8_seq *seqs = t->seqs;
+        uint32_t n = t->n;
+        pthread_mutex_unlock(&t->mu);
+        uint64_t t0 = l8d_now_ns();
+        int rc = l8_engine_step(t->e, seqs, n);
+        uint64_t t1 = l8d_now_ns();
+        pthread_mutex_lock(&t->mu);
+        t->status = rc;
+        t->t_start = t0;
+        t->t_end = t1;
+        t->finished = true;
+        uint64_t one = 1;
+        /* The mutex orders the result before the wake-up reaches the loop. */
+        if (write(t->done_fd, &one, sizeof(one)) < 0) {
+            /* cannot fail: the loop reads the counter after every step */
+        }
+    }
+    pthread_mutex_unlock(&t->mu);
+    return NULL;
+}
+
+int l8d_et_start(struct l8_engine *e, struct l8d_engine_thread **out)
+{
+    struct l8d_engine_thread *t = calloc(1, sizeof(*t));
+    int rc;
+    if (!t)
+        return -ENOMEM;
+    t->e = e;
+    pthread_mutex_init(&t->mu, NULL);
+    pthread_cond_init(&t->cv, NULL);
+    t->done_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (t->done_fd < 0) {
+        rc = -errno;
+        goto err;
+    }
+    if ((rc = -pthread_create(&t->thread, NULL, run, t)) < 0)
+        goto err;
+    *out = t;
+    return 0;
+err:
+    if (t->done_fd >= 0)
+        close(t->done_fd);
+    pthread_mutex_destroy(&t->mu);
+    pthread_cond_destroy(&t->cv);
+    free(t);
+    return rc;
+}
+
+void l8d_et_stop(struct l8d_engine_thread *t)
+{
+    if (!t)
+        return;
+    pthread_mutex_lock(&t->mu);
+    t->quit = true;
+    pthread_cond_signal(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+    pthread_join(t->thread, NULL);
+    close(t->done_fd);
+    pthread_mutex_destroy(&t->mu);
+    pthread_cond_destroy(&t->cv);
+    free(t);
+}
+
+int l8d_et_done_fd(const struct l8d_engine_thread *t) { return t->done_fd; }
+
+int l8d_et_submit(struct l8d_engine_thread *t, struct l8_seq *seqs, uint32_t n)
+{
+    pthread_mutex_lock(&t->mu);
+    if (t->busy) {
+        pthread_mutex_unlock(&t->mu);
+        return -EBUSY;
+    }
+    t->seqs = seqs;
+    t->n = n;
+    t->busy = true;
+    t->pending = true;
+    t->finished = false;
+    pthread_cond_signal(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+    return 0;
+}
+
+int l8d_et_result(struct l8d_engine_thread *t, int *status, uint64_t *t_start,
+                  uint64_t *t_end)
+{
+    pthread_mutex_lock(&t->mu);
+    if (!t->busy || !t->finished) {
+        pthread_mutex_unlock(&t->mu);
+        return -EBUSY;
+    }
+    *status = t->status;
+    *t_start = t->t_start;
+    *t_end = t->t_end;
+    t->busy = false;
+    t->finished = false;
+    pthread_mutex_unlock(&t->mu);
+    return 0;
+}

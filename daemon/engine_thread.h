@@ -1,0 +1,27 @@
+/* engine_thread.h - runs engine steps off the event loop.
+ *
+ * The loop hands a step to the engine thread and goes on serving clients;
+ * when the step is done the thread writes done_fd (an eventfd the loop
+ * reads through io_uring), so the loop never blocks on the engine. One
+ * step at a time. */
+#pragma once
+#include <stdint.h>
+#include "engine/engine.h"
+
+struct l8d_engine_thread;
+
+/* -errno. The engine must outlive the thread. */
+int  l8d_et_start(struct l8_engine *e, struct l8d_engine_thread **out);
+/* Joins the thread (waits for a step in flight). NULL is a no-op. */
+void l8d_et_stop(struct l8d_engine_thread *t);
+/* Readable (eventfd counter > 0) when a submitted step is done. */
+int  l8d_et_done_fd(const struct l8d_engine_thread *t);
+/* Start a step; seqs must stay valid until l8d_et_result(). -EBUSY if a
+ * step is in flight. */
+int  l8d_et_submit(struct l8d_engine_thread *t, struct l8_seq *seqs, uint32_t n);
+/* After done_fd fired: l8_engine_step()'s return for the step, and the
+ * CLOCK_MONOTONIC times the engine started and finished it. -EBUSY if the
+ * step is still running (a spurious wake-up). */
+int  l8d_et_result(struct l8d_engine_thread *t, int *status, uint64_t *t_start,
+                   uint64_t *t_end);
+uint64_t l8d_now_ns(void);

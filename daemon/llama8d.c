@@ -1,0 +1,326 @@
+/* llama8d.c - the daemon's start-up and shut-down: configuration, model,
+ * engine, scheduler, the listening socket (our own or systemd's), then the
+ * event loop (loop.c). */
+#include "daemon.h"
+
+#include <errno.h>
+#include <grp.h>
+#include <libgen.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <systemd/sd-daemon.h>
+#include <unistd.h>
+
+#include "l8_build.h"
+#include "log.h"
+#include "model.h"
+
+#define LISTEN_BACKLOG 256
+#define URING_ENTRIES 1024
+
+static uint32_t pow2_at_least(uint32_t x)
+{
+    uint32_t p = 1;
+    while (p < x)
+        p <<= 1;
+    return p;
+}
+
+/* Our own socket: refuse to steal a live daemon's path, replace a stale one. */
+static int make_listen_socket(struct l8d *d)
+{
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    const char *path = d->conf.socket;
+    if (strlen(path) >= sizeof(sa.sun_path)) {
+        log_err("socket path too long: %s", path);
+        return -ENAMETOOLONG;
+    }
+    strcpy(sa.sun_path, path);
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    struct stat st;
+    if (lstat(path, &st) == 0) {
+        if (!S_ISSOCK(st.st_mode)) {
+            log_err("%s exists and is not a socket", path);
+            close(fd);
+            return -EEXIST;
+        }
+        if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+            log_err("%s: another daemon is listening there", path);
+            close(fd);
+            return -EADDRINUSE;
+        }
+        close(fd);
+        unlink(path);
+        fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+            return -errno;
+    }
+    /* Create it with no access, then open it up: no window in which
+     * anybody could connect before the mode and group are right. */
+    mode_t old = umask(0777);
+    int rc = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
+    umask(old);
+    if (rc < 0) {
+        rc = -errno;
+        log_err("bind %s: %s", path, strerror(-rc));
+        close(fd);
+        return rc;
+    }
+    if (d->have_group && geteuid() == 0 && chown(path, (uid_t)-1, d->allowed_gid) < 0)
+        log_warn("chown %s to group %s: %s", path, d->conf.allowed_group, strerror(errno));
+    if (chmod(path, d->conf.socket_mode & 07777) < 0)
+        log_warn("chmod %s: %s", path, strerror(errno));
+    if (listen(fd, LISTEN_BACKLOG) < 0) {
+        rc = -errno;
+        close(fd);
+        unlink(path);
+        return rc;
+    }
+    d->listen_fd = fd;
+    return 0;
+}
+
+static int get_listen_socket(struct l8d *d)
+{
+    int n = sd_listen_fds(1);
+    if (n < 0) {
+        log_err("sd_listen_fds: %s", strerror(-n));
+        return n;
+    }
+    if (n > 1) {
+        log_err("systemd passed %d sockets; expected one", n);
+        return -EINVAL;
+    }
+    if (n == 1) {
+        int fd = SD_LISTEN_FDS_START;
+        if (sd_is_socket_unix(fd, SOCK_SEQPACKET, 1, NULL, 0) <= 0) {
+            log_err("the socket systemd passed is not a listening AF_UNIX SOCK_SEQPACKET socket");
+            return -EINVAL;
+        }
+        d->listen_fd = fd;
+        d->socket_activated = true;
+        log_info("listening on the socket passed by systemd");
+        return 0;
+    }
+    int rc = make_listen_socket(d);
+    if (rc == 0)
+        log_info("listening on %s", d->conf.socket);
+    return rc;
+}
+
+/* One small step before READY: proves the engine runs. */
+static int warm_up(struct l8d *d)
+{
+    float *logits = malloc((size_t)d->vocab * sizeof(float));
+    if (!logits)
+        return -ENOMEM;
+    uint32_t tok = d->bos >= 0 && (uint32_t)d->bos < d->vocab ? (uint32_t)d->bos : 0, page = 0;
+    struct l8_sampling greedy = { .temperature = 0, .top_p = 1, .repetition_penalty = 1 };
+    struct l8_seq seq = { .tokens = &tok, .n_tokens = 1, .pos = 0, .pages = &page,
+                          .n_pages = 1, .logits = L8_LOGITS_LAST, .logits_out = logits,
+                          .sample = true, .sampling = &greedy };
+    int rc = l8_engine_step(d->engine, &seq, 1);
+    free(logits);
+    return rc;
+}
+
+static int setup(struct l8d *d, int argc, char **argv)
+{
+    char err[L8D_ERRLEN] = "", lerr[L8_ERRLEN] = "";
+    int rc = l8d_conf_from_args(&d->conf, argc, argv, err);
+    if (rc != 0) {
+        if (rc < 0)
+            fprintf(stderr, "llama8d: %s\n", err);
+        return rc;
+    }
+    l8_log_init(d->conf.log_level);
+    d->listen_fd = d->signal_fd = d->et_fd = -1;
+    d->start_ns = l8d_now_ns();
+
+    /* Signals: handled through signalfd on the loop; blocked before any
+     * thread exists so every thread inherits the mask. */
+    sigset_t mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGTERM);
+    sigaddset(&mask, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &mask, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    d->signal_fd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (d->signal_fd < 0)
+        return -errno;
+
+    if (d->conf.allowed_group[0]) {
+        struct group gr, *pgr = NULL;
+        char buf[8192];
+        if (getgrnam_r(d->conf.allowed_group, &gr, buf, sizeof(buf), &pgr) == 0 && pgr) {
+            d->allowed_gid = pgr->gr_gid;
+            d->have_group = true;
+        } else {
+            log_notice("group '%s' does not exist: only root and uid %u may connect",
+                       d->conf.allowed_group, (unsigned)geteuid());
+        }
+    }
+
+    if (!realpath(d->conf.model, d->model_dir)) {
+        log_err("model directory %s: %s", d->conf.model, strerror(errno));
+        return -errno;
+    }
+    char tmp[4096];
+    snprintf(tmp, sizeof(tmp), "%s", d->model_dir);
+    snprintf(d->model_name, sizeof(d->model_name), "%s", basename(tmp));
+
+    sd_notifyf(0, "STATUS=loading %s\nEXTEND_TIMEOUT_USEC=%llu", d->model_dir, 600000000ull);
+    log_info("loading %s", d->model_dir);
+    uint64_t t0 = l8d_now_ns();
+    if ((rc = l8_model_load(d->model_dir, d->conf.threads, &d->model, lerr)) < 0) {
+        log_err("loading the model: %s", lerr);
+        sd_notifyf(0, "STATUS=failed to load %s: %s", d->model_dir, lerr);
+        return rc;
+    }
+    const struct l8_config *cfg = &d->model->cfg;
+    log_info("model %s: %u layers, hidden %u, vocab %u, %.1f MiB of weights in %.2f s",
+             d->model_name, cfg->n_layers, cfg->hidden, cfg->vocab,
+             (double)d->model->weight_bytes / (1 << 20), (double)(l8d_now_ns() - t0) / 1e9);
+
+    sd_notify(0, "STATUS=creating the engine");
+    struct l8_engine_opts eo = {
+        .numerics = d->conf.numerics, .page_size = d->conf.page_size,
+        .n_pages = d->conf.kv_pages, .kv_bytes = d->conf.kv_mib << 20,
+        .max_step_tokens = d->conf.max_step_tokens, .max_seqs = d->conf.max_batch,
+        .nthreads = d->conf.threads,
+    };
+    if (d->conf.backend_auto) {
+        d->conf.backend = L8_BACKEND_CUDA;
+        if (!L8_HAVE_CUDA || l8_engine_create(d->model, L8_BACKEND_CUDA, &eo, &d->engine, lerr) < 0) {
+            if (L8_HAVE_CUDA)
+                log_notice("cuda engine unavailable (%s): using cpu", lerr);
+            d->conf.backend = L8_BACKEND_CPU;
+        }
+    }
+    if (!d->engine &&
+        (rc = l8_engine_create(d->model, d->conf.backend, &eo, &d->engine, lerr)) < 0) {
+        log_err("creating the %s engine: %s", l8_backend_name(d->conf.backend), lerr);
+        return rc;
+    }
+
+    d->vocab = cfg->vocab;
+    d->max_ctx = cfg->max_pos;
+    if (d->conf.max_ctx && d->conf.max_ctx < d->max_ctx)
+        d->max_ctx = d->conf.max_ctx;
+    d->max_prompt = d->max_ctx - 1;
+    d->max_new = d->conf.max_new_tokens && d->conf.max_new_tokens < d->max_ctx - 1
+                     ? d->conf.max_new_tokens : d->max_ctx - 1;
+    d->bos = cfg->bos;
+    d->n_eos = 0;
+    for (uint32_t i = 0; i < cfg->n_eos && i < L8_MAX_EOS; i++)
+        if (cfg->eos[i] >= 0 && (uint32_t)cfg->eos[i] < cfg->vocab)
+            d->eos[d->n_eos++] = (uint32_t)cfg->eos[i];
+    d->max_stop_ids = L8_SCHED_MAX_STOP - d->n_eos;
+    d->sq_entries = pow2_at_least(d->conf.max_requests_per_client * 2 < 64
+                                      ? 64 : d->conf.max_requests_per_client * 2);
+    d->eq_entries = d->conf.eq_entries;
+    uint64_t arena = l8_align_up((size_t)d->max_prompt * 4 + 2 * L8_MAX_REQ_MSG + 4096, 4096);
+    arena = arena * 2 < (1u << 20) ? (1u << 20) : arena * 2;
+    if (arena > L8_MAX_ARENA)
+        arena = L8_MAX_ARENA;
+    d->arena_size = (uint32_t)arena;
+    d->prompt_buf = malloc((size_t)d->max_prompt * 4);
+    d->msg_buf = malloc(L8_MAX_REQ_MSG);
+    if (!d->prompt_buf || !d->msg_buf)
+        return -ENOMEM;
+
+    struct l8_sched_opts so = {
+        .n_pages = l8_engine_n_pages(d->engine), .page_size = l8_engine_page_size(d->engine),
+        .max_step_tokens = d->conf.max_step_tokens, .max_seqs = d->conf.max_batch,
+        .max_ctx = d->max_ctx, .vocab = d->vocab, .max_requests = d->conf.max_requests,
+        .on_event = l8d_on_sched_event, .ctx = d,
+    };
+    if ((rc = l8_sched_new(&so, &d->sched)) < 0) {
+        log_err("creating the scheduler: %s", strerror(-rc));
+        return rc;
+    }
+    log_info("KV pool: %u pages of %u positions; context %u, batch %u, step budget %u tokens",
+             so.n_pages, so.page_size, d->max_ctx, so.max_seqs, so.max_step_tokens);
+
+    if (!d->conf.no_warmup) {
+        sd_notify(0, "STATUS=warming up");
+        if ((rc = warm_up(d)) < 0) {
+            log_err("warm-up step failed: %s", strerror(-rc));
+            return rc;
+        }
+    }
+    if ((rc = l8d_et_start(d->engine, &d->et)) < 0)
+        return rc;
+    d->et_fd = l8d_et_done_fd(d->et);
+
+    d->n_slots = d->conf.max_clients;
+    d->sessions = calloc(d->n_slots, sizeof(*d->sessions));
+    d->slot_gen = calloc(d->n_slots, sizeof(*d->slot_gen));
+    if (!d->sessions || !d->slot_gen)
+        return -ENOMEM;
+    if ((rc = io_uring_queue_init(URING_ENTRIES, &d->ring, 0)) < 0) {
+        log_err("io_uring: %s", strerror(-rc));
+        return rc;
+    }
+    if ((rc = get_listen_socket(d)) < 0)
+        return rc;
+    if (sd_watchdog_enabled(0, &d->watchdog_usec) <= 0)
+        d->watchdog_usec = 0;
+    sd_notifyf(0, "READY=1\nSTATUS=serving %s on %s", d->model_name,
+               l8_backend_name(d->conf.backend));
+    log_notice("ready: %s on %s (%.2f s since start)", d->model_name,
+               l8_backend_name(d->conf.backend), (double)(l8d_now_ns() - d->start_ns) / 1e9);
+    return 0;
+}
+
+static void teardown(struct l8d *d)
+{
+    /* The ring first: no op may complete into a freed session. */
+    if (d->ring.ring_fd > 0)
+        io_uring_queue_exit(&d->ring);
+    for (uint32_t i = 0; d->sessions && i < d->n_slots; i++)
+        if (d->sessions[i])
+            l8d_session_free(d->sessions[i]);
+    free(d->sessions);
+    free(d->slot_gen);
+    if (d->listen_fd >= 0) {
+        close(d->listen_fd);
+        if (!d->socket_activated)
+            unlink(d->conf.socket);
+    }
+    l8d_et_stop(d->et);
+    l8_sched_free(d->sched);
+    l8_engine_destroy(d->engine);
+    l8_model_free(d->model);
+    if (d->signal_fd >= 0)
+        close(d->signal_fd);
+    free(d->prompt_buf);
+    free(d->msg_buf);
+}
+
+int main(int argc, char **argv)
+{
+    static struct l8d d;    /* large; one per process */
+    int rc = setup(&d, argc, argv);
+    if (rc == 1) {
+        teardown(&d);
+        return 0;
+    }
+    if (rc < 0) {
+        teardown(&d);
+        return 1;
+    }
+    rc = l8d_loop_run(&d);
+    sd_notify(0, "STATUS=stopped");
+    teardown(&d);
+    log_notice("exit %d", rc);
+    return rc;
+}

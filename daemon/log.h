@@ -1,0 +1,24 @@
+/* log.h - llama8d's logging: stderr, one line per message, with levels.
+ *
+ * Under journald (JOURNAL_STREAM set and matching stderr) each line starts
+ * with sd-daemon's "<N>" priority prefix, so the journal keeps the level;
+ * otherwise a readable "llama8d: warning: " prefix. */
+#pragma once
+#include <stdbool.h>
+
+enum l8_log_level { L8_LOG_ERR = 3, L8_LOG_WARNING = 4, L8_LOG_NOTICE = 5,
+                    L8_LOG_INFO = 6, L8_LOG_DEBUG = 7 };
+
+void l8_log_init(enum l8_log_level max_level);
+void l8_log_set_level(enum l8_log_level max_level);
+bool l8_log_enabled(enum l8_log_level level);
+/* "err", "warning", "notice", "info", "debug" (or 3..7) -> level; -EINVAL. */
+int l8_log_parse_level(const char *s, enum l8_log_level *out);
+void l8_log(enum l8_log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+#define log_err(...)    l8_log(L8_LOG_ERR, __VA_ARGS__)
+#define log_warn(...)   l8_log(L8_LOG_WARNING, __VA_ARGS__)
+#define log_notice(...) l8_log(L8_LOG_NOTICE, __VA_ARGS__)
+#define log_info(...)   l8_log(L8_LOG_INFO, __VA_ARGS__)
+#define log_debug(...)  do { if (l8_log_enabled(L8_LOG_DEBUG)) l8_log(L8_LOG_DEBUG, __VA_ARGS__); } while (0)

@@ -1,0 +1,428 @@
+/* loop.c - llama8d's event loop: one io_uring, one thread, all state.
+ *
+ * Operations in flight and their user_data (op | slot << 8 | gen << 32):
+ *   ACCEPT    multishot accept on the listening socket (re-armed when a
+ *             CQE comes without IORING_CQE_F_MORE)
+ *   RECV      recvmsg of one control datagram per client
+ *   DOORBELL  8-byte read of a client's submission eventfd
+ *   ENGINE    8-byte read of the engine thread's completion eventfd
+ *   SIGNAL    read of the signalfd (SIGTERM, SIGINT)
+ *   TIMER     a timeout: watchdog, tokens/s samples, drain deadline,
+ *             backlog retries
+ *   WAKE      write to a client's event eventfd (fire and forget)
+ *   CANCEL    async cancel of a closing client's doorbell read
+ * Buffer lifecycle of a client's ops: 1. armed with a buffer inside the
+ * session; 2. the session closes (shutdown + cancel); 3. each op's CQE
+ * drops ops_pending; 4. at zero the session is freed. The generation in
+ * user_data makes a CQE for a freed slot harmless.
+ *
+ * One pass: reap CQEs -> take submissions (doorbell-kicked clients; all
+ * clients after a step) -> start the next step if none is in flight ->
+ * publish events and ring doorbells of sleeping clients -> free closed
+ * sessions -> sleep in io_uring_submit_and_wait.
+ *
+ * The submission-ring need-wakeup flag is clear while a step is in flight:
+ * the loop reads every ring when the step completes, and a request cannot
+ * start before then anyway, so busy clients submit without system calls.
+ * Before the loop sleeps with the engine idle it sets every flag, fences,
+ * and reads the rings once more. */
+#include "daemon.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <systemd/sd-daemon.h>
+#include <unistd.h>
+
+#include "log.h"
+
+enum op { OP_ACCEPT = 1, OP_RECV, OP_DOORBELL, OP_ENGINE, OP_SIGNAL, OP_TIMER,
+          OP_WAKE, OP_CANCEL };
+
+#define TICK_NS      (100ull * 1000000ull)   /* housekeeping period */
+#define FAST_TICK_NS (1ull * 1000000ull)     /* while a client's backlog waits */
+
+static uint64_t ud(enum op op, uint32_t slot, uint32_t gen)
+{
+    return (uint64_t)op | (uint64_t)slot << 8 | (uint64_t)gen << 32;
+}
+static enum op ud_op(uint64_t u) { return (enum op)(u & 0xff); }
+static uint32_t ud_slot(uint64_t u) { return (uint32_t)(u >> 8) & 0xffffff; }
+static uint32_t ud_gen(uint64_t u) { return (uint32_t)(u >> 32); }
+
+/* An SQE, submitting what is queued if the ring is full. */
+static struct io_uring_sqe *get_sqe(struct l8d *d)
+{
+    struct io_uring_sqe *sqe = io_uring_get_sqe(&d->ring);
+    if (!sqe) {
+        io_uring_submit(&d->ring);
+        sqe = io_uring_get_sqe(&d->ring);
+    }
+    return sqe;
+}
+
+static void arm_accept(struct l8d *d)
+{
+    if (d->accept_armed || d->listen_fd < 0 || d->state != L8D_RUNNING)
+        return;
+    struct io_uring_sqe *sqe = get_sqe(d);
+    io_uring_prep_multishot_accept(sqe, d->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+    io_uring_sqe_set_data64(sqe, ud(OP_ACCEPT, 0, 0));
+    d->accept_armed = true;
+}
+
+static void arm_engine(struct l8d *d)
+{
+    struct io_uring_sqe *sqe = get_sqe(d);
+    io_uring_prep_read(sqe, d->et_fd, &d->et_val, sizeof(d->et_val), 0);
+    io_uring_sqe_set_data64(sqe, ud(OP_ENGINE, 0, 0));
+}
+
+static void arm_signal(struct l8d *d)
+{
+    struct io_uring_sqe *sqe = get_sqe(d);
+    io_uring_prep_read(sqe, d->signal_fd, d->sig_buf, sizeof(struct signalfd_siginfo), 0);
+    io_uring_sqe_set_data64(sqe, ud(OP_SIGNAL, 0, 0));
+}
+
+static bool any_backlog(struct l8d *d)
+{
+    for (uint32_t i = 0; i < d->n_slots; i++)
+        if (d->sessions[i] && d->sessions[i]->bl_n)
+            return true;
+    return false;
+}
+
+static void arm_timer(struct l8d *d)
+{
+    if (d->timer_armed)
+        return;
+    uint64_t ns = any_backlog(d) ? FAST_TICK_NS : TICK_NS;
+    d->tick.tv_sec = (long long)(ns / 1000000000ull);
+    d->tick.tv_nsec = (long long)(ns % 1000000000ull);
+    struct io_uring_sqe *sqe = get_sqe(d);
+    io_uring_prep_timeout(sqe, &d->tick, 0, 0);
+    io_uring_sqe_set_data64(sqe, ud(OP_TIMER, 0, 0));
+    d->timer_armed = true;
+}
+
+void l8d_loop_arm_session(struct l8d *d, struct l8d_session *s)
+{
+    if (s->state == L8D_SESS_CLOSING)
+        return;
+    if (!s->recv_armed) {
+        s->rx_iov = (struct iovec){ s->rx, sizeof(s->rx) };
+        s->rx_msg = (struct msghdr){ .msg_iov = &s->rx_iov, .msg_iovlen = 1 };
+        struct io_uring_sqe *sqe = get_sqe(d);
+        io_uring_prep_recvmsg(sqe, s->fd, &s->rx_msg, 0);
+        io_uring_sqe_set_data64(sqe, ud(OP_RECV, s->slot, s->gen));
+        s->recv_armed = true;
+        s->ops_pending++;
+    }
+    if (!s->doorbell_armed && s->state == L8D_SESS_READY) {
+        struct io_uring_sqe *sqe = get_sqe(d);
+        io_uring_prep_read(sqe, s->sq_efd, &s->doorbell_val, sizeof(s->doorbell_val), 0);
+        io_uring_sqe_set_data64(sqe, ud(OP_DOORBELL, s->slot, s->gen));
+        s->doorbell_armed = true;
+        s->ops_pending++;
+    }
+}
+
+static struct l8d_session *session_of(struct l8d *d, uint64_t u)
+{
+    uint32_t slot = ud_slot(u);
+    if (slot >= d->n_slots)
+        return NULL;
+    struct l8d_session *s = d->sessions[slot];
+    return s && s->gen == ud_gen(u) ? s : NULL;
+}
+
+/* ---------------------------------------------------------------- steps */
+
+
+static void start_step(struct l8d *d)
+{
+    if (d->step_in_flight)
+        return;
+    struct l8_seq *seqs;
+    uint32_t n;
+    int rc = l8_sched_build_step(d->sched, &seqs, &n);
+    if (rc < 0 || n == 0)
+        return;
+    uint64_t t = l8d_now_ns();
+    const struct l8_sched_slot *slots = l8_sched_step_slots(d->sched);
+    for (uint32_t i = 0; i < n; i++) {
+        if (!slots[i].first)
+            continue;
+        struct l8d_req *r = slots[i].user;
+        if (!r || !r->live)
+            continue;
+        struct l8_event ev = { .request_id = slots[i].id, .t_ns = t, .kind = L8_EV_STARTED,
+                               .index = slots[i].cached_tokens, .logprob = 0.0f };
+        l8d_session_push(r->s, &ev);
+    }
+    if ((rc = l8d_et_submit(d->et, seqs, n)) < 0) {
+        log_err("engine thread refused a step: %s", strerror(-rc));
+        d->ev_t_ns = t;
+        l8_sched_step_done(d->sched, seqs, n, rc);
+        return;
+    }
+    d->step_in_flight = true;
+    d->step_seqs = seqs;
+    d->step_n = n;
+    d->step_t_submit = t;
+    /* Clients need not ring while the step runs: see the top comment. */
+    for (uint32_t i = 0; i < d->n_slots; i++) {
+        struct l8d_session *s = d->sessions[i];
+        if (s && s->state == L8D_SESS_READY)
+            atomic_store_explicit(&s->sq_ctl->flags, 0, memory_order_relaxed);
+    }
+}
+
+static void on_engine_done(struct l8d *d)
+{
+    int status;
+    uint64_t t0, t1;
+    if (!d->step_in_flight || l8d_et_result(d->et, &status, &t0, &t1) < 0)
+        return;
+    d->step_in_flight = false;
+    d->ev_t_ns = t1;
+    l8_sched_step_done(d->sched, d->step_seqs, d->step_n, status);
+    if (status == -EIO) {
+        /* A device fault: the engine's state cannot be trusted. Exit
+         * non-zero so the service manager restarts us; clients see a clean
+         * hang-up. */
+        log_err("engine device failure: exiting");
+        d->exit_code = 2;
+        d->state = L8D_STOPPED;
+    }
+}
+
+void l8d_on_sched_event(void *ctx, const struct l8_sched_event *ev)
+{
+    struct l8d *d = ctx;
+    l8d_session_on_sched_event(d, ev, d->ev_t_ns);
+}
+
+/* ---------------------------------------------------------------- drain */
+
+static void begin_drain(struct l8d *d)
+{
+    if (d->state != L8D_RUNNING) {
+        /* A second signal: stop waiting for running requests. */
+        d->drain_deadline_ns = l8d_now_ns();
+        return;
+    }
+    log_notice("draining: no new requests, %u ms for running ones", d->conf.drain_timeout_ms);
+    sd_notify(0, "STOPPING=1\nSTATUS=draining");
+    d->state = L8D_DRAINING;
+    d->drain_deadline_ns = l8d_now_ns() + (uint64_t)d->conf.drain_timeout_ms * 1000000ull;
+    if (d->accept_armed) {
+        struct io_uring_sqe *sqe = get_sqe(d);
+        io_uring_prep_cancel64(sqe, ud(OP_ACCEPT, 0, 0), 0);
+        io_uring_sqe_set_data64(sqe, ud(OP_CANCEL, 0, 0));
+    }
+}
+
+static void housekeeping(struct l8d *d)
+{
+    uint64_t now = l8d_now_ns();
+    if (d->watchdog_usec && now - d->last_watchdog_ns >= d->watchdog_usec * 1000ull / 2) {
+        /* From the loop: a loop stuck anywhere stops the pings. */
+        sd_notify(0, "WATCHDOG=1");
+        d->last_watchdog_ns = now;
+    }
+    if (now - d->last_sample_ns >= 1000000000ull) {
+        struct l8_sched_stats st;
+        l8_sched_get_stats(d->sched, &st);
+        d->rate_t[d->rate_i] = now;
+        d->rate_tok[d->rate_i] = st.tokens_generated;
+        d->rate_i = (d->rate_i + 1) % 16;
+        if (d->rate_n < 16)
+            d->rate_n++;
+        d->last_sample_ns = now;
+    }
+    if (d->state == L8D_DRAINING && now >= d->drain_deadline_ns) {
+        for (uint32_t i = 0; i < d->n_slots; i++)
+            if (d->sessions[i])
+                l8d_session_cut_all(d->sessions[i]);
+    }
+}
+
+/* ---------------------------------------------------------------- completions */
+
+static void on_cqe(struct l8d *d, struct io_uring_cqe *cqe)
+{
+    uint64_t u = io_uring_cqe_get_data64(cqe);
+    struct l8d_session *s;
+    int res = cqe->res;
+    switch (ud_op(u)) {
+    case OP_ACCEPT:
+        if (!(cqe->flags & IORING_CQE_F_MORE))
+            d->accept_armed = false;
+        if (res >= 0)
+            l8d_session_accept(d, res);
+        else if (res != -ECANCELED)
+            log_warn("accept: %s", strerror(-res));
+        break;
+    case OP_RECV:
+        if (!(s = session_of(d, u)))
+            break;
+        s->recv_armed = false;
+        s->ops_pending--;
+        l8d_session_on_recv(s, res, s->rx_msg.msg_flags);
+        s->kick = true;
+        break;
+    case OP_DOORBELL:
+        if (!(s = session_of(d, u)))
+            break;
+        s->doorbell_armed = false;
+        s->ops_pending--;
+        s->kick = true;
+        break;
+    case OP_ENGINE:
+        arm_engine(d);
+        on_engine_done(d);
+        break;
+    case OP_SIGNAL:
+        if (res == (int)sizeof(struct signalfd_siginfo)) {
+            const struct signalfd_siginfo *si = (const void *)d->sig_buf;
+            log_notice("signal %u received", si->ssi_signo);
+            begin_drain(d);
+        }
+        arm_signal(d);
+        break;
+    case OP_TIMER:
+        d->timer_armed = false;
+        housekeeping(d);
+        break;
+    case OP_WAKE:
+        if (res < 0 && res != -EAGAIN)
+            log_debug("doorbell write: %s", strerror(-res));
+        break;
+    case OP_CANCEL:
+        break;
+    }
+}
+
+/* Read the submission rings: all of them, or only those that rang. */
+static void scan(struct l8d *d, bool all)
+{
+    for (uint32_t i = 0; i < d->n_slots; i++) {
+        struct l8d_session *s = d->sessions[i];
+        if (!s || (!all && !s->kick))
+            continue;
+        s->kick = false;
+        l8d_session_scan(s);
+        l8d_loop_arm_session(d, s);
+    }
+}
+
+/* Before sleeping with the engine idle: ask every client to ring, then look
+ * once more so a submission that raced with the flag is not missed.
+ * Returns whether anything arrived. */
+static void arm_sq_wakeups(struct l8d *d)
+{
+    for (uint32_t i = 0; i < d->n_slots; i++) {
+        struct l8d_session *s = d->sessions[i];
+        if (s && s->state == L8D_SESS_READY)
+            atomic_store_explicit(&s->sq_ctl->flags, L8_RING_NEED_WAKEUP,
+                                  memory_order_relaxed);
+    }
+    /* seq_cst fence: orders the flag stores before the tail loads in the
+     * scan below (Dekker with the client's tail store + fence + flag load). */
+    atomic_thread_fence(memory_order_seq_cst);
+    scan(d, true);
+}
+
+static void publish_all(struct l8d *d)
+{
+    for (uint32_t i = 0; i < d->n_slots; i++) {
+        struct l8d_session *s = d->sessions[i];
+        if (!s)
+            continue;
+        if (s->violation && s->state != L8D_SESS_CLOSING) {
+            l8d_session_close(s, L8_ERR_RING_VIOLATION, "protocol violation");
+            continue;
+        }
+        if ((s->dirty || s->bl_n) && l8d_session_publish(s)) {
+            struct io_uring_sqe *sqe = get_sqe(d);
+            io_uring_prep_write(sqe, s->eq_efd, &d->one, sizeof(d->one), 0);
+            io_uring_sqe_set_data64(sqe, ud(OP_WAKE, s->slot, s->gen));
+        }
+    }
+}
+
+static void reap_closed(struct l8d *d)
+{
+    for (uint32_t i = 0; i < d->n_slots; i++) {
+        struct l8d_session *s = d->sessions[i];
+        if (!s || s->state != L8D_SESS_CLOSING)
+            continue;
+        if (s->doorbell_armed && !s->violation) {
+            /* Cancel the doorbell read once; the flag is reused as "cancel
+             * sent" so it is not sent twice. */
+            struct io_uring_sqe *sqe = get_sqe(d);
+            io_uring_prep_cancel64(sqe, ud(OP_DOORBELL, s->slot, s->gen), 0);
+            io_uring_sqe_set_data64(sqe, ud(OP_CANCEL, 0, 0));
+            s->violation = true;
+        }
+        if (s->ops_pending == 0)
+            l8d_session_free(s);
+    }
+}
+
+int l8d_loop_run(struct l8d *d)
+{
+    d->one = 1;
+    arm_accept(d);
+    arm_engine(d);
+    arm_signal(d);
+    arm_timer(d);
+    bool idle_armed = false;
+    while (d->state != L8D_STOPPED) {
+        io_uring_submit_and_wait(&d->ring, 1);
+        bool step_done = false;
+        unsigned head, n = 0;
+        struct io_uring_cqe *cqe;
+        io_uring_for_each_cqe(&d->ring, head, cqe) {
+            if (ud_op(io_uring_cqe_get_data64(cqe)) == OP_ENGINE)
+                step_done = true;
+            on_cqe(d, cqe);
+            n++;
+        }
+        io_uring_cq_advance(&d->ring, n);
+        if (d->state == L8D_STOPPED)
+            break;
+        scan(d, step_done);
+        start_step(d);
+        if (!d->step_in_flight) {
+            if (!idle_armed) {
+                arm_sq_wakeups(d);
+                idle_armed = true;
+                start_step(d);
+            }
+        }
+        if (d->step_in_flight)
+            idle_armed = false;
+        publish_all(d);
+        reap_closed(d);
+        arm_accept(d);
+        arm_timer(d);
+        if (d->state == L8D_DRAINING && !d->step_in_flight && l8_sched_idle(d->sched)) {
+            log_notice("drained");
+            d->state = L8D_STOPPED;
+        }
+    }
+    /* Tell the clients still connected, then let them see the hang-up. */
+    publish_all(d);
+    io_uring_submit(&d->ring);
+    for (uint32_t i = 0; i < d->n_slots; i++) {
+        struct l8d_session *s = d->sessions[i];
+        if (s && s->state != L8D_SESS_CLOSING)
+            l8d_send_error(s->fd, L8_ERR_SHUTTING_DOWN, 0, "the daemon stopped");
+    }
+    return d->exit_code;
+}

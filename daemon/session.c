@@ -1,0 +1,711 @@
+/* session.c - one client of llama8d: its connection, its shared memory and
+ * its requests.
+ *
+ * Trust: everything in the client's mapping may change under us at any
+ * moment. Each counter is read once into a local and bounded; each ring
+ * entry and each message is copied into daemon memory before it is looked
+ * at; the daemon's ring positions live here, not in shared memory. A
+ * client that breaks the ring rules is disconnected (RING_VIOLATION) and
+ * nobody else notices. */
+#include "daemon.h"
+
+#include <errno.h>
+#include <grp.h>
+#include <math.h>
+#include <pwd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#include <fcntl.h>
+
+#include "l8_build.h"
+#include "llama8.pb-c.h"
+#include "log.h"
+
+/* The error numbers of l8_shm.h are the protocol's. */
+_Static_assert((int)L8_ERR_BAD_MESSAGE == (int)LLAMA8__ERROR_CODE__BAD_MESSAGE, "err ABI");
+_Static_assert((int)L8_ERR_BAD_TOKEN == (int)LLAMA8__ERROR_CODE__BAD_TOKEN, "err ABI");
+_Static_assert((int)L8_ERR_PROMPT_TOO_LONG == (int)LLAMA8__ERROR_CODE__PROMPT_TOO_LONG, "err ABI");
+_Static_assert((int)L8_ERR_BAD_PARAMS == (int)LLAMA8__ERROR_CODE__BAD_PARAMS, "err ABI");
+_Static_assert((int)L8_ERR_UNKNOWN_REQUEST == (int)LLAMA8__ERROR_CODE__UNKNOWN_REQUEST, "err ABI");
+_Static_assert((int)L8_ERR_TOO_MANY_REQUESTS == (int)LLAMA8__ERROR_CODE__TOO_MANY_REQUESTS, "err ABI");
+_Static_assert((int)L8_ERR_TOO_MANY_CLIENTS == (int)LLAMA8__ERROR_CODE__TOO_MANY_CLIENTS, "err ABI");
+_Static_assert((int)L8_ERR_PERMISSION_DENIED == (int)LLAMA8__ERROR_CODE__PERMISSION_DENIED, "err ABI");
+_Static_assert((int)L8_ERR_SHUTTING_DOWN == (int)LLAMA8__ERROR_CODE__SHUTTING_DOWN, "err ABI");
+_Static_assert((int)L8_ERR_INTERNAL == (int)LLAMA8__ERROR_CODE__INTERNAL, "err ABI");
+_Static_assert((int)L8_ERR_BAD_VERSION == (int)LLAMA8__ERROR_CODE__BAD_VERSION, "err ABI");
+_Static_assert((int)L8_ERR_RING_VIOLATION == (int)LLAMA8__ERROR_CODE__RING_VIOLATION, "err ABI");
+_Static_assert((int)L8_ERR_DUPLICATE_REQUEST == (int)LLAMA8__ERROR_CODE__DUPLICATE_REQUEST, "err ABI");
+_Static_assert((int)L8_ERR_EMPTY_PROMPT == (int)LLAMA8__ERROR_CODE__EMPTY_PROMPT, "err ABI");
+_Static_assert((int)L8_DONE_CANCELLED == (int)LLAMA8__DONE_REASON__DONE_CANCELLED, "done ABI");
+
+#define MAX_GROUPS 256
+
+/* ---------------------------------------------------------------- control socket */
+
+void l8d_send_error(int fd, int code, uint64_t request_id, const char *msg)
+{
+    uint8_t buf[L8_MAX_CTL_MSG];
+    Llama8__Error e = LLAMA8__ERROR__INIT;
+    e.code = (Llama8__ErrorCode)code;
+    e.message = (char *)msg;
+    e.request_id = request_id;
+    Llama8__DaemonMessage m = LLAMA8__DAEMON_MESSAGE__INIT;
+    m.msg_case = LLAMA8__DAEMON_MESSAGE__MSG_ERROR;
+    m.error = &e;
+    size_t n = llama8__daemon_message__get_packed_size(&m);
+    if (n > sizeof(buf))
+        return;
+    llama8__daemon_message__pack(&m, buf);
+    /* Best effort: a client that does not read its socket loses it. */
+    if (send(fd, buf, n, MSG_DONTWAIT | MSG_NOSIGNAL) < 0)
+        log_debug("error reply on fd %d not sent: %s", fd, strerror(errno));
+}
+
+static int send_daemon_msg(int fd, const Llama8__DaemonMessage *m, const int *fds, int nfds)
+{
+    uint8_t buf[L8_MAX_CTL_MSG];
+    union { struct cmsghdr h; char b[CMSG_SPACE(sizeof(int) * L8_N_FDS)]; } cm;
+    size_t n = llama8__daemon_message__get_packed_size(m);
+    if (n > sizeof(buf) || nfds > L8_N_FDS)
+        return -EMSGSIZE;
+    llama8__daemon_message__pack(m, buf);
+    struct iovec iov = { buf, n };
+    struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+    if (nfds) {
+        memset(&cm, 0, sizeof(cm));
+        mh.msg_control = cm.b;
+        mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
+        struct cmsghdr *h = CMSG_FIRSTHDR(&mh);
+        h->cmsg_level = SOL_SOCKET;
+        h->cmsg_type = SCM_RIGHTS;
+        h->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+        memcpy(CMSG_DATA(h), fds, sizeof(int) * (size_t)nfds);
+    }
+    if (sendmsg(fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL) != (ssize_t)n)
+        return -errno;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- admission */
+
+/* Root and the daemon's own user always; otherwise membership of the
+ * allowed group, from the peer's credentials as they were at connect():
+ * its primary gid (SO_PEERCRED) and supplementary groups (SO_PEERGROUPS),
+ * falling back to the group database (getgrouplist) if the kernel cannot
+ * say. */
+static bool peer_allowed(struct l8d *d, int fd, const struct ucred *cr)
+{
+    if (cr->uid == 0 || cr->uid == geteuid())
+        return true;
+    if (!d->have_group)
+        return false;
+    if (cr->gid == d->allowed_gid)
+        return true;
+    gid_t groups[MAX_GROUPS];
+    socklen_t len = sizeof(groups);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) == 0) {
+        for (size_t i = 0; i < len / sizeof(gid_t); i++)
+            if (groups[i] == d->allowed_gid)
+                return true;
+        return false;
+    }
+    struct passwd pw, *ppw = NULL;
+    char pwbuf[4096];
+    if (getpwuid_r(cr->uid, &pw, pwbuf, sizeof(pwbuf), &ppw) != 0 || !ppw)
+        return false;
+    int n = MAX_GROUPS;
+    if (getgrouplist(ppw->pw_name, ppw->pw_gid, groups, &n) < 0)
+        return false;
+    for (int i = 0; i < n; i++)
+        if (groups[i] == d->allowed_gid)
+            return true;
+    return false;
+}
+
+int l8d_session_accept(struct l8d *d, int fd)
+{
+    struct ucred cr;
+    socklen_t len = sizeof(cr);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) < 0) {
+        close(fd);
+        return -errno;
+    }
+    if (!peer_allowed(d, fd, &cr)) {
+        log_notice("refused pid %d uid %u: not root and not in group '%s'",
+                   (int)cr.pid, (unsigned)cr.uid, d->conf.allowed_group);
+        l8d_send_error(fd, L8_ERR_PERMISSION_DENIED, 0, "not a member of the allowed group");
+        close(fd);
+        return 0;
+    }
+    if (d->state != L8D_RUNNING) {
+        l8d_send_error(fd, L8_ERR_SHUTTING_DOWN, 0, "the daemon is shutting down");
+        close(fd);
+        return 0;
+    }
+    uint32_t slot = d->n_slots;
+    for (uint32_t i = 0; i < d->n_slots; i++)
+        if (!d->sessions[i]) {
+            slot = i;
+            break;
+        }
+    if (slot == d->n_slots) {
+        log_warn("refused pid %d: %u clients connected (max_clients)", (int)cr.pid,
+                 d->n_sessions);
+        l8d_send_error(fd, L8_ERR_TOO_MANY_CLIENTS, 0, "too many clients");
+        close(fd);
+        return 0;
+    }
+    struct l8d_session *s = calloc(1, sizeof(*s));
+    if (!s) {
+        l8d_send_error(fd, L8_ERR_INTERNAL, 0, "out of memory");
+        close(fd);
+        return -ENOMEM;
+    }
+    s->d = d;
+    s->slot = slot;
+    s->gen = ++d->slot_gen[slot];
+    s->fd = fd;
+    s->shm_fd = s->sq_efd = s->eq_efd = -1;
+    s->pid = cr.pid;
+    s->uid = cr.uid;
+    s->gid = cr.gid;
+    s->id = ++d->next_client_id;
+    s->state = L8D_SESS_HELLO;
+    d->sessions[slot] = s;
+    d->n_sessions++;
+    log_debug("client %llu connected: pid %d uid %u", (unsigned long long)s->id,
+              (int)cr.pid, (unsigned)cr.uid);
+    l8d_loop_arm_session(d, s);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- handshake */
+
+static int make_shm(struct l8d_session *s)
+{
+    struct l8d *d = s->d;
+    uint64_t size = l8_shm_layout(d->sq_entries, d->eq_entries, d->arena_size, &s->geo);
+    if (!size)
+        return -EINVAL;
+    s->shm_fd = memfd_create("llama8d-client", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (s->shm_fd < 0)
+        return -errno;
+    if (ftruncate(s->shm_fd, (off_t)size) < 0)
+        return -errno;
+    /* The client can neither shrink the file under our mapping (SIGBUS in
+     * the daemon) nor grow it, nor lift the seals. */
+    if (fcntl(s->shm_fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0)
+        return -errno;
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, s->shm_fd, 0);
+    if (p == MAP_FAILED)
+        return -errno;
+    s->map = p;
+    s->map_size = size;
+    memcpy(s->map, &s->geo, sizeof(s->geo));
+    s->sq_ctl = (struct l8_ring_ctl *)(s->map + s->geo.sq_ctl_off);
+    s->sq = (struct l8_sqe *)(s->map + s->geo.sq_off);
+    s->eq_ctl = (struct l8_ring_ctl *)(s->map + s->geo.eq_ctl_off);
+    s->eq = (struct l8_event *)(s->map + s->geo.eq_off);
+    s->arena = s->map + s->geo.arena_off;
+    /* The daemon sleeps until told otherwise: ring the doorbell. */
+    atomic_store_explicit(&s->sq_ctl->flags, L8_RING_NEED_WAKEUP, memory_order_relaxed);
+    s->sq_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    s->eq_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (s->sq_efd < 0 || s->eq_efd < 0)
+        return -errno;
+    s->reqs = calloc(d->conf.max_requests_per_client, sizeof(*s->reqs));
+    if (!s->reqs)
+        return -ENOMEM;
+    return 0;
+}
+
+static void on_hello(struct l8d_session *s, const Llama8__Hello *h)
+{
+    struct l8d *d = s->d;
+    int rc;
+    snprintf(s->name, sizeof(s->name), "%s", h->client_name ? h->client_name : "");
+    for (char *p = s->name; *p; p++)
+        if ((unsigned char)*p < 32 || *p == 127)
+            *p = '?';   /* keep the logs one line per message */
+    if (h->protocol_version != L8_PROTO_VERSION) {
+        char m[96];
+        snprintf(m, sizeof(m), "protocol version %u not supported (daemon: %u)",
+                 h->protocol_version, L8_PROTO_VERSION);
+        l8d_session_close(s, L8_ERR_BAD_VERSION, m);
+        return;
+    }
+    if ((rc = make_shm(s)) < 0) {
+        log_err("client %llu: shared memory: %s", (unsigned long long)s->id, strerror(-rc));
+        l8d_session_close(s, L8_ERR_INTERNAL, "cannot create shared memory");
+        return;
+    }
+    Llama8__Welcome w = LLAMA8__WELCOME__INIT;
+    w.protocol_version = L8_PROTO_VERSION;
+    w.daemon_version = (char *)L8_VERSION;
+    w.client_id = s->id;
+    w.model_name = d->model_name;
+    w.model_dir = d->model_dir;
+    w.vocab_size = d->vocab;
+    w.context_length = d->max_ctx;
+    w.bos_id = d->bos;
+    w.n_eos_ids = d->n_eos;
+    w.eos_ids = d->eos;
+    w.backend = (char *)l8_backend_name(d->conf.backend);
+    w.max_requests = d->conf.max_requests_per_client;
+    w.max_prompt_tokens = d->max_prompt;
+    w.max_new_tokens = d->max_new;
+    w.max_stop_ids = d->max_stop_ids;
+    w.shm_size = s->map_size;
+    w.sq_entries = s->geo.sq_entries;
+    w.eq_entries = s->geo.eq_entries;
+    w.arena_size = s->geo.arena_size;
+    Llama8__DaemonMessage m = LLAMA8__DAEMON_MESSAGE__INIT;
+    m.msg_case = LLAMA8__DAEMON_MESSAGE__MSG_WELCOME;
+    m.welcome = &w;
+    int fds[L8_N_FDS];
+    fds[L8_FD_SHM] = s->shm_fd;
+    fds[L8_FD_SQ_DOORBELL] = s->sq_efd;
+    fds[L8_FD_EQ_DOORBELL] = s->eq_efd;
+    if ((rc = send_daemon_msg(s->fd, &m, fds, L8_N_FDS)) < 0) {
+        log_info("client %llu: Welcome not sent: %s", (unsigned long long)s->id, strerror(-rc));
+        l8d_session_close(s, 0, NULL);
+        return;
+    }
+    /* The client has its copy; ours is only needed for the mapping. */
+    close(s->shm_fd);
+    s->shm_fd = -1;
+    s->state = L8D_SESS_READY;
+    log_info("client %llu '%s' ready: pid %d uid %u", (unsigned long long)s->id, s->name,
+             (int)s->pid, (unsigned)s->uid);
+    l8d_loop_arm_session(d, s);
+}
+
+static void send_status(struct l8d_session *s)
+{
+    struct l8d *d = s->d;
+    struct l8_sched_stats st;
+    l8_sched_get_stats(d->sched, &st);
+    uint64_t now = l8d_now_ns();
+    double rate = 0;
+    if (d->rate_n >= 2) {
+        uint32_t newest = (d->rate_i + 15) % 16;
+        uint32_t oldest = (d->rate_i + 16 - d->rate_n) % 16;
+        double dt = (double)(d->rate_t[newest] - d->rate_t[oldest]) / 1e9;
+        if (dt > 0)
+            rate = (double)(d->rate_tok[newest] - d->rate_tok[oldest]) / dt;
+    }
+    Llama8__Status o = LLAMA8__STATUS__INIT;
+    o.model_name = d->model_name;
+    o.backend = (char *)l8_backend_name(d->conf.backend);
+    o.pages_total = st.pages_total;
+    o.pages_used = st.pages_used;
+    o.pages_cached = st.pages_cached;
+    o.page_size = l8_engine_page_size(d->engine);
+    o.clients = d->n_sessions;
+    o.requests_running = st.running;
+    o.requests_waiting = st.waiting;
+    o.tokens_per_s = rate;
+    o.uptime_s = (double)(now - d->start_ns) / 1e9;
+    o.tokens_generated = st.tokens_generated;
+    o.requests_done = d->requests_done;
+    o.prompt_tokens = st.prompt_tokens;
+    o.prompt_tokens_cached = st.cached_tokens;
+    o.draining = d->state != L8D_RUNNING;
+    o.context_length = d->max_ctx;
+    Llama8__DaemonMessage m = LLAMA8__DAEMON_MESSAGE__INIT;
+    m.msg_case = LLAMA8__DAEMON_MESSAGE__MSG_STATUS;
+    m.status = &o;
+    int rc = send_daemon_msg(s->fd, &m, NULL, 0);
+    if (rc < 0) {
+        log_info("client %llu: status not sent: %s", (unsigned long long)s->id, strerror(-rc));
+        l8d_session_close(s, 0, NULL);
+    }
+}
+
+void l8d_session_on_recv(struct l8d_session *s, int n, int msg_flags)
+{
+    if (s->state == L8D_SESS_CLOSING)
+        return;
+    if (n <= 0) {
+        log_debug("client %llu hung up (%d)", (unsigned long long)s->id, n);
+        l8d_session_close(s, 0, NULL);
+        return;
+    }
+    if (msg_flags & MSG_TRUNC) {
+        l8d_session_close(s, L8_ERR_BAD_MESSAGE, "control message too long");
+        return;
+    }
+    Llama8__ClientMessage *m = llama8__client_message__unpack(NULL, (size_t)n, s->rx);
+    if (!m) {
+        l8d_session_close(s, L8_ERR_BAD_MESSAGE, "unparsable control message");
+        return;
+    }
+    if (s->state == L8D_SESS_HELLO && m->msg_case == LLAMA8__CLIENT_MESSAGE__MSG_HELLO)
+        on_hello(s, m->hello);
+    else if (s->state == L8D_SESS_READY &&
+             m->msg_case == LLAMA8__CLIENT_MESSAGE__MSG_STATUS_REQUEST)
+        send_status(s);
+    else
+        l8d_session_close(s, L8_ERR_BAD_MESSAGE,
+                          s->state == L8D_SESS_HELLO ? "expected Hello" : "unexpected message");
+    llama8__client_message__free_unpacked(m, NULL);
+}
+
+/* ---------------------------------------------------------------- events */
+
+static void violation(struct l8d_session *s, const char *why)
+{
+    if (s->violation)
+        return;
+    log_warn("client %llu (pid %d): protocol violation: %s", (unsigned long long)s->id,
+             (int)s->pid, why);
+    s->violation = true;
+}
+
+static bool backlog_push(struct l8d_session *s, const struct l8_event *ev)
+{
+    if (s->bl_n == s->bl_cap) {
+        struct l8d *d = s->d;
+        uint64_t cap_max = (uint64_t)d->conf.max_requests_per_client * (d->max_new + 3) + 64;
+        uint32_t ncap = s->bl_cap ? s->bl_cap * 2 : 256;
+        if (ncap > cap_max)
+            ncap = (uint32_t)cap_max;
+        if (ncap <= s->bl_cap)
+            return false;
+        struct l8_event *nb = malloc((size_t)ncap * sizeof(*nb));
+        if (!nb)
+            return false;
+        for (uint32_t i = 0; i < s->bl_n; i++)
+            nb[i] = s->backlog[(s->bl_head + i) % s->bl_cap];
+        free(s->backlog);
+        s->backlog = nb;
+        s->bl_head = 0;
+        s->bl_cap = ncap;
+    }
+    s->backlog[(s->bl_head + s->bl_n) % s->bl_cap] = *ev;
+    s->bl_n++;
+    return true;
+}
+
+/* Free slots in the event ring, from the client's head read once. */
+static uint32_t eq_room(struct l8d_session *s)
+{
+    /* acquire: pairs with the client's release store of head, made after it
+     * copied the records out, so we do not overwrite a slot being read. */
+    uint32_t head = atomic_load_explicit(&s->eq_ctl->head, memory_order_acquire);
+    uint32_t used = s->eq_tail - head;
+    if (used > s->geo.eq_entries) {
+        violation(s, "event ring head out of range");
+        return 0;
+    }
+    return s->geo.eq_entries - used;
+}
+
+void l8d_session_push(struct l8d_session *s, const struct l8_event *ev)
+{
+    if (s->state != L8D_SESS_READY || s->violation)
+        return;
+    if (s->bl_n == 0 && eq_room(s) > 0) {
+        s->eq[s->eq_tail & (s->geo.eq_entries - 1)] = *ev;
+        s->eq_tail++;
+        s->dirty = true;
+        return;
+    }
+    if (!backlog_push(s, ev))
+        violation(s, "event backlog over its bound");
+}
+
+bool l8d_session_publish(struct l8d_session *s)
+{
+    if (s->state != L8D_SESS_READY || s->violation)
+        return false;
+    if (s->bl_n) {
+        uint32_t room = eq_room(s);
+        while (room && s->bl_n) {
+            s->eq[s->eq_tail & (s->geo.eq_entries - 1)] = s->backlog[s->bl_head];
+            s->eq_tail++;
+            s->bl_head = (s->bl_head + 1) % s->bl_cap;
+            s->bl_n--;
+            room--;
+        }
+    }
+    if (s->eq_tail == s->eq_published)
+        return false;
+    /* release: orders the event records written above before the tail, so
+     * a client that acquires the tail reads complete records. */
+    atomic_store_explicit(&s->eq_ctl->tail, s->eq_tail, memory_order_release);
+    s->eq_published = s->eq_tail;
+    s->dirty = false;
+    /* seq_cst fence: orders the tail store before the flag load (Dekker
+     * with the client's flag store + fence + tail load in prepare_wait). */
+    atomic_thread_fence(memory_order_seq_cst);
+    return atomic_load_explicit(&s->eq_ctl->flags, memory_order_relaxed) & L8_RING_NEED_WAKEUP;
+}
+
+static void push_error(struct l8d_session *s, uint64_t id, int code)
+{
+    struct l8_event ev = { .request_id = id, .t_ns = l8d_now_ns(), .kind = L8_EV_ERROR,
+                           .code = (uint16_t)code, .logprob = NAN };
+    l8d_session_push(s, &ev);
+}
+
+static void req_release(struct l8d_session *s, struct l8d_req *r)
+{
+    r->live = false;
+    s->n_live--;
+}
+
+void l8d_session_on_sched_event(struct l8d *d, const struct l8_sched_event *e, uint64_t t_ns)
+{
+    struct l8d_req *r = e->user;
+    if (!r || !r->live)
+        return;
+    struct l8d_session *s = r->s;
+    struct l8_event ev = { .request_id = e->id, .t_ns = t_ns, .token = e->token,
+                           .index = e->index, .logprob = e->has_logprob ? e->logprob : NAN };
+    switch (e->kind) {
+    case L8_SCHED_EV_TOKEN:
+        ev.kind = L8_EV_TOKEN;
+        r->generated++;
+        break;
+    case L8_SCHED_EV_DONE:
+        ev.kind = L8_EV_DONE;
+        ev.reason = L8_DONE_LENGTH;
+        if (e->reason == L8_SCHED_DONE_STOP) {
+            ev.reason = L8_DONE_STOP;
+            for (uint32_t i = 0; !r->ignore_eos && i < d->n_eos; i++)
+                if (d->eos[i] == e->token)
+                    ev.reason = L8_DONE_EOS;
+        }
+        req_release(s, r);
+        d->requests_done++;
+        break;
+    case L8_SCHED_EV_ERROR:
+    default:
+        log_err("client %llu request %llu: engine error %d", (unsigned long long)s->id,
+                (unsigned long long)e->id, e->error);
+        ev.kind = L8_EV_ERROR;
+        ev.code = L8_ERR_INTERNAL;
+        req_release(s, r);
+        break;
+    }
+    l8d_session_push(s, &ev);
+}
+
+/* ---------------------------------------------------------------- submissions */
+
+static int sched_err_code(int rc)
+{
+    switch (rc) {
+    case L8_SCHED_E_EMPTY_PROMPT:   return L8_ERR_EMPTY_PROMPT;
+    case L8_SCHED_E_TOKEN_RANGE:    return L8_ERR_BAD_TOKEN;
+    case L8_SCHED_E_TOO_LONG:       return L8_ERR_PROMPT_TOO_LONG;
+    case L8_SCHED_E_POOL_TOO_SMALL: return L8_ERR_PROMPT_TOO_LONG;
+    case L8_SCHED_E_MAX_NEW_ZERO:   return L8_ERR_BAD_PARAMS;
+    case L8_SCHED_E_TOO_MANY_STOPS: return L8_ERR_BAD_PARAMS;
+    case L8_SCHED_E_BAD_SAMPLING:   return L8_ERR_BAD_PARAMS;
+    case L8_SCHED_E_DUPLICATE_ID:   return L8_ERR_DUPLICATE_REQUEST;
+    case L8_SCHED_E_QUEUE_FULL:     return L8_ERR_TOO_MANY_REQUESTS;
+    default:                        return L8_ERR_INTERNAL;
+    }
+}
+
+static struct l8d_req *find_req(struct l8d_session *s, uint64_t id)
+{
+    for (uint32_t i = 0; i < s->d->conf.max_requests_per_client; i++)
+        if (s->reqs[i].live && s->reqs[i].id == id)
+            return &s->reqs[i];
+    return NULL;
+}
+
+static void on_generate(struct l8d_session *s, const Llama8__GenerateRequest *g)
+{
+    struct l8d *d = s->d;
+    uint64_t id = g->request_id;
+    uint32_t stops[L8_SCHED_MAX_STOP];
+    uint32_t n_stop = 0;
+    if (d->state != L8D_RUNNING)
+        return push_error(s, id, L8_ERR_SHUTTING_DOWN);
+    if (g->prompt_count == 0)
+        return push_error(s, id, L8_ERR_EMPTY_PROMPT);
+    if (g->prompt_count > d->max_prompt)
+        return push_error(s, id, L8_ERR_PROMPT_TOO_LONG);
+    /* The prompt must lie inside the arena (count is bounded above, so the
+     * product cannot overflow). */
+    if (g->prompt_offset % 4 || g->prompt_offset > s->geo.arena_size ||
+        (uint64_t)g->prompt_count * 4 > s->geo.arena_size - g->prompt_offset)
+        return push_error(s, id, L8_ERR_BAD_MESSAGE);
+    if (g->max_new_tokens == 0 || g->max_new_tokens > d->max_new)
+        return push_error(s, id, L8_ERR_BAD_PARAMS);
+    if (g->n_stop_ids > d->max_stop_ids)
+        return push_error(s, id, L8_ERR_BAD_PARAMS);
+    if (find_req(s, id))
+        return push_error(s, id, L8_ERR_DUPLICATE_REQUEST);
+    if (s->n_live >= d->conf.max_requests_per_client)
+        return push_error(s, id, L8_ERR_TOO_MANY_REQUESTS);
+    for (size_t i = 0; i < g->n_stop_ids; i++) {
+        if (g->stop_ids[i] >= d->vocab)
+            return push_error(s, id, L8_ERR_BAD_TOKEN);
+        stops[n_stop++] = g->stop_ids[i];
+    }
+    if (!g->ignore_eos)
+        for (uint32_t i = 0; i < d->n_eos; i++)
+            stops[n_stop++] = d->eos[i];
+    /* Copy the prompt out of shared memory before looking at it. */
+    memcpy(d->prompt_buf, s->arena + g->prompt_offset, (size_t)g->prompt_count * 4);
+    struct l8d_req *r = NULL;
+    for (uint32_t i = 0; i < d->conf.max_requests_per_client; i++)
+        if (!s->reqs[i].live) {
+            r = &s->reqs[i];
+            break;
+        }
+    const Llama8__Sampling *sp = g->sampling;
+    struct l8_sched_req q = {
+        .owner = s->id, .id = id, .user = r,
+        .prompt = d->prompt_buf, .n_prompt = g->prompt_count,
+        .max_new_tokens = g->max_new_tokens,
+        .stop_ids = stops, .n_stop = n_stop,
+        .priority = g->priority, .logprobs = g->logprobs,
+        .sampling = {
+            .temperature = sp ? sp->temperature : 0.0f,
+            .top_k = sp ? sp->top_k : 0,
+            .top_p = sp && sp->top_p != 0.0f ? sp->top_p : 1.0f,
+            .min_p = sp ? sp->min_p : 0.0f,
+            .repetition_penalty = sp && sp->repetition_penalty != 0.0f ? sp->repetition_penalty : 1.0f,
+            .seed = sp ? sp->seed : 0,
+        },
+    };
+    int rc = l8_sched_submit(d->sched, &q);
+    if (rc < 0) {
+        log_debug("client %llu request %llu refused: %s", (unsigned long long)s->id,
+                  (unsigned long long)id, l8_sched_strerror(rc));
+        return push_error(s, id, sched_err_code(rc));
+    }
+    *r = (struct l8d_req){ .s = s, .id = id, .live = true, .ignore_eos = g->ignore_eos };
+    s->n_live++;
+    log_debug("client %llu request %llu: %u prompt tokens, %u new", (unsigned long long)s->id,
+              (unsigned long long)id, g->prompt_count, g->max_new_tokens);
+}
+
+static void on_cancel(struct l8d_session *s, const Llama8__Cancel *c)
+{
+    struct l8d_req *r = find_req(s, c->request_id);
+    if (!r || l8_sched_cancel(s->d->sched, s->id, c->request_id) < 0)
+        return push_error(s, c->request_id, L8_ERR_UNKNOWN_REQUEST);
+    struct l8_event ev = { .request_id = c->request_id, .t_ns = l8d_now_ns(),
+                           .kind = L8_EV_DONE, .reason = L8_DONE_CANCELLED,
+                           .index = r->generated, .logprob = NAN };
+    req_release(s, r);
+    l8d_session_push(s, &ev);
+}
+
+static void handle_sqe(struct l8d_session *s, const struct l8_sqe *e)
+{
+    struct l8d *d = s->d;
+    if ((e->kind != L8_SQE_GENERATE && e->kind != L8_SQE_CANCEL) ||
+        e->msg_len > L8_MAX_REQ_MSG || e->msg_off > s->geo.arena_size ||
+        e->msg_len > s->geo.arena_size - e->msg_off) {
+        violation(s, "submission entry out of range");
+        return;
+    }
+    /* Copy out, then parse our copy: the client may be rewriting the arena. */
+    memcpy(d->msg_buf, s->arena + e->msg_off, e->msg_len);
+    if (e->kind == L8_SQE_GENERATE) {
+        Llama8__GenerateRequest *g =
+            llama8__generate_request__unpack(NULL, e->msg_len, d->msg_buf);
+        if (!g)
+            return push_error(s, 0, L8_ERR_BAD_MESSAGE);
+        on_generate(s, g);
+        llama8__generate_request__free_unpacked(g, NULL);
+    } else {
+        Llama8__Cancel *c = llama8__cancel__unpack(NULL, e->msg_len, d->msg_buf);
+        if (!c)
+            return push_error(s, 0, L8_ERR_BAD_MESSAGE);
+        on_cancel(s, c);
+        llama8__cancel__free_unpacked(c, NULL);
+    }
+}
+
+void l8d_session_scan(struct l8d_session *s)
+{
+    if (s->state != L8D_SESS_READY || s->violation)
+        return;
+    /* acquire: pairs with the client's release store of tail, so the entries
+     * and arena bytes below it are visible. Read once. */
+    uint32_t tail = atomic_load_explicit(&s->sq_ctl->tail, memory_order_acquire);
+    uint32_t avail = tail - s->sq_head;
+    if (avail == 0)
+        return;
+    if (avail > s->geo.sq_entries) {
+        violation(s, "submission ring tail out of range");
+        return;
+    }
+    for (uint32_t i = 0; i < avail && !s->violation; i++) {
+        struct l8_sqe e;
+        memcpy(&e, &s->sq[s->sq_head & (s->geo.sq_entries - 1)], sizeof(e));
+        s->sq_head++;
+        handle_sqe(s, &e);
+    }
+    /* release: everything we copied out of the entries and the arena is
+     * read before the client may reuse the space. */
+    atomic_store_explicit(&s->sq_ctl->head, s->sq_head, memory_order_release);
+}
+
+/* ---------------------------------------------------------------- teardown */
+
+void l8d_session_cut_all(struct l8d_session *s)
+{
+    for (uint32_t i = 0; s->reqs && i < s->d->conf.max_requests_per_client; i++) {
+        struct l8d_req *r = &s->reqs[i];
+        if (!r->live)
+            continue;
+        l8_sched_cancel(s->d->sched, s->id, r->id);
+        uint64_t id = r->id;
+        req_release(s, r);
+        push_error(s, id, L8_ERR_SHUTTING_DOWN);
+    }
+}
+
+void l8d_session_close(struct l8d_session *s, int err_code, const char *why)
+{
+    struct l8d *d = s->d;
+    if (s->state == L8D_SESS_CLOSING)
+        return;
+    if (err_code)
+        l8d_send_error(s->fd, err_code, 0, why);
+    uint32_t n = l8_sched_cancel_owner(d->sched, s->id);
+    for (uint32_t i = 0; s->reqs && i < d->conf.max_requests_per_client; i++)
+        s->reqs[i].live = false;
+    s->n_live = 0;
+    if (s->state == L8D_SESS_READY || n)
+        log_info("client %llu '%s' closed%s%s (%u requests cancelled)",
+                 (unsigned long long)s->id, s->name, why ? ": " : "", why ? why : "", n);
+    s->state = L8D_SESS_CLOSING;
+    /* Make the pending recv complete; the doorbell read is cancelled by the
+     * loop. The memory stays until every op is back (l8d_session_free). */
+    shutdown(s->fd, SHUT_RDWR);
+}
+
+void l8d_session_free(struct l8d_session *s)
+{
+    struct l8d *d = s->d;
+    if (s->map)
+        munmap(s->map, s->map_size);
+    if (s->fd >= 0)
+        close(s->fd);
+    if (s->shm_fd >= 0)
+        close(s->shm_fd);
+    if (s->sq_efd >= 0)
+        close(s->sq_efd);
+    if (s->eq_efd >= 0)
+        close(s->eq_efd);
+    free(s->backlog);
+    free(s->reqs);
+    d->sessions[s->slot] = NULL;
+    d->n_sessions--;
+    free(s);
+}
