@@ -1,0 +1,111 @@
+/* common.cuh - helpers shared by the kernel files (not exported). */
+#pragma once
+#include <errno.h>
+#include <stdint.h>
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+#include "l8_kernels.h"
+
+#define L8K_FP8_MAX 448.0f
+#define L8K_FP8_MIN_ACT_SCALE (1.0f / (448.0f * 512.0f))
+#define L8K_WARP 32
+
+/* The launch just issued: a configuration error is ours (-EINVAL would hide
+ * a bug, so it is -EIO like any device failure). */
+static inline int l8k_launch_status(void)
+{
+    return cudaGetLastError() == cudaSuccess ? 0 : -EIO;
+}
+
+__device__ __forceinline__ float l8k_warp_sum(float v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float l8k_warp_max(float v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* Block-wide reductions; red has >= 32 floats of shared memory. All threads
+ * get the result. Starts and ends with a barrier so red can be reused. */
+__device__ __forceinline__ float l8k_block_sum(float v, float *red)
+{
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    v = l8k_warp_sum(v);
+    __syncthreads();
+    if (lane == 0)
+        red[warp] = v;
+    __syncthreads();
+    float r = lane < nw ? red[lane] : 0.0f;
+    r = l8k_warp_sum(r);
+    return r;
+}
+
+__device__ __forceinline__ float l8k_block_max(float v, float *red)
+{
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    v = l8k_warp_max(v);
+    __syncthreads();
+    if (lane == 0)
+        red[warp] = v;
+    __syncthreads();
+    float r = lane < nw ? red[lane] : -INFINITY;
+    r = l8k_warp_max(r);
+    return r;
+}
+
+/* E4M3 (fn) code -> f32, exact. Through f16 where the hardware converts
+ * (sm_89+); cuda_fp8.h emulates it elsewhere. */
+__device__ __forceinline__ float2 l8k_fp8x2_to_float2(uint16_t two)
+{
+    __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)two, __NV_E4M3);
+    __half2 hh;
+    memcpy(&hh, &h, sizeof hh);
+    return __half22float2(hh);
+}
+
+__device__ __forceinline__ float l8k_fp8_to_float(uint8_t c)
+{
+    __half_raw h = __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)c, __NV_E4M3);
+    return __half2float(__half(h));
+}
+
+/* f32 -> E4M3, nearest even, saturating to +-448 (NaN -> 0x7f): the rounding
+ * of l8_f32_to_e4m3(). */
+__device__ __forceinline__ uint8_t l8k_float_to_fp8(float f)
+{
+    return (uint8_t)__nv_cvt_float_to_fp8(f, __NV_SATFINITE, __NV_E4M3);
+}
+
+__device__ __forceinline__ float l8k_bf16_to_float(uint16_t b)
+{
+    return __uint_as_float((uint32_t)b << 16);
+}
+
+/* Nearest even, as l8_f32_to_bf16() (NaN stays NaN). */
+__device__ __forceinline__ uint16_t l8k_float_to_bf16(float f)
+{
+    __nv_bfloat16 b = __float2bfloat16_rn(f);
+    uint16_t u;
+    memcpy(&u, &b, 2);
+    return u;
+}
+
+/* The per-token scale of l8_quantize_act_row(), IEEE division. */
+__device__ __forceinline__ float l8k_act_scale(float amax)
+{
+    return fmaxf(__fdiv_rn(amax, L8K_FP8_MAX), L8K_FP8_MIN_ACT_SCALE);
+}
+
+static inline bool l8k_aligned16(const void *p)
+{
+    return ((uintptr_t)p & 15) == 0;
+}

@@ -1,0 +1,330 @@
+/* gemm.cu - cuBLASLt products for large M (prefill, big batches, lm_head).
+ *
+ * Layout (TN, what FP8 tensor cores take): W [N, K] row-major is a
+ * column-major K x N matrix used transposed (A, opT); x [M, K] row-major is
+ * column-major K x M (B, opN); y [M, N] row-major is column-major N x M (D).
+ * So cuBLASLt's "M" is our N and its "N" is our M: the per-channel weight
+ * scale is A's outer vector, the per-token activation scale B's.
+ *
+ * Three FP8 paths, chosen at create time by running each on a small random
+ * problem against l8k_gemv (exact products, f32 sums) and keeping the first
+ * that agrees: cuBLASLt's OUTER_VEC_32F scaling (CUDA 12.9+ on sm_90), FP8
+ * at unit scale plus our scale epilogue, and the sm_80 path (codes decoded
+ * exactly to bf16, bf16 GEMM, epilogue). */
+#include <stdlib.h>
+#include <string.h>
+#include <cublasLt.h>
+#include "common.cuh"
+
+#define BLAS_WORKSPACE (32u << 20)
+#define BLAS_CACHE 64
+
+enum gemm_kind { GK_FP8_OUTER = 0, GK_FP8_UNIT = 1, GK_BF16 = 2 };
+
+struct algo_entry {
+    int kind;
+    uint32_t M, N, K;
+    cublasLtMatmulAlgo_t algo;
+    bool valid;
+};
+
+struct l8k_blas {
+    cublasLtHandle_t h;
+    void *ws;
+    enum l8k_fp8_path path;
+    bool path_ok[3];
+    uint16_t *scr;       /* bf16 scratch for the decode path: W then x */
+    size_t scr_elems;
+    struct algo_entry cache[BLAS_CACHE];
+    uint32_t cache_next;
+};
+
+static __global__ void scale_epilogue_kernel(float *__restrict__ y, const float *__restrict__ xs,
+                                             const float *__restrict__ ws, uint32_t M, uint32_t N)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)M * N)
+        return;
+    uint32_t m = (uint32_t)(i / N), n = (uint32_t)(i % N);
+    y[i] = y[i] * (xs[m] * ws[n]);
+}
+
+static __global__ void fp8_to_bf16_kernel(const uint8_t *__restrict__ in, uint16_t *__restrict__ out,
+                                          size_t n)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        out[i] = l8k_float_to_bf16(l8k_fp8_to_float(in[i])); /* exact: 3 mantissa bits */
+}
+
+static int lt_status(cublasStatus_t s)
+{
+    return s == CUBLAS_STATUS_SUCCESS ? 0 : -EIO;
+}
+
+/* One cuBLASLt product y = op(A) op(B) (+ scales), column-major as above. */
+static int lt_matmul(struct l8k_blas *b, int kind, const void *w, const void *x, const float *ws,
+                     const float *xs, uint32_t M, uint32_t N, uint32_t K, float *y, cudaStream_t st)
+{
+    cublasLtMatmulDesc_t op = NULL;
+    cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
+    cublasLtMatmulPreference_t pref = NULL;
+    int rc = -EIO;
+    cudaDataType_t in_t = kind == GK_BF16 ? CUDA_R_16BF : CUDA_R_8F_E4M3;
+    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    float alpha = 1.0f, beta = 0.0f;
+
+    if (cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS)
+        goto out;
+    if (cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta) ||
+        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb))
+        goto out;
+    if (kind == GK_FP8_OUTER) {
+        int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+        if (cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof mode) ||
+            cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof mode) ||
+            cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &ws, sizeof ws) ||
+            cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &xs, sizeof xs))
+            goto out;
+    }
+    if (cublasLtMatrixLayoutCreate(&la, in_t, K, N, K) ||
+        cublasLtMatrixLayoutCreate(&lb, in_t, K, M, K) ||
+        cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, N, M, N))
+        goto out;
+
+    {
+        struct algo_entry *e = NULL;
+        for (uint32_t i = 0; i < BLAS_CACHE; i++)
+            if (b->cache[i].valid && b->cache[i].kind == kind && b->cache[i].M == M &&
+                b->cache[i].N == N && b->cache[i].K == K) {
+                e = &b->cache[i];
+                break;
+            }
+        if (!e) {
+            cublasLtMatmulHeuristicResult_t res;
+            int found = 0;
+            size_t wsb = BLAS_WORKSPACE;
+            if (cublasLtMatmulPreferenceCreate(&pref) ||
+                cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                     &wsb, sizeof wsb))
+                goto out;
+            if (cublasLtMatmulAlgoGetHeuristic(b->h, op, la, lb, lc, lc, pref, 1, &res, &found) ||
+                found < 1)
+                goto out;
+            e = &b->cache[b->cache_next++ % BLAS_CACHE];
+            e->kind = kind;
+            e->M = M; e->N = N; e->K = K;
+            e->algo = res.algo;
+            e->valid = true;
+        }
+        rc = lt_status(cublasLtMatmul(b->h, op, &alpha, w, la, x, lb, &beta, y, lc, y, lc,
+                                      &e->algo, b->ws, BLAS_WORKSPACE, st));
+    }
+out:
+    if (pref)
+        cublasLtMatmulPreferenceDestroy(pref);
+    if (lc)
+        cublasLtMatrixLayoutDestroy(lc);
+    if (lb)
+        cublasLtMatrixLayoutDestroy(lb);
+    if (la)
+        cublasLtMatrixLayoutDestroy(la);
+    if (op)
+        cublasLtMatmulDescDestroy(op);
+    return rc;
+}
+
+static int epilogue(float *y, const float *xs, const float *ws, uint32_t M, uint32_t N,
+                    cudaStream_t st)
+{
+    size_t n = (size_t)M * N;
+    scale_epilogue_kernel<<<(unsigned)((n + 255) / 256), 256, 0, st>>>(y, xs, ws, M, N);
+    return l8k_launch_status();
+}
+
+static int gemm_fp8_path(struct l8k_blas *b, enum l8k_fp8_path p, const uint8_t *wq,
+                         const float *ws, const uint8_t *xq, const float *xs, uint32_t M,
+                         uint32_t N, uint32_t K, float *y, cudaStream_t st)
+{
+    int rc;
+    switch (p) {
+    case L8K_FP8_OUTER_VEC:
+        return lt_matmul(b, GK_FP8_OUTER, wq, xq, ws, xs, M, N, K, y, st);
+    case L8K_FP8_EPILOGUE:
+        rc = lt_matmul(b, GK_FP8_UNIT, wq, xq, NULL, NULL, M, N, K, y, st);
+        return rc ? rc : epilogue(y, xs, ws, M, N, st);
+    case L8K_FP8_BF16: {
+        size_t need = (size_t)N * K + (size_t)M * K;
+        if (need > b->scr_elems) {
+            /* Grows only: the engine's first prefill at its largest size
+             * settles it before any graph capture. */
+            if (b->scr && cudaFree(b->scr) != cudaSuccess)
+                return -EIO;
+            b->scr = NULL;
+            b->scr_elems = 0;
+            if (cudaMalloc((void **)&b->scr, need * 2) != cudaSuccess)
+                return -ENOMEM;
+            b->scr_elems = need;
+        }
+        uint16_t *wb = b->scr, *xb = b->scr + (size_t)N * K;
+        size_t nw = (size_t)N * K, nx = (size_t)M * K;
+        fp8_to_bf16_kernel<<<(unsigned)((nw + 255) / 256), 256, 0, st>>>(wq, wb, nw);
+        fp8_to_bf16_kernel<<<(unsigned)((nx + 255) / 256), 256, 0, st>>>(xq, xb, nx);
+        if ((rc = l8k_launch_status()))
+            return rc;
+        rc = lt_matmul(b, GK_BF16, wb, xb, NULL, NULL, M, N, K, y, st);
+        return rc ? rc : epilogue(y, xs, ws, M, N, st);
+    }
+    }
+    return -EINVAL;
+}
+
+/* Random E4M3 codes of moderate size (never NaN), so the probe's sums are
+ * well conditioned. */
+static void probe_fill(uint8_t *c, size_t n, uint32_t *s)
+{
+    for (size_t i = 0; i < n; i++) {
+        *s = *s * 1664525u + 1013904223u;
+        uint8_t mag = (uint8_t)(0x20 + ((*s >> 24) % 0x30)); /* exponents ~2^-3 .. 2^2 */
+        c[i] = (uint8_t)(mag | ((*s >> 16) & 0x80));
+    }
+}
+
+static int probe_paths(struct l8k_blas *b, cudaStream_t st)
+{
+    enum { PM = 7, PN = 64, PK = 128 };
+    uint8_t hw[PN * PK], hx[PM * PK];
+    float hws[PN], hxs[PM], ref[PM * PN], got[PM * PN];
+    uint32_t seed = 12345;
+    probe_fill(hw, sizeof hw, &seed);
+    probe_fill(hx, sizeof hx, &seed);
+    for (int i = 0; i < PN; i++)
+        hws[i] = 0.01f * (float)(1 + i % 7);
+    for (int i = 0; i < PM; i++)
+        hxs[i] = 0.1f * (float)(1 + i);
+    uint8_t *dw = NULL, *dx = NULL;
+    float *dws = NULL, *dxs = NULL, *dy = NULL;
+    int rc = -EIO;
+    if (cudaMalloc((void **)&dw, sizeof hw) || cudaMalloc((void **)&dx, sizeof hx) ||
+        cudaMalloc((void **)&dws, sizeof hws) || cudaMalloc((void **)&dxs, sizeof hxs) ||
+        cudaMalloc((void **)&dy, sizeof ref))
+        goto out;
+    if (cudaMemcpy(dw, hw, sizeof hw, cudaMemcpyHostToDevice) ||
+        cudaMemcpy(dx, hx, sizeof hx, cudaMemcpyHostToDevice) ||
+        cudaMemcpy(dws, hws, sizeof hws, cudaMemcpyHostToDevice) ||
+        cudaMemcpy(dxs, hxs, sizeof hxs, cudaMemcpyHostToDevice))
+        goto out;
+    if (l8k_gemv(dw, L8K_FP8, dws, dx, L8K_FP8, dxs, PM, PN, PK, dy, PN, st) ||
+        cudaMemcpyAsync(ref, dy, sizeof ref, cudaMemcpyDeviceToHost, st) ||
+        cudaStreamSynchronize(st))
+        goto out;
+    for (int p = L8K_FP8_OUTER_VEC; p <= L8K_FP8_BF16; p++) {
+        cudaMemsetAsync(dy, 0xff, sizeof ref, st); /* NaN poison */
+        int r = gemm_fp8_path(b, (enum l8k_fp8_path)p, dw, dws, dx, dxs, PM, PN, PK, dy, st);
+        if (r == 0 && cudaStreamSynchronize(st) == cudaSuccess &&
+            cudaMemcpy(got, dy, sizeof got, cudaMemcpyDeviceToHost) == cudaSuccess) {
+            double num = 0, den = 0;
+            for (int i = 0; i < PM * PN; i++) {
+                double d = (double)got[i] - (double)ref[i];
+                num += d * d;
+                den += (double)ref[i] * ref[i];
+            }
+            /* NaN fails the comparison too. */
+            b->path_ok[p] = num <= 1e-10 * den && den > 0;
+        }
+        cudaGetLastError(); /* a refused mode must not poison later launches */
+    }
+    rc = 0;
+out:
+    cudaFree(dw);
+    cudaFree(dx);
+    cudaFree(dws);
+    cudaFree(dxs);
+    cudaFree(dy);
+    return rc;
+}
+
+extern "C" int l8k_blas_create(cudaStream_t st, struct l8k_blas **out)
+{
+    struct l8k_blas *b = (struct l8k_blas *)calloc(1, sizeof *b);
+    int rc = -EIO;
+    if (!b)
+        return -ENOMEM;
+    if (cublasLtCreate(&b->h) != CUBLAS_STATUS_SUCCESS) {
+        b->h = NULL;
+        goto err;
+    }
+    if (cudaMalloc(&b->ws, BLAS_WORKSPACE) != cudaSuccess) {
+        b->ws = NULL;
+        rc = -ENOMEM;
+        goto err;
+    }
+    if ((rc = probe_paths(b, st)))
+        goto err;
+    if (b->path_ok[L8K_FP8_OUTER_VEC])
+        b->path = L8K_FP8_OUTER_VEC;
+    else if (b->path_ok[L8K_FP8_EPILOGUE])
+        b->path = L8K_FP8_EPILOGUE;
+    else if (b->path_ok[L8K_FP8_BF16])
+        b->path = L8K_FP8_BF16;
+    else {
+        rc = -ENOTSUP;
+        goto err;
+    }
+    *out = b;
+    return 0;
+err:
+    l8k_blas_destroy(b);
+    return rc;
+}
+
+extern "C" void l8k_blas_destroy(struct l8k_blas *b)
+{
+    if (!b)
+        return;
+    if (b->scr)
+        cudaFree(b->scr);
+    if (b->ws)
+        cudaFree(b->ws);
+    if (b->h)
+        cublasLtDestroy(b->h);
+    free(b);
+}
+
+extern "C" enum l8k_fp8_path l8k_blas_fp8_path(const struct l8k_blas *b)
+{
+    return b->path;
+}
+
+extern "C" int l8k_blas_set_fp8_path(struct l8k_blas *b, enum l8k_fp8_path p)
+{
+    if ((unsigned)p > L8K_FP8_BF16)
+        return -EINVAL;
+    if (!b->path_ok[p])
+        return -ENOTSUP;
+    b->path = p;
+    return 0;
+}
+
+extern "C" int l8k_gemm_fp8(struct l8k_blas *b, const uint8_t *wq, const float *w_scale,
+                            const uint8_t *xq, const float *x_scale, uint32_t M, uint32_t N,
+                            uint32_t K, float *y, cudaStream_t st)
+{
+    if (!b || !wq || !w_scale || !xq || !x_scale || !y || N == 0 || K == 0 || K % 16 ||
+        !l8k_aligned16(wq) || !l8k_aligned16(xq) || !l8k_aligned16(y))
+        return -EINVAL;
+    if (M == 0)
+        return 0;
+    return gemm_fp8_path(b, b->path, wq, w_scale, xq, x_scale, M, N, K, y, st);
+}
+
+extern "C" int l8k_gemm_bf16(struct l8k_blas *b, const uint16_t *w, const uint16_t *x, uint32_t M,
+                             uint32_t N, uint32_t K, float *y, cudaStream_t st)
+{
+    if (!b || !w || !x || !y || N == 0 || K == 0 || K % 8 || !l8k_aligned16(w) ||
+        !l8k_aligned16(x) || !l8k_aligned16(y))
+        return -EINVAL;
+    if (M == 0)
+        return 0;
+    return lt_matmul(b, GK_BF16, w, x, NULL, NULL, M, N, K, y, st);
+}

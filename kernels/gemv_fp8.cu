@@ -1,0 +1,216 @@
+/* gemv_fp8.cu - weight-streaming products for small M (decode).
+ *
+ * Memory-bound: at batch 1 every weight byte is used once per token, so the
+ * kernel is built to read W near HBM bandwidth: each lane loads 16 bytes of
+ * a row per step (FP8: 16 weights), a warp owns ROWS rows over the full K,
+ * and GEMV_UNROLL steps of loads are issued before the first is used.
+ * Weights are decoded in registers (E4M3 -> f16 pairs in hardware on sm_89+,
+ * exact), multiplied in f32 with up to MT token rows, reduced across the
+ * warp once, and the per-row weight scale (and the per-token activation
+ * scale) applied once at the end.
+ *
+ * v1: warp per 2 rows, 4 steps in flight, x read through L1 (it is reused by
+ *     every warp of the block and by every block).  Compute per weight byte
+ *     grows with MT; past MT ~ 4-8 the cuBLASLt path wins (measured by
+ *     tests/gpu/bench_kernels). */
+#include "common.cuh"
+
+#define GEMV_THREADS 256
+#define GEMV_WARPS (GEMV_THREADS / 32)
+#define GEMV_ROWS 2
+#define GEMV_UNROLL 4
+#define GEMV_MAX_MT 8
+
+template <int DT> struct dt_bytes;
+template <> struct dt_bytes<L8K_FP8> { static constexpr int v = 1; };
+template <> struct dt_bytes<L8K_BF16> { static constexpr int v = 2; };
+template <> struct dt_bytes<L8K_F32> { static constexpr int v = 4; };
+
+/* n consecutive elements (n = 16 / weight bytes) of dtype DT at p -> f32. */
+template <int DT, int N>
+__device__ __forceinline__ void load_decode(const void *p, float (&f)[N])
+{
+    if constexpr (DT == L8K_F32) {
+        const float4 *v = (const float4 *)p;
+#pragma unroll
+        for (int j = 0; j < N / 4; j++) {
+            float4 a = v[j];
+            f[4 * j] = a.x; f[4 * j + 1] = a.y; f[4 * j + 2] = a.z; f[4 * j + 3] = a.w;
+        }
+    } else if constexpr (DT == L8K_BF16) {
+        const uint4 *v = (const uint4 *)p;
+#pragma unroll
+        for (int j = 0; j < N / 8; j++) {
+            uint4 a = v[j];
+            uint32_t w[4] = {a.x, a.y, a.z, a.w};
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                f[8 * j + 2 * q] = __uint_as_float(w[q] << 16);
+                f[8 * j + 2 * q + 1] = __uint_as_float(w[q] & 0xffff0000u);
+            }
+        }
+    } else {
+        const uint4 *v = (const uint4 *)p;
+#pragma unroll
+        for (int j = 0; j < N / 16; j++) {
+            uint4 a = v[j];
+            uint32_t w[4] = {a.x, a.y, a.z, a.w};
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                float2 lo = l8k_fp8x2_to_float2((uint16_t)(w[q] & 0xffff));
+                float2 hi = l8k_fp8x2_to_float2((uint16_t)(w[q] >> 16));
+                f[16 * j + 4 * q] = lo.x; f[16 * j + 4 * q + 1] = lo.y;
+                f[16 * j + 4 * q + 2] = hi.x; f[16 * j + 4 * q + 3] = hi.y;
+            }
+        }
+    }
+}
+
+/* 16 raw bytes -> EPL floats of dtype DT (EPL = 16 / bytes(DT)). */
+template <int DT, int EPL>
+__device__ __forceinline__ void decode16(uint4 a, float (&f)[EPL])
+{
+    load_decode<DT, EPL>(&a, f);
+}
+
+template <int WT, int XT, int MT>
+static __global__ __launch_bounds__(GEMV_THREADS) void gemv_kernel(
+    const uint8_t *__restrict__ W, const float *__restrict__ ws, const uint8_t *__restrict__ X,
+    const float *__restrict__ xs, uint32_t Mv, uint32_t N, uint32_t K, float *__restrict__ Y,
+    uint32_t ldy)
+{
+    constexpr int WB = dt_bytes<WT>::v, XB = dt_bytes<XT>::v;
+    constexpr int EPL = 16 / WB;           /* weights per lane per step */
+    constexpr uint32_t STEP = 32 * EPL;    /* weights per warp per step */
+    const uint32_t lane = threadIdx.x & 31;
+    const uint32_t row0 = (blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5)) * GEMV_ROWS;
+    if (row0 >= N)
+        return;
+
+    float acc[MT][GEMV_ROWS];
+#pragma unroll
+    for (int m = 0; m < MT; m++)
+#pragma unroll
+        for (int r = 0; r < GEMV_ROWS; r++)
+            acc[m][r] = 0.0f;
+
+    const size_t wrow = (size_t)K * WB, xrow = (size_t)K * XB;
+    for (uint32_t k0 = lane * EPL; k0 < K; k0 += STEP * GEMV_UNROLL) {
+        uint4 wv[GEMV_UNROLL][GEMV_ROWS];
+        /* All loads of this group first: GEMV_UNROLL x ROWS x 16 bytes in
+         * flight per lane. Weights are streamed (evict-first): they are not
+         * re-read within a step. */
+#pragma unroll
+        for (int u = 0; u < GEMV_UNROLL; u++) {
+            uint32_t k = k0 + u * STEP;
+#pragma unroll
+            for (int r = 0; r < GEMV_ROWS; r++) {
+                if (k < K && row0 + r < N)
+                    wv[u][r] = __ldcs((const uint4 *)(W + (row0 + r) * wrow + (size_t)k * WB));
+                else
+                    wv[u][r] = make_uint4(0, 0, 0, 0);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < GEMV_UNROLL; u++) {
+            uint32_t k = k0 + u * STEP;
+            if (k >= K)
+                break;
+            float wf[GEMV_ROWS][EPL];
+#pragma unroll
+            for (int r = 0; r < GEMV_ROWS; r++)
+                decode16<WT, EPL>(wv[u][r], wf[r]);
+#pragma unroll
+            for (int m = 0; m < MT; m++) {
+                if ((uint32_t)m >= Mv)
+                    break;
+                float xf[EPL];
+                load_decode<XT, EPL>(X + m * xrow + (size_t)k * XB, xf);
+#pragma unroll
+                for (int r = 0; r < GEMV_ROWS; r++)
+#pragma unroll
+                    for (int e = 0; e < EPL; e++)
+                        acc[m][r] = fmaf(xf[e], wf[r][e], acc[m][r]);
+            }
+        }
+    }
+
+#pragma unroll
+    for (int m = 0; m < MT; m++)
+#pragma unroll
+        for (int r = 0; r < GEMV_ROWS; r++)
+            acc[m][r] = l8k_warp_sum(acc[m][r]);
+    if (lane != 0)
+        return;
+#pragma unroll
+    for (int m = 0; m < MT; m++) {
+        if ((uint32_t)m >= Mv)
+            break;
+#pragma unroll
+        for (int r = 0; r < GEMV_ROWS; r++) {
+            uint32_t n = row0 + r;
+            if (n >= N)
+                break;
+            float v = acc[m][r];
+            if (ws)
+                v *= ws[n];
+            if (XT == L8K_FP8)
+                v *= xs[m];
+            Y[(size_t)m * ldy + n] = v;
+        }
+    }
+}
+
+template <int WT, int XT>
+static int launch_mt(const void *w, const float *ws, const void *x, const float *xs, uint32_t M,
+                     uint32_t N, uint32_t K, float *y, uint32_t ldy, cudaStream_t st)
+{
+    const uint32_t rows_per_block = GEMV_WARPS * GEMV_ROWS;
+    dim3 grid((N + rows_per_block - 1) / rows_per_block);
+    const size_t xrow = (size_t)K * dt_bytes<XT>::v;
+    for (uint32_t m0 = 0; m0 < M; m0 += GEMV_MAX_MT) {
+        uint32_t mv = M - m0 < GEMV_MAX_MT ? M - m0 : GEMV_MAX_MT;
+        const uint8_t *xp = (const uint8_t *)x + m0 * xrow;
+        const float *xsp = xs ? xs + m0 : NULL;
+        float *yp = y + (size_t)m0 * ldy;
+        const uint8_t *wp = (const uint8_t *)w;
+        if (mv == 1)
+            gemv_kernel<WT, XT, 1><<<grid, GEMV_THREADS, 0, st>>>(wp, ws, xp, xsp, mv, N, K, yp, ldy);
+        else if (mv == 2)
+            gemv_kernel<WT, XT, 2><<<grid, GEMV_THREADS, 0, st>>>(wp, ws, xp, xsp, mv, N, K, yp, ldy);
+        else if (mv <= 4)
+            gemv_kernel<WT, XT, 4><<<grid, GEMV_THREADS, 0, st>>>(wp, ws, xp, xsp, mv, N, K, yp, ldy);
+        else
+            gemv_kernel<WT, XT, 8><<<grid, GEMV_THREADS, 0, st>>>(wp, ws, xp, xsp, mv, N, K, yp, ldy);
+        int rc = l8k_launch_status();
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+extern "C" int l8k_gemv(const void *w, enum l8k_dtype w_dt, const float *w_scale, const void *x,
+                        enum l8k_dtype x_dt, const float *x_scale, uint32_t M, uint32_t N,
+                        uint32_t K, float *y, uint32_t ldy, cudaStream_t st)
+{
+    if (!w || !x || !y || N == 0 || K == 0 || ldy < N || K % 16 || !l8k_aligned16(w) ||
+        !l8k_aligned16(x))
+        return -EINVAL;
+    if ((w_dt == L8K_FP8) != (w_scale != NULL) || (x_dt == L8K_FP8) != (x_scale != NULL))
+        return -EINVAL;
+    if (M == 0)
+        return 0;
+    if (w_dt == L8K_FP8) {
+        if (x_dt == L8K_F32)
+            return launch_mt<L8K_FP8, L8K_F32>(w, w_scale, x, NULL, M, N, K, y, ldy, st);
+        if (x_dt == L8K_BF16)
+            return launch_mt<L8K_FP8, L8K_BF16>(w, w_scale, x, NULL, M, N, K, y, ldy, st);
+        if (x_dt == L8K_FP8)
+            return launch_mt<L8K_FP8, L8K_FP8>(w, w_scale, x, x_scale, M, N, K, y, ldy, st);
+    } else if (w_dt == L8K_BF16 && x_dt == L8K_F32) {
+        return launch_mt<L8K_BF16, L8K_F32>(w, NULL, x, NULL, M, N, K, y, ldy, st);
+    } else if (w_dt == L8K_F32 && x_dt == L8K_F32) {
+        return launch_mt<L8K_F32, L8K_F32>(w, NULL, x, NULL, M, N, K, y, ldy, st);
+    }
+    return -EINVAL;
+}

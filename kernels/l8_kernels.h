@@ -1,0 +1,175 @@
+/* l8_kernels.h - the CUDA kernels of the llama8 GPU engine, C-callable.
+ *
+ * One exported entry point per op. Each checks its shapes and alignment,
+ * launches on the given stream, checks the launch, and returns 0 or a
+ * negative errno (-EINVAL: shape/alignment/argument outside what the op
+ * supports; -EIO: the launch or a library call failed). Nothing here
+ * synchronizes the stream; nothing allocates except l8k_blas_*.
+ *
+ * Conventions: row-major everywhere; [rows, cols] shapes; "f32", "bf16"
+ * (uint16_t bits), "fp8" (E4M3 codes, float8_e4m3fn, uint8_t). Per-token
+ * activation scales and per-output-row weight scales are f32. All device
+ * pointers. Token rows are independent: row t of an output depends only on
+ * row t of its inputs (what lets the engine pad CUDA-graph batches). */
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum l8k_dtype { L8K_F32 = 0, L8K_BF16 = 1, L8K_FP8 = 2 };
+
+/* ---- quantize.cu ------------------------------------------------------ */
+
+/* Per-token FP8 quantization, the definition of l8_quantize_act_row():
+ *   scale[t] = max(absmax(x[t]) / 448, 1 / (448 * 512))  (IEEE f32 division)
+ *   q[t][i]  = E4M3(x[t][i] / scale[t])  nearest even, saturating.
+ * x [T, K] f32 -> q [T, K] fp8, scale [T] f32. */
+int l8k_quantize_rows(const float *x, uint32_t T, uint32_t K, uint8_t *q, float *scale,
+                      cudaStream_t st);
+
+/* Fused residual add + RMSNorm (+ quantize). For output row j (j < n_out),
+ * source row r = rows ? rows[j] : j:
+ *   if add: x[r] += add[r]               (written back: x is the residual)
+ *   y = w * (x[r] * (1 / sqrt(mean(x[r]^2) + eps)))
+ *   out_dt F32: out[j] = y (f32 [n_out, H]); BF16: bf16 [n_out, H];
+ *   FP8: out[j] = codes of y as l8k_quantize_rows, out_scale[j] its scale.
+ * x [*, H] f32, add [*, H] f32 or NULL, w [H] f32. */
+int l8k_rmsnorm(float *x, const float *add, const float *w, float eps, uint32_t H,
+                const int32_t *rows, uint32_t n_out, enum l8k_dtype out_dt, void *out,
+                float *out_scale, cudaStream_t st);
+
+/* MLP activation: h[t][i] = silu(gu[t][i]) * gu[t][I + i], silu(g) = g / (1 + exp(-g)).
+ * gu [T, 2I] f32 (gate then up, as the fused gate/up product writes them);
+ * out as l8k_rmsnorm (F32, BF16, or FP8 codes + out_scale [T]). */
+int l8k_silu_mul(const float *gu, uint32_t T, uint32_t I, enum l8k_dtype out_dt, void *out,
+                 float *out_scale, cudaStream_t st);
+
+/* ---- embed.cu ---------------------------------------------------------- */
+
+/* out[t] = table[ids[t]] as f32. table [vocab, H] BF16 or F32. ids out of
+ * range give a row of NaN (the engine checks ids before; NaN makes a miss loud). */
+int l8k_embed(const void *table, enum l8k_dtype table_dt, uint32_t vocab, uint32_t H,
+              const int32_t *ids, uint32_t T, float *out, cudaStream_t st);
+
+/* ---- gemv_fp8.cu: weight streaming for small M ------------------------- */
+
+/* y[m][n] = scale_w[n] * scale_x[m] * sum_k x[m][k] * W[n][k]   (m < M, n < N)
+ *   W [N, K]: FP8 codes (w_dt FP8, w_scale [N] required) or BF16/F32 dense
+ *             (w_scale NULL);
+ *   x [M, K]: F32, BF16, or FP8 codes (then x_scale [M] required; the
+ *             product of the two E4M3 values is exact in f32);
+ *   y [M, N] f32 (row stride ldy >= N).
+ * Every weight byte is read once per 8 rows of x, 16 bytes per load; the
+ * accumulation is f32. K % 16 == 0 and 16-byte aligned W and x rows. */
+int l8k_gemv(const void *w, enum l8k_dtype w_dt, const float *w_scale,
+             const void *x, enum l8k_dtype x_dt, const float *x_scale,
+             uint32_t M, uint32_t N, uint32_t K, float *y, uint32_t ldy, cudaStream_t st);
+
+/* ---- gemm.cu: cuBLASLt for large M ------------------------------------ */
+
+enum l8k_fp8_path {
+    L8K_FP8_OUTER_VEC = 0,  /* FP8 tensor cores, per-token x per-channel scales in cuBLASLt */
+    L8K_FP8_EPILOGUE  = 1,  /* FP8 tensor cores at unit scale, scales in our epilogue */
+    L8K_FP8_BF16      = 2,  /* codes decoded to bf16 (exact), bf16 GEMM, our epilogue (sm_80) */
+};
+
+struct l8k_blas;
+/* Creates the cuBLASLt handle and a workspace, then picks the FP8 path by
+ * running each candidate on a small random problem and comparing with
+ * l8k_gemv (so a mode the library accepts but computes differently is
+ * never used). */
+int  l8k_blas_create(cudaStream_t st, struct l8k_blas **out);
+void l8k_blas_destroy(struct l8k_blas *b);
+enum l8k_fp8_path l8k_blas_fp8_path(const struct l8k_blas *b);
+/* Force a path (tests); -ENOTSUP when that path failed its probe. */
+int  l8k_blas_set_fp8_path(struct l8k_blas *b, enum l8k_fp8_path p);
+
+/* y [M, N] f32 = x_scale[m] * w_scale[n] * (xq [M, K] . wq [N, K]^T), FP8 codes.
+ * K % 16 == 0. The BF16 path grows a scratch buffer (not graph-capturable
+ * on first use at a new size). */
+int l8k_gemm_fp8(struct l8k_blas *b, const uint8_t *wq, const float *w_scale,
+                 const uint8_t *xq, const float *x_scale, uint32_t M, uint32_t N, uint32_t K,
+                 float *y, cudaStream_t st);
+/* y [M, N] f32 = x [M, K] bf16 . w [N, K]^T bf16, f32 accumulation. K % 8 == 0. */
+int l8k_gemm_bf16(struct l8k_blas *b, const uint16_t *w, const uint16_t *x, uint32_t M,
+                  uint32_t N, uint32_t K, float *y, cudaStream_t st);
+
+/* ---- rope.cu ------------------------------------------------------------ */
+
+/* RoPE (rotate_half convention) and KV append, for T tokens.
+ * qkv [T, ldq] f32: q heads at cols [0, nh*D), k at [nh*D, (nh+nkv)*D),
+ * v at [(nh+nkv)*D, (nh+2nkv)*D). q and k are rotated in place by angle
+ * pos[t] * inv_freq[i] (angle and its sine/cosine in f64); then k and v of
+ * token t go to the pool at slot_map[t] = page * page_size + slot
+ * (slot_map[t] < 0: not stored, a padding row).
+ * k_base: this layer's K pool [n_pages][nkv][page_size][D] of kv_dt (F32 or
+ * BF16); v_base: the same for V. */
+int l8k_rope_kv(float *qkv, uint32_t ldq, const int32_t *pos, const float *inv_freq,
+                uint32_t T, uint32_t nh, uint32_t nkv, uint32_t D,
+                void *k_base, void *v_base, enum l8k_dtype kv_dt, uint32_t page_size,
+                const int32_t *slot_map, cudaStream_t st);
+
+/* ---- attention.cu ------------------------------------------------------- */
+
+/* Paged causal attention for R query rows (decode rows, or the tokens of
+ * prefill chunks: each row is one token).
+ *   q [R, ldq] f32, heads at cols [h*D, (h+1)*D), already rotated;
+ *   row r attends to positions [0, kv_len[r]) of sequence row_seq[r], whose
+ *   pages are page_table[row_seq[r] * pt_stride + p / page_size];
+ *   query head h reads KV head h / (nh / nkv) (one block serves all the
+ *   query heads of a KV head, so each K/V element is loaded once for them);
+ *   out [R, ldo] f32, head h at cols [h*D, (h+1)*D).
+ * Rows with kv_len 0 write zeros. Sequences longer than a split's span are
+ * split across blocks (flash-decoding) and combined; n_splits is chosen from
+ * max_kv_len, which must bound every kv_len[r] (checked on the device: rows
+ * beyond it are truncated, never read out of bounds). work holds
+ * l8k_attention_work_floats() floats. D in {64, 128}; nh/nkv <= 8. */
+size_t l8k_attention_work_floats(uint32_t R, uint32_t nh, uint32_t D, uint32_t max_kv_len);
+int l8k_attention(const float *q, uint32_t ldq, const void *k_base, const void *v_base,
+                  enum l8k_dtype kv_dt, uint32_t page_size, const int32_t *page_table,
+                  uint32_t pt_stride, const int32_t *row_seq, const int32_t *kv_len,
+                  uint32_t R, uint32_t nh, uint32_t nkv, uint32_t D, float softmax_scale,
+                  uint32_t max_kv_len, float *work, float *out, uint32_t ldo, cudaStream_t st);
+
+/* ---- sample.cu ----------------------------------------------------------- */
+
+/* One sequence's sampling request (plain data, same layout in C and CUDA). */
+struct l8k_sample_req {
+    float temperature;      /* <= 0: greedy */
+    uint32_t top_k;         /* 0 = off */
+    float top_p;            /* 1 = off */
+    float min_p;            /* 0 = off */
+    float rep_penalty;      /* 1 = off */
+    float u;                /* l8_philox_uniform(seed, index), in [0, 1) */
+    int32_t logits_row;     /* row of logits to sample from */
+    int32_t hist_off;       /* history ids at history[hist_off, hist_off + n_hist) */
+    int32_t n_hist;
+    int32_t pad_;
+};
+
+/* The definition of sampler.h, one block per request: repetition penalty
+ * (from the original logits, so repeated ids are penalized once), logprob
+ * of the chosen id under the penalized log-softmax, greedy argmax (lowest id
+ * on ties), or temperature / top-k / top-p / min-p selection by radix select
+ * on (logit descending, id ascending) keys and the pick by u.
+ * logits [*, V] f32 (unchanged); scratch [S, V] f32; tok [S]; logprob [S]. */
+int l8k_sample(const float *logits, uint32_t V, const struct l8k_sample_req *req, uint32_t S,
+               const int32_t *history, float *scratch, int32_t *tok, float *logprob,
+               cudaStream_t st);
+
+/* Philox4x32-10 uniform on the device, for checking against the CPU's
+ * l8_philox_uniform(): out[i] = uniform(seed, index0 + i). */
+int l8k_philox_uniform(uint64_t seed, uint64_t index0, uint32_t n, float *out, cudaStream_t st);
+
+/* ---- misc ----------------------------------------------------------------- */
+
+/* Multiprocessor count of the current device (cached per process). */
+int l8k_sm_count(void);
+
+#ifdef __cplusplus
+}
+#endif

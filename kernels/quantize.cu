@@ -1,0 +1,129 @@
+/* quantize.cu - per-token FP8 quantization, fused RMSNorm (+ residual add)
+ * and SiLU*up, each ending in the output dtype the next product wants.
+ *
+ * One block per token row. Values are recomputed between passes rather
+ * than kept in shared memory: rows are up to 28672 wide and the second read
+ * hits L1/L2; recomputation is bitwise identical (same operations). */
+#include "common.cuh"
+
+#define QUANT_THREADS 256
+
+/* Store the row's values (produced by f(i)) in out_dt. For FP8, amax is
+ * found first, then the values are recomputed and quantized. */
+template <typename F>
+__device__ __forceinline__ void store_row(F f, uint32_t n, enum l8k_dtype out_dt, void *out_row,
+                                          float *out_scale, float *red)
+{
+    if (out_dt == L8K_F32) {
+        float *o = (float *)out_row;
+        for (uint32_t i = threadIdx.x; i < n; i += blockDim.x)
+            o[i] = f(i);
+    } else if (out_dt == L8K_BF16) {
+        uint16_t *o = (uint16_t *)out_row;
+        for (uint32_t i = threadIdx.x; i < n; i += blockDim.x)
+            o[i] = l8k_float_to_bf16(f(i));
+    } else {
+        float amax = 0.0f;
+        for (uint32_t i = threadIdx.x; i < n; i += blockDim.x)
+            amax = fmaxf(amax, fabsf(f(i)));
+        amax = l8k_block_max(amax, red);
+        float scale = l8k_act_scale(amax);
+        uint8_t *o = (uint8_t *)out_row;
+        for (uint32_t i = threadIdx.x; i < n; i += blockDim.x)
+            o[i] = l8k_float_to_fp8(__fdiv_rn(f(i), scale));
+        if (threadIdx.x == 0)
+            *out_scale = scale;
+    }
+}
+
+static __device__ __forceinline__ size_t row_bytes(enum l8k_dtype dt, uint32_t n)
+{
+    return dt == L8K_F32 ? 4u * n : dt == L8K_BF16 ? 2u * n : n;
+}
+
+static __global__ void quantize_rows_kernel(const float *__restrict__ x, uint32_t K,
+                                            uint8_t *__restrict__ q, float *__restrict__ scale)
+{
+    __shared__ float red[32];
+    const float *xr = x + (size_t)blockIdx.x * K;
+    store_row([&](uint32_t i) { return xr[i]; }, K, L8K_FP8, q + (size_t)blockIdx.x * K,
+              scale + blockIdx.x, red);
+}
+
+static __global__ void rmsnorm_kernel(float *__restrict__ x, const float *__restrict__ add,
+                                      const float *__restrict__ w, float eps, uint32_t H,
+                                      const int32_t *__restrict__ rows, enum l8k_dtype out_dt,
+                                      void *__restrict__ out, float *__restrict__ out_scale)
+{
+    __shared__ float red[32];
+    uint32_t j = blockIdx.x;
+    size_t r = rows ? (size_t)rows[j] : j;
+    float *xr = x + r * H;
+    float ss = 0.0f;
+    /* Each thread re-reads only elements it wrote itself: no barrier needed
+     * between the residual update and the later passes. */
+    for (uint32_t i = threadIdx.x; i < H; i += blockDim.x) {
+        float v = xr[i];
+        if (add) {
+            v += add[r * H + i];
+            xr[i] = v;
+        }
+        ss += v * v;
+    }
+    ss = l8k_block_sum(ss, red);
+    float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fdiv_rn(ss, (float)H) + eps));
+    store_row([&](uint32_t i) { return w[i] * (xr[i] * inv); }, H, out_dt,
+              (char *)out + row_bytes(out_dt, H) * j, out_scale + j, red);
+}
+
+static __global__ void silu_mul_kernel(const float *__restrict__ gu, uint32_t I,
+                                       enum l8k_dtype out_dt, void *__restrict__ out,
+                                       float *__restrict__ out_scale)
+{
+    __shared__ float red[32];
+    const float *g = gu + (size_t)blockIdx.x * 2 * I;
+    const float *u = g + I;
+    store_row([&](uint32_t i) {
+                  float a = g[i];
+                  return __fdiv_rn(a, 1.0f + expf(-a)) * u[i];
+              },
+              I, out_dt, (char *)out + row_bytes(out_dt, I) * blockIdx.x,
+              out_scale + blockIdx.x, red);
+}
+
+extern "C" int l8k_quantize_rows(const float *x, uint32_t T, uint32_t K, uint8_t *q,
+                                 float *scale, cudaStream_t st)
+{
+    if (!x || !q || !scale || K == 0)
+        return -EINVAL;
+    if (T == 0)
+        return 0;
+    quantize_rows_kernel<<<T, QUANT_THREADS, 0, st>>>(x, K, q, scale);
+    return l8k_launch_status();
+}
+
+extern "C" int l8k_rmsnorm(float *x, const float *add, const float *w, float eps, uint32_t H,
+                           const int32_t *rows, uint32_t n_out, enum l8k_dtype out_dt, void *out,
+                           float *out_scale, cudaStream_t st)
+{
+    if (!x || !w || !out || H == 0 || (out_dt == L8K_FP8 && !out_scale) ||
+        (out_dt != L8K_F32 && out_dt != L8K_BF16 && out_dt != L8K_FP8))
+        return -EINVAL;
+    if (n_out == 0)
+        return 0;
+    rmsnorm_kernel<<<n_out, QUANT_THREADS, 0, st>>>(x, add, w, eps, H, rows, out_dt, out,
+                                                    out_scale);
+    return l8k_launch_status();
+}
+
+extern "C" int l8k_silu_mul(const float *gu, uint32_t T, uint32_t I, enum l8k_dtype out_dt,
+                            void *out, float *out_scale, cudaStream_t st)
+{
+    if (!gu || !out || I == 0 || (out_dt == L8K_FP8 && !out_scale) ||
+        (out_dt != L8K_F32 && out_dt != L8K_BF16 && out_dt != L8K_FP8))
+        return -EINVAL;
+    if (T == 0)
+        return 0;
+    silu_mul_kernel<<<T, QUANT_THREADS, 0, st>>>(gu, I, out_dt, out, out_scale);
+    return l8k_launch_status();
+}

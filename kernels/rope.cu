@@ -1,0 +1,73 @@
+/* rope.cu - RoPE on q and k (rotate_half, llama3-scaled inv_freq from the
+ * host) and the append of k and v to the paged KV pool, fused: one block
+ * per token, the sine and cosine of each frequency computed once (f64, so
+ * positions past 8192 keep full f32 accuracy) and applied to every head. */
+#include "common.cuh"
+
+#define ROPE_THREADS 128
+
+template <typename KV>
+__device__ __forceinline__ void kv_store(KV *p, float v);
+template <>
+__device__ __forceinline__ void kv_store<float>(float *p, float v) { *p = v; }
+template <>
+__device__ __forceinline__ void kv_store<uint16_t>(uint16_t *p, float v) { *p = l8k_float_to_bf16(v); }
+
+template <typename KV>
+static __global__ void rope_kv_kernel(float *__restrict__ qkv, uint32_t ldq,
+                                      const int32_t *__restrict__ pos,
+                                      const float *__restrict__ inv_freq, uint32_t nh,
+                                      uint32_t nkv, uint32_t D, KV *__restrict__ kb,
+                                      KV *__restrict__ vb, uint32_t page_size,
+                                      const int32_t *__restrict__ slot_map)
+{
+    uint32_t t = blockIdx.x, half = D / 2;
+    float *row = qkv + (size_t)t * ldq;
+    double p = (double)pos[t];
+    /* Rotate q and k heads: (nh + nkv) heads x half pairs. */
+    for (uint32_t e = threadIdx.x; e < (nh + nkv) * half; e += blockDim.x) {
+        uint32_t h = e / half, i = e % half;
+        double s, c;
+        sincos(p * (double)inv_freq[i], &s, &c);
+        float *x = row + (size_t)h * D;
+        float a = x[i], b = x[i + half];
+        x[i] = (float)((double)a * c - (double)b * s);
+        x[i + half] = (float)((double)b * c + (double)a * s);
+    }
+    int32_t sm = slot_map[t];
+    if (sm < 0)
+        return;
+    __syncthreads(); /* k was rotated by other threads */
+    uint32_t page = (uint32_t)sm / page_size, slot = (uint32_t)sm % page_size;
+    const float *k = row + (size_t)nh * D, *v = k + (size_t)nkv * D;
+    for (uint32_t e = threadIdx.x; e < nkv * D; e += blockDim.x) {
+        uint32_t h = e / D, d = e % D;
+        size_t off = (((size_t)page * nkv + h) * page_size + slot) * D + d;
+        kv_store(kb + off, k[e]);
+        kv_store(vb + off, v[e]);
+    }
+}
+
+extern "C" int l8k_rope_kv(float *qkv, uint32_t ldq, const int32_t *pos, const float *inv_freq,
+                           uint32_t T, uint32_t nh, uint32_t nkv, uint32_t D, void *k_base,
+                           void *v_base, enum l8k_dtype kv_dt, uint32_t page_size,
+                           const int32_t *slot_map, cudaStream_t st)
+{
+    if (!qkv || !pos || !inv_freq || !k_base || !v_base || !slot_map || D == 0 || D % 2 ||
+        nh == 0 || nkv == 0 || page_size == 0 || ldq < (nh + 2 * nkv) * D)
+        return -EINVAL;
+    if (T == 0)
+        return 0;
+    if (kv_dt == L8K_F32)
+        rope_kv_kernel<float><<<T, ROPE_THREADS, 0, st>>>(qkv, ldq, pos, inv_freq, nh, nkv, D,
+                                                          (float *)k_base, (float *)v_base,
+                                                          page_size, slot_map);
+    else if (kv_dt == L8K_BF16)
+        rope_kv_kernel<uint16_t><<<T, ROPE_THREADS, 0, st>>>(qkv, ldq, pos, inv_freq, nh, nkv, D,
+                                                             (uint16_t *)k_base,
+                                                             (uint16_t *)v_base, page_size,
+                                                             slot_map);
+    else
+        return -EINVAL;
+    return l8k_launch_status();
+}
