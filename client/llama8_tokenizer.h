@@ -91,6 +91,9 @@ enum l8tok_encode_flags {
     /* Special tokens written literally in the text ("<|eot_id|>") are encoded as ordinary
      * text instead of as their special id.  Use it for untrusted text. */
     L8TOK_SPECIAL_AS_TEXT = 1u << 0,
+    /* Same ids, slower: run PCRE2 on every piece instead of the ASCII fast path.  For
+     * tests that check the fast path against the regex. */
+    L8TOK_ENCODE_REGEX_ONLY = 1u << 1,
 };
 
 /* Encode (text, len) and append the ids to out.  No <|begin_of_text|> is added (as Hugging

@@ -42,10 +42,19 @@
 /* BPE scratch on the stack up to this many bytes per word; longer words allocate. */
 #define BPE_STACK_SYMS 128
 
+/* The Llama 3 pre-tokenizer regex, as tokenizer.json has it; the ASCII fast path
+ * (fast_piece) is this regex and is used only when the file's regex is exactly this. */
+static const char LLAMA3_SPLIT_REGEX[] =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
 #define NO_LEN UINT32_MAX /* tok_len of an id that is not a token */
 
+/* A bytes -> id table slot.  The first 8 bytes of the key live in the slot, so a lookup
+ * of a key of up to 8 bytes (most words) touches only the slot, not the pool. */
 struct vocab_slot {
-    uint32_t hash;     /* low 32 bits of the key's hash */
+    uint64_t prefix;   /* the key's first min(len, 8) bytes, zero-padded */
+    uint32_t tag;      /* hash bits 8..31 | min(len, 255) */
     uint32_t id_plus1; /* 0: empty */
 };
 
@@ -102,6 +111,7 @@ struct l8tok {
 
     pcre2_code *re;
     bool re_jit;
+    bool llama3_regex; /* the regex is LLAMA3_SPLIT_REGEX: fast_piece() applies */
 
     pthread_mutex_t cache_lock; /* guards cache; holders take it with trylock */
     struct word_cache *cache;
@@ -121,20 +131,42 @@ static inline uint64_t mix64(uint64_t x)
     return x;
 }
 
-static inline uint64_t hash_bytes(const uint8_t *p, size_t n)
+/* The first min(n, 8) bytes of p, zero-padded; never reads past p + n. */
+static inline uint64_t load_prefix(const uint8_t *p, size_t n)
+{
+    uint64_t v = 0;
+    if (n >= 8) {
+        memcpy(&v, p, 8);
+        return v;
+    }
+    for (size_t i = 0; i < n; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+/* Hash of (p, n) given its prefix (load_prefix(p, n)). */
+static inline uint64_t hash_bytes_pre(const uint8_t *p, size_t n, uint64_t prefix)
 {
     uint64_t h = 0x9e3779b97f4a7c15ull ^ (uint64_t)n;
+    if (n <= 8)
+        return mix64(h ^ prefix);
+    h = (h ^ prefix) * 0xff51afd7ed558ccdull;
+    p += 8;
+    n -= 8;
     while (n >= 8) {
         uint64_t v;
         memcpy(&v, p, 8);
-        h = (h ^ v) * 0xff51afd7ed558ccdull;
         h ^= h >> 32;
+        h = (h ^ v) * 0xff51afd7ed558ccdull;
         p += 8;
         n -= 8;
     }
-    uint64_t v = 0;
-    memcpy(&v, p, n);
-    return mix64(h ^ v);
+    return mix64(h ^ load_prefix(p, n));
+}
+
+static inline uint64_t hash_bytes(const uint8_t *p, size_t n)
+{
+    return hash_bytes_pre(p, n, load_prefix(p, n));
 }
 
 static uint32_t pow2_at_least(size_t n)
@@ -316,28 +348,43 @@ static inline const uint8_t *tok_bytes(const l8tok *t, uint32_t id)
     return (const uint8_t *)t->pool + t->tok_off[id];
 }
 
-/* Find (s, n) in a bytes -> id table whose ids index tok_off/tok_len; 0 if absent. */
-static inline uint32_t bytes_find(const l8tok *t, const struct vocab_slot *tab, uint32_t mask,
-                                  const uint8_t *s, size_t n, uint64_t h)
+static inline uint32_t slot_tag(uint64_t h, size_t n)
 {
-    uint32_t h32 = (uint32_t)h;
+    return ((uint32_t)h & ~0xffu) | (uint32_t)(n < 255 ? n : 255);
+}
+
+/* Find (s, n) in a bytes -> id table; the value (id + 1, or index + 1 into added for
+ * added_hash), 0 if absent.  pre = load_prefix(s, n), h = its hash. */
+static inline uint32_t bytes_find_pre(const l8tok *t, const struct vocab_slot *tab, uint32_t mask,
+                                      const uint8_t *s, size_t n, uint64_t pre, uint64_t h)
+{
+    uint32_t tag = slot_tag(h, n);
     for (uint32_t i = (uint32_t)(h >> 32) & mask;; i = (i + 1) & mask) {
         const struct vocab_slot *sl = &tab[i];
         if (!sl->id_plus1)
             return 0;
-        if (sl->hash == h32) {
-            uint32_t id = sl->id_plus1 - 1;
-            if (tab == t->added_hash)
-                id = t->added[id].id;
-            if (t->tok_len[id] == n && memcmp(tok_bytes(t, id), s, n) == 0)
-                return sl->id_plus1;
-        }
+        if (sl->tag != tag || sl->prefix != pre)
+            continue;
+        if (n <= 8)
+            return sl->id_plus1;
+        uint32_t id = sl->id_plus1 - 1;
+        if (tab == t->added_hash)
+            id = t->added[id].id;
+        if (t->tok_len[id] == n && memcmp(tok_bytes(t, id) + 8, s + 8, n - 8) == 0)
+            return sl->id_plus1;
     }
+}
+
+static inline uint32_t bytes_find(const l8tok *t, const struct vocab_slot *tab, uint32_t mask,
+                                  const uint8_t *s, size_t n)
+{
+    uint64_t pre = load_prefix(s, n);
+    return bytes_find_pre(t, tab, mask, s, n, pre, hash_bytes_pre(s, n, pre));
 }
 
 static inline bool vocab_find(const l8tok *t, const uint8_t *s, size_t n, uint32_t *id)
 {
-    uint32_t v = bytes_find(t, t->vocab, t->vocab_mask, s, n, hash_bytes(s, n));
+    uint32_t v = bytes_find(t, t->vocab, t->vocab_mask, s, n);
     if (!v)
         return false;
     *id = v - 1;
@@ -350,14 +397,14 @@ static bool bytes_insert(l8tok *t, struct vocab_slot *tab, uint32_t mask, uint32
 {
     const uint8_t *s = tok_bytes(t, id);
     size_t n = t->tok_len[id];
-    uint64_t h = hash_bytes(s, n);
-    if (bytes_find(t, tab, mask, s, n, h))
+    uint64_t pre = load_prefix(s, n);
+    uint64_t h = hash_bytes_pre(s, n, pre);
+    if (bytes_find_pre(t, tab, mask, s, n, pre, h))
         return false;
     uint32_t i = (uint32_t)(h >> 32) & mask;
     while (tab[i].id_plus1)
         i = (i + 1) & mask;
-    tab[i].hash = (uint32_t)h;
-    tab[i].id_plus1 = value_plus1;
+    tab[i] = (struct vocab_slot){.prefix = pre, .tag = slot_tag(h, n), .id_plus1 = value_plus1};
     return true;
 }
 
@@ -768,6 +815,7 @@ static int compile_regex(l8tok *t, const char *pattern)
         return -EINVAL;
     /* Without JIT (a PCRE2 built without it) matching is slower but the same. */
     t->re_jit = pcre2_jit_compile(t->re, PCRE2_JIT_COMPLETE) == 0;
+    t->llama3_regex = strcmp(pattern, LLAMA3_SPLIT_REGEX) == 0;
     return 0;
 }
 
@@ -914,13 +962,12 @@ int l8tok_token_bytes(const l8tok *t, uint32_t id, const char **bytes, size_t *l
 int l8tok_token_id(const l8tok *t, const char *text, size_t len, uint32_t *id)
 {
     const uint8_t *s = (const uint8_t *)text;
-    uint64_t h = hash_bytes(s, len);
-    uint32_t v = bytes_find(t, t->added_hash, t->added_mask, s, len, h);
+    uint32_t v = bytes_find(t, t->added_hash, t->added_mask, s, len);
     if (v) {
         *id = t->added[v - 1].id;
         return 0;
     }
-    v = bytes_find(t, t->vocab, t->vocab_mask, s, len, h);
+    v = bytes_find(t, t->vocab, t->vocab_mask, s, len);
     if (!v)
         return -ENOENT;
     *id = v - 1;
@@ -1102,6 +1149,7 @@ struct enc {
     pcre2_match_data *md;
     struct word_cache *cache; /* NULL when another thread holds it */
     l8tok_ids *out;
+    bool fast; /* use fast_piece() */
 };
 
 static int encode_word(struct enc *e, const uint8_t *w, size_t n)
@@ -1109,9 +1157,10 @@ static int encode_word(struct enc *e, const uint8_t *w, size_t n)
     const l8tok *t = e->t;
     if (n == 1)
         return l8tok_ids_push(e->out, t->byte_id[w[0]]);
-    uint64_t h = hash_bytes(w, n);
+    uint64_t pre = load_prefix(w, n);
+    uint64_t h = hash_bytes_pre(w, n, pre);
     if (t->ignore_merges) {
-        uint32_t v = bytes_find(t, t->vocab, t->vocab_mask, w, n, h);
+        uint32_t v = bytes_find_pre(t, t->vocab, t->vocab_mask, w, n, pre, h);
         if (v)
             return l8tok_ids_push(e->out, v - 1);
     }
@@ -1137,6 +1186,124 @@ static int encode_word(struct enc *e, const uint8_t *w, size_t n)
     return 0;
 }
 
+/* ASCII fast path of the Llama 3 Split regex.
+ *
+ * Matching the regex with PCRE2 costs about 100 ns a piece, most of the time of an
+ * encode.  For a piece that starts with an ASCII character, the regex's alternatives reduce
+ * to a few loops over an ASCII class table; this does that, and gives up (returns false,
+ * PCRE2 decides) whenever the answer would depend on a non-ASCII character, whose Unicode
+ * class or case folding only PCRE2 knows (a letter run that ends at a non-ASCII byte may
+ * go on, "'" + "ſ" matches (?i:'s), U+00A0 is whitespace...).  It is used only when the
+ * tokenizer's regex is exactly LLAMA3_SPLIT_REGEX, and a test compares it with PCRE2 on
+ * random text (L8TOK_ENCODE_REGEX_ONLY).  The regex is LLAMA3_SPLIT_REGEX (top of file). */
+
+enum ascii_class { AC_PUNCT, AC_LETTER, AC_DIGIT, AC_SPACE, AC_NEWLINE };
+
+/* Class of each ASCII byte, the way \p{L}, \p{N} and \s see it; PUNCT is the rest,
+ * controls included.  Bytes >= 0x80 are never looked up. */
+static const uint8_t ascii_class[128] = {
+    ['\t'] = AC_SPACE, ['\v'] = AC_SPACE, ['\f'] = AC_SPACE, [' '] = AC_SPACE,
+    ['\n'] = AC_NEWLINE, ['\r'] = AC_NEWLINE,
+    ['0' ... '9'] = AC_DIGIT,
+    ['A' ... 'Z'] = AC_LETTER, ['a' ... 'z'] = AC_LETTER,
+};
+
+static inline int acls(uint8_t c)
+{
+    return ascii_class[c];
+}
+
+/* End of the run of ASCII letters from p; false if it stops at a non-ASCII byte. */
+static inline bool letter_run(const uint8_t *s, size_t len, size_t p, size_t *end)
+{
+    while (p < len && s[p] < 0x80 && acls(s[p]) == AC_LETTER)
+        p++;
+    if (p < len && s[p] >= 0x80)
+        return false;
+    *end = p;
+    return true;
+}
+
+/* The regex's match at p (s[p] < 0x80), tried alternative by alternative as PCRE2 does;
+ * false: PCRE2 must decide. */
+static bool fast_piece(const uint8_t *s, size_t len, size_t p, size_t *end)
+{
+    uint8_t c = s[p];
+    int cls = acls(c);
+    /* (?i:'s|'t|'re|'ve|'m|'ll|'d) */
+    if (c == '\'' && p + 1 < len) {
+        uint8_t d = s[p + 1];
+        if (d >= 0x80)
+            return false;
+        d |= 0x20;
+        if (d == 's' || d == 't' || d == 'm' || d == 'd') {
+            *end = p + 2;
+            return true;
+        }
+        if ((d == 'r' || d == 'v' || d == 'l') && p + 2 < len) {
+            uint8_t e = s[p + 2];
+            if (e >= 0x80)
+                return false;
+            if ((e | 0x20) == (d == 'l' ? 'l' : 'e')) {
+                *end = p + 3;
+                return true;
+            }
+        }
+    }
+    /* [^\r\n\p{L}\p{N}]?\p{L}+ */
+    if (cls == AC_LETTER)
+        return letter_run(s, len, p, end);
+    if (cls == AC_PUNCT || cls == AC_SPACE) {
+        if (p + 1 < len) {
+            uint8_t d = s[p + 1];
+            if (d >= 0x80)
+                return false;
+            if (acls(d) == AC_LETTER)
+                return letter_run(s, len, p + 1, end);
+        }
+    }
+    /* \p{N}{1,3} */
+    if (cls == AC_DIGIT) {
+        size_t q = p + 1;
+        while (q < len && q < p + 3 && s[q] < 0x80 && acls(s[q]) == AC_DIGIT)
+            q++;
+        if (q < p + 3 && q < len && s[q] >= 0x80)
+            return false;
+        *end = q;
+        return true;
+    }
+    /*  ?[^\s\p{L}\p{N}]+[\r\n]* */
+    size_t q = c == ' ' ? p + 1 : p;
+    if (q < len && s[q] < 0x80 && acls(s[q]) == AC_PUNCT) {
+        while (q < len && s[q] < 0x80 && acls(s[q]) == AC_PUNCT)
+            q++;
+        if (q < len && s[q] >= 0x80)
+            return false;
+        while (q < len && (s[q] == '\r' || s[q] == '\n'))
+            q++;
+        *end = q;
+        return true;
+    }
+    if (q < len && s[q] >= 0x80)
+        return false;
+    if (cls != AC_SPACE && cls != AC_NEWLINE)
+        return false; /* not reached: every ASCII class is handled above */
+    /* \s*[\r\n]+ | \s+(?!\S) | \s+ over the whitespace run [p, q) */
+    size_t last_nl = SIZE_MAX;
+    for (q = p; q < len && s[q] < 0x80 && (acls(s[q]) == AC_SPACE || acls(s[q]) == AC_NEWLINE); q++)
+        if (acls(s[q]) == AC_NEWLINE)
+            last_nl = q;
+    if (q < len && s[q] >= 0x80)
+        return false; /* the run may go on in Unicode whitespace */
+    if (last_nl != SIZE_MAX)
+        *end = last_nl + 1;
+    else if (q == len || q - p == 1)
+        *end = q;
+    else
+        *end = q - 1; /* leave the last space to the word after it */
+    return true;
+}
+
 /* Pre-tokenize one stretch of text between added tokens and encode each piece.  The
  * pieces are the regex matches and the gaps between them ("Isolated"). */
 static int encode_segment(struct enc *e, const uint8_t *s, size_t len)
@@ -1145,6 +1312,15 @@ static int encode_segment(struct enc *e, const uint8_t *s, size_t len)
     size_t gap = 0, from = 0;
     int rc;
     while (from < len) {
+        size_t fe;
+        if (e->fast && s[from] < 0x80 && fast_piece(s, len, from, &fe)) {
+            if (from > gap && (rc = encode_word(e, s + gap, from - gap)) < 0)
+                return rc;
+            if ((rc = encode_word(e, s + from, fe - from)) < 0)
+                return rc;
+            gap = from = fe;
+            continue;
+        }
         /* The whole input was checked as UTF-8 once, so PCRE2 need not redo it. */
         int m = t->re_jit ? pcre2_jit_match(t->re, s, len, from, 0, e->md, NULL)
                           : pcre2_match(t->re, s, len, from, PCRE2_NO_UTF_CHECK, e->md, NULL);
@@ -1184,8 +1360,7 @@ static size_t find_added(const l8tok *t, const uint8_t *s, size_t len, size_t fr
             size_t l = t->added_lens[k];
             if (l > len - i)
                 continue;
-            uint32_t v = bytes_find(t, t->added_hash, t->added_mask, s + i, l,
-                                    hash_bytes(s + i, l));
+            uint32_t v = bytes_find(t, t->added_hash, t->added_mask, s + i, l);
             if (v && (allow_special || !t->added[v - 1].special)) {
                 *mlen = l;
                 *id = t->added[v - 1].id;
@@ -1198,7 +1373,7 @@ static size_t find_added(const l8tok *t, const uint8_t *s, size_t len, size_t fr
 
 int l8tok_encode(const l8tok *t, const char *text, size_t len, unsigned flags, l8tok_ids *out)
 {
-    if (flags & ~(unsigned)L8TOK_SPECIAL_AS_TEXT)
+    if (flags & ~(unsigned)(L8TOK_SPECIAL_AS_TEXT | L8TOK_ENCODE_REGEX_ONLY))
         return -EINVAL;
     if (!len)
         return 0;
@@ -1207,7 +1382,8 @@ int l8tok_encode(const l8tok *t, const char *text, size_t len, unsigned flags, l
         return rc;
     const uint8_t *s = (const uint8_t *)text;
     size_t n0 = out->n;
-    struct enc e = {.t = t, .out = out};
+    struct enc e = {.t = t, .out = out,
+                    .fast = t->llama3_regex && !(flags & L8TOK_ENCODE_REGEX_ONLY)};
     e.md = pcre2_match_data_create_from_pattern(t->re, NULL);
     if (!e.md)
         return -ENOMEM;
