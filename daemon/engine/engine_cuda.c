@@ -1,0 +1,949 @@
+/* engine_cuda.c - the CUDA engine: the model resident on one GPU.
+ *
+ * Numerics (engine.h):
+ *   exact: f32 activations into every product (FP8 weights decoded exactly
+ *          in the GEMV kernel), f32 KV pool. Slow; it is the layout check
+ *          against the golden data and the CPU engine.
+ *   fp8:   each projection's input quantized per token to E4M3 (fused into
+ *          RMSNorm / SiLU*up / a quantize kernel), FP8 x FP8 products with
+ *          f32 accumulation and per-token x per-row scales (weight-streaming
+ *          GEMV up to gemv_max_m rows, cuBLASLt FP8 GEMM above), bf16 KV.
+ *   Residual stream, norms, RoPE, softmax and lm_head are f32 in both (the
+ *   lm_head takes bf16 activations through cuBLASLt for many rows in fp8).
+ *
+ * Weights: q/k/v and gate/up are concatenated along their output rows at
+ * load, so each is one product. Upload: worker threads copy the mapped
+ * checkpoint into pinned staging buffers and issue the host-to-device
+ * copies on their own streams, double-buffered, so reading the page cache
+ * overlaps the transfers; a sample of every tensor is read back and
+ * compared.
+ *
+ * A step: one packed metadata upload, the layers on one stream, logits for
+ * the requested rows in chunks, sampling on the GPU (u from the host's
+ * Philox so it is the CPU's number), one synchronization, results copied
+ * out. Steps are synchronous (engine.h); the daemon runs them on its engine
+ * thread. */
+#include "engine.h"
+
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cuda_runtime_api.h>
+
+#include "l8_build.h"
+#include "l8_kernels.h"
+#include "sampler.h"
+#include "../model/numerics.h"
+
+#define UPLOAD_THREADS 4
+#define UPLOAD_CHUNK (32u << 20)          /* bytes per staging buffer */
+#define UPLOAD_VERIFY 256u                /* bytes read back at each end of a tensor */
+#define DEFAULT_KV_BYTES (1ull << 30)     /* pool when opts give no size */
+#define FREE_MEM_RESERVE (512ull << 20)   /* left free for cuBLASLt and the driver */
+#define GEMV_MAX_M_DEFAULT 8u             /* crossover to cuBLASLt (tests/gpu/bench_kernels) */
+
+struct gw {                 /* an FP8 projection on the GPU */
+    uint8_t *w;             /* [n, k] E4M3 codes */
+    float *s;               /* [n] per-row scale */
+    uint32_t n, k;
+};
+
+struct glayer {
+    float *attn_norm, *mlp_norm;  /* [hidden] */
+    struct gw qkv;                /* [(nh + 2 nkv) D, hidden]: q rows, then k, then v */
+    struct gw o;                  /* [hidden, nh D] */
+    struct gw gu;                 /* [2 inter, hidden]: gate rows, then up */
+    struct gw down;               /* [hidden, inter] */
+};
+
+struct meta_layout {        /* offsets (in int32 units) into the metadata block */
+    size_t tok, pos, slot, row_seq, kv_len, logit_rows, pt, total;
+};
+
+struct cuda_engine {
+    const struct l8_model *m;
+    const struct l8_config *c;
+    enum l8_numerics num;
+    uint32_t ps, n_pages, max_tokens, max_seqs, max_pages_seq, lch;
+    uint32_t gemv_max_m;
+    cudaStream_t st;
+    struct l8k_blas *blas;
+
+    struct glayer *L;             /* [n_layers] */
+    void *embed, *lm_head;        /* [vocab, hidden] BF16 or F32 */
+    enum l8k_dtype embed_dt, lm_dt;
+    bool lm_shared;
+    float *final_norm;            /* [hidden] */
+    float *inv_freq;              /* [head_dim / 2] */
+
+    void *kv;                     /* pool[layer][kv][page][kv_head][slot][head_dim] */
+    enum l8k_dtype kv_dt;
+    size_t kv_half;               /* elements of one (layer, kv) slab */
+
+    /* Activations, [max_tokens, ...]. */
+    float *x;                     /* [T, hidden] residual stream */
+    float *y;                     /* [T, hidden] projection output */
+    float *qkv;                   /* [T, (nh + 2 nkv) D] */
+    float *att;                   /* [T, nh D] */
+    float *gu;                    /* [T, 2 inter] */
+    float *act;                   /* [T, max(hidden, inter, nh D)] f32 product input (exact) */
+    uint8_t *xq;                  /* [T, max(...)] E4M3 product input (fp8) */
+    float *xs;                    /* [T] per-token scales */
+    float *attn_work;
+    size_t attn_work_floats;
+    float *fin;                   /* [lch, hidden] final-normed rows (f32) */
+    uint16_t *fin16;              /* [lch, hidden] the same in bf16 (cuBLASLt lm_head) */
+    float *logits;                /* [lch, vocab] */
+    float *samp_scr;              /* [lch, vocab] */
+    struct l8k_sample_req *d_req; /* [lch] */
+    int32_t *d_tok;               /* [lch] */
+    float *d_lp;                  /* [lch] */
+    int32_t *d_hist;              /* history ids, grows */
+    size_t hist_cap;
+
+    /* Step metadata: one pinned host block mirrored by one device block. */
+    int32_t *h_meta, *d_meta;
+    size_t meta_cap;              /* int32 elements */
+    float *h_logits;              /* [lch, vocab] pinned */
+    struct l8k_sample_req *h_req; /* [lch] pinned */
+    int32_t *h_tok;               /* [lch] pinned */
+    float *h_lp;                  /* [lch] pinned */
+    int32_t *h_hist;              /* pinned, hist_cap */
+
+    /* Host scratch. */
+    uint32_t *rows;               /* [max_tokens] logit rows of the step */
+    int32_t *row_src;             /* [max_tokens] which seq a logit row came from */
+};
+
+/* ---- helpers ------------------------------------------------------------ */
+
+#define CK(call)                                                              \
+    do {                                                                      \
+        cudaError_t ck_ = (call);                                             \
+        if (ck_ != cudaSuccess) {                                             \
+            snprintf(err, L8_ERRLEN, "%s:%d: %s", __FILE__, __LINE__,         \
+                     cudaGetErrorString(ck_));                                \
+            rc = ck_ == cudaErrorMemoryAllocation ? -ENOMEM : -EIO;           \
+            goto err;                                                         \
+        }                                                                     \
+    } while (0)
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int dmalloc(void **p, size_t bytes, uint64_t *total)
+{
+    *p = NULL;
+    if (bytes == 0)
+        return 0;
+    if (cudaMalloc(p, bytes) != cudaSuccess) {
+        *p = NULL;
+        cudaGetLastError();
+        return -ENOMEM;
+    }
+    *total += bytes;
+    return 0;
+}
+
+/* ---- weight upload ---------------------------------------------------- */
+
+struct upjob {
+    const void *src;
+    void *dst;
+    size_t bytes;
+    char what[96];
+};
+
+struct uploader {
+    struct upjob *jobs;
+    size_t n, cap;
+    uint64_t bytes;
+    /* work distribution: (job, offset) chunks handed out under the lock */
+    pthread_mutex_t mu;
+    size_t next_job, next_off;
+    int failed;
+};
+
+static int up_add(struct uploader *u, const void *src, void *dst, size_t bytes, const char *what)
+{
+    if (bytes == 0)
+        return 0;
+    if (u->n == u->cap) {
+        size_t nc = u->cap ? u->cap * 2 : 256;
+        struct upjob *nj = realloc(u->jobs, nc * sizeof *nj);
+        if (!nj)
+            return -ENOMEM;
+        u->jobs = nj;
+        u->cap = nc;
+    }
+    struct upjob *j = &u->jobs[u->n++];
+    j->src = src;
+    j->dst = dst;
+    j->bytes = bytes;
+    snprintf(j->what, sizeof j->what, "%s", what);
+    u->bytes += bytes;
+    return 0;
+}
+
+static bool up_next(struct uploader *u, const uint8_t **src, uint8_t **dst, size_t *n)
+{
+    bool ok = false;
+    pthread_mutex_lock(&u->mu);
+    while (u->next_job < u->n && !u->failed) {
+        struct upjob *j = &u->jobs[u->next_job];
+        if (u->next_off >= j->bytes) {
+            u->next_job++;
+            u->next_off = 0;
+            continue;
+        }
+        size_t len = j->bytes - u->next_off;
+        if (len > UPLOAD_CHUNK)
+            len = UPLOAD_CHUNK;
+        *src = (const uint8_t *)j->src + u->next_off;
+        *dst = (uint8_t *)j->dst + u->next_off;
+        *n = len;
+        u->next_off += len;
+        ok = true;
+        break;
+    }
+    pthread_mutex_unlock(&u->mu);
+    return ok;
+}
+
+static void *up_worker(void *arg)
+{
+    struct uploader *u = arg;
+    void *buf[2] = { NULL, NULL };
+    cudaEvent_t ev[2] = { NULL, NULL };
+    cudaStream_t st = NULL;
+    int k = 0;
+    if (cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) != cudaSuccess)
+        goto fail;
+    for (int i = 0; i < 2; i++)
+        if (cudaHostAlloc(&buf[i], UPLOAD_CHUNK, cudaHostAllocDefault) != cudaSuccess ||
+            cudaEventCreateWithFlags(&ev[i], cudaEventDisableTiming) != cudaSuccess)
+            goto fail;
+    const uint8_t *src;
+    uint8_t *dst;
+    size_t n;
+    while (up_next(u, &src, &dst, &n)) {
+        /* The copy out of this buffer two chunks ago must be done. */
+        if (cudaEventSynchronize(ev[k]) != cudaSuccess)
+            goto fail;
+        memcpy(buf[k], src, n);   /* faults the mapping in: the read overlaps the DMA */
+        if (cudaMemcpyAsync(dst, buf[k], n, cudaMemcpyHostToDevice, st) != cudaSuccess ||
+            cudaEventRecord(ev[k], st) != cudaSuccess)
+            goto fail;
+        k ^= 1;
+    }
+    if (cudaStreamSynchronize(st) != cudaSuccess)
+        goto fail;
+    goto out;
+fail:
+    pthread_mutex_lock(&u->mu);
+    u->failed = 1;
+    pthread_mutex_unlock(&u->mu);
+    cudaGetLastError();
+out:
+    if (st)
+        cudaStreamSynchronize(st);
+    for (int i = 0; i < 2; i++) {
+        if (ev[i])
+            cudaEventDestroy(ev[i]);
+        if (buf[i])
+            cudaFreeHost(buf[i]);
+    }
+    if (st)
+        cudaStreamDestroy(st);
+    return NULL;
+}
+
+/* Run all jobs; then read back both ends of every tensor and compare. */
+static int up_run(struct uploader *u, double *secs, char err[L8_ERRLEN])
+{
+    pthread_t th[UPLOAD_THREADS];
+    int started = 0;
+    double t0 = now_s();
+    pthread_mutex_init(&u->mu, NULL);
+    u->next_job = u->next_off = 0;
+    u->failed = 0;
+    for (int i = 0; i < UPLOAD_THREADS; i++) {
+        if (pthread_create(&th[i], NULL, up_worker, u) != 0)
+            break;
+        started++;
+    }
+    if (started == 0)
+        up_worker(u);
+    for (int i = 0; i < started; i++)
+        pthread_join(th[i], NULL);
+    pthread_mutex_destroy(&u->mu);
+    *secs = now_s() - t0;
+    if (u->failed) {
+        snprintf(err, L8_ERRLEN, "weight upload failed (host-to-device copy)");
+        return -EIO;
+    }
+    uint8_t back[UPLOAD_VERIFY];
+    for (size_t i = 0; i < u->n; i++) {
+        const struct upjob *j = &u->jobs[i];
+        size_t n = j->bytes < UPLOAD_VERIFY ? j->bytes : UPLOAD_VERIFY;
+        size_t offs[2] = { 0, j->bytes - n };
+        for (int e = 0; e < 2; e++) {
+            if (cudaMemcpy(back, (const uint8_t *)j->dst + offs[e], n, cudaMemcpyDeviceToHost)
+                != cudaSuccess) {
+                snprintf(err, L8_ERRLEN, "reading back %s failed", j->what);
+                return -EIO;
+            }
+            if (memcmp(back, (const uint8_t *)j->src + offs[e], n) != 0) {
+                snprintf(err, L8_ERRLEN, "%s differs on the GPU after upload", j->what);
+                return -EIO;
+            }
+        }
+    }
+    return 0;
+}
+
+/* ---- create / destroy -------------------------------------------------- */
+
+static void cuda_destroy(void *impl);
+
+/* A dense [rows, cols] matrix in a dtype the kernels read (BF16 as stored,
+ * F32 as stored, F16 widened to F32 exactly). *conv holds converted data. */
+static int dense_source(const struct l8_dense *d, const void **src, enum l8k_dtype *dt,
+                        size_t *bytes, void **conv)
+{
+    size_t n = (size_t)d->rows * d->cols;
+    *conv = NULL;
+    if (d->dtype == L8_BF16) {
+        *src = d->data;
+        *dt = L8K_BF16;
+        *bytes = n * 2;
+        return 0;
+    }
+    if (d->dtype == L8_F32) {
+        *src = d->data;
+        *dt = L8K_F32;
+        *bytes = n * 4;
+        return 0;
+    }
+    float *f = malloc(n * 4);
+    if (!f)
+        return -ENOMEM;
+    for (uint32_t r = 0; r < d->rows; r++)
+        l8_dense_row(d, r, f + (size_t)r * d->cols);
+    *conv = f;
+    *src = f;
+    *dt = L8K_F32;
+    *bytes = n * 4;
+    return 0;
+}
+
+static void meta_plan(struct cuda_engine *e, uint32_t T, uint32_t S, uint32_t pt_stride,
+                      uint32_t L, struct meta_layout *ml)
+{
+    size_t o = 0;
+    ml->tok = o; o += T;
+    ml->pos = o; o += T;
+    ml->slot = o; o += T;
+    ml->row_seq = o; o += T;
+    ml->kv_len = o; o += T;
+    ml->logit_rows = o; o += L;
+    o = (o + 3) & ~(size_t)3;
+    ml->pt = o; o += (size_t)S * pt_stride;
+    ml->total = o;
+    (void)e;
+}
+
+static int cuda_create(const struct l8_model *m, const struct l8_engine_opts *o, void **impl,
+                       uint32_t *n_pages_out, char err[L8_ERRLEN])
+{
+    const struct l8_config *c = &m->cfg;
+    struct cuda_engine *e = calloc(1, sizeof *e);
+    struct uploader up = { 0 };
+    void *conv_embed = NULL, *conv_lm = NULL;
+    uint64_t wbytes = 0, abytes = 0;
+    int rc = -EIO;
+    int ndev = 0;
+
+    if (!e) {
+        snprintf(err, L8_ERRLEN, "out of memory");
+        return -ENOMEM;
+    }
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        cudaGetLastError();
+        snprintf(err, L8_ERRLEN, "no CUDA device");
+        free(e);
+        return -ENODEV;
+    }
+    e->m = m;
+    e->c = c;
+    e->num = o->numerics;
+    e->ps = o->page_size;
+    e->max_tokens = o->max_step_tokens;
+    e->max_seqs = o->max_seqs;
+    e->lch = e->max_seqs > 64 ? e->max_seqs : 64;
+    e->gemv_max_m = GEMV_MAX_M_DEFAULT;
+    const char *gm = getenv("L8_GEMV_MAX_M");   /* crossover experiments (bench) */
+    if (gm && atoi(gm) >= 0)
+        e->gemv_max_m = (uint32_t)atoi(gm);
+    const uint32_t H = c->hidden, I = c->inter, D = c->head_dim, nh = c->n_heads,
+                   nkv = c->n_kv_heads, V = c->vocab, NL = c->n_layers;
+    const uint32_t QKV = (nh + 2 * nkv) * D;
+    if (H % 16 || I % 16 || (nh * D) % 16 || (D != 64 && D != 128) || nh / nkv > 8) {
+        snprintf(err, L8_ERRLEN,
+                 "cuda engine needs hidden, inter, heads*head_dim multiples of 16, "
+                 "head_dim 64 or 128 and at most 8 query heads per KV head");
+        free(e);
+        return -ENOTSUP;
+    }
+
+    CK(cudaStreamCreateWithFlags(&e->st, cudaStreamNonBlocking));
+    if ((rc = l8k_blas_create(e->st, &e->blas)) < 0) {
+        snprintf(err, L8_ERRLEN, "cuBLASLt setup failed (%d)", rc);
+        goto err;
+    }
+
+    /* Weights. */
+    e->L = calloc(NL, sizeof *e->L);
+    if (!e->L) {
+        rc = -ENOMEM;
+        snprintf(err, L8_ERRLEN, "out of memory");
+        goto err;
+    }
+    char what[96];
+    for (uint32_t l = 0; l < NL; l++) {
+        const struct l8_layer *ml = &m->layers[l];
+        struct glayer *g = &e->L[l];
+        const struct l8_qweight *parts[2][3] = { { &ml->wq, &ml->wk, &ml->wv },
+                                                 { &ml->wgate, &ml->wup, NULL } };
+        struct gw *fused[2] = { &g->qkv, &g->gu };
+        for (int f = 0; f < 2; f++) {
+            uint32_t n = 0, k = parts[f][0]->in;
+            for (int p = 0; p < 3 && parts[f][p]; p++)
+                n += parts[f][p]->out;
+            fused[f]->n = n;
+            fused[f]->k = k;
+            if (dmalloc((void **)&fused[f]->w, (size_t)n * k, &wbytes) ||
+                dmalloc((void **)&fused[f]->s, (size_t)n * 4, &wbytes)) {
+                rc = -ENOMEM;
+                snprintf(err, L8_ERRLEN, "out of GPU memory for layer %u weights", l);
+                goto err;
+            }
+            uint32_t row = 0;
+            for (int p = 0; p < 3 && parts[f][p]; p++) {
+                const struct l8_qweight *q = parts[f][p];
+                snprintf(what, sizeof what, "layer %u projection %d.%d", l, f, p);
+                if ((rc = up_add(&up, q->w, fused[f]->w + (size_t)row * k, (size_t)q->out * k,
+                                 what)) ||
+                    (rc = up_add(&up, q->scale, fused[f]->s + row, (size_t)q->out * 4, what)))
+                    goto err_nomem;
+                row += q->out;
+            }
+        }
+        const struct l8_qweight *single[2] = { &ml->wo, &ml->wdown };
+        struct gw *dst[2] = { &g->o, &g->down };
+        for (int s = 0; s < 2; s++) {
+            dst[s]->n = single[s]->out;
+            dst[s]->k = single[s]->in;
+            size_t cnt = (size_t)dst[s]->n * dst[s]->k;
+            if (dmalloc((void **)&dst[s]->w, cnt, &wbytes) ||
+                dmalloc((void **)&dst[s]->s, (size_t)dst[s]->n * 4, &wbytes)) {
+                rc = -ENOMEM;
+                snprintf(err, L8_ERRLEN, "out of GPU memory for layer %u weights", l);
+                goto err;
+            }
+            snprintf(what, sizeof what, "layer %u %s", l, s ? "down_proj" : "o_proj");
+            if ((rc = up_add(&up, single[s]->w, dst[s]->w, cnt, what)) ||
+                (rc = up_add(&up, single[s]->scale, dst[s]->s, (size_t)dst[s]->n * 4, what)))
+                goto err_nomem;
+        }
+        if (dmalloc((void **)&g->attn_norm, H * 4, &wbytes) ||
+            dmalloc((void **)&g->mlp_norm, H * 4, &wbytes)) {
+            rc = -ENOMEM;
+            snprintf(err, L8_ERRLEN, "out of GPU memory for layer %u norms", l);
+            goto err;
+        }
+        snprintf(what, sizeof what, "layer %u norms", l);
+        if ((rc = up_add(&up, ml->attn_norm, g->attn_norm, H * 4, what)) ||
+            (rc = up_add(&up, ml->mlp_norm, g->mlp_norm, H * 4, what)))
+            goto err_nomem;
+    }
+    {
+        const void *src;
+        size_t bytes;
+        if ((rc = dense_source(&m->embed, &src, &e->embed_dt, &bytes, &conv_embed)))
+            goto err_nomem;
+        if (dmalloc(&e->embed, bytes, &wbytes)) {
+            rc = -ENOMEM;
+            snprintf(err, L8_ERRLEN, "out of GPU memory for the embedding");
+            goto err;
+        }
+        if ((rc = up_add(&up, src, e->embed, bytes, "embed_tokens")))
+            goto err_nomem;
+        e->lm_shared = m->lm_head.data == m->embed.data;
+        if (e->lm_shared) {
+            e->lm_head = e->embed;
+            e->lm_dt = e->embed_dt;
+        } else {
+            if ((rc = dense_source(&m->lm_head, &src, &e->lm_dt, &bytes, &conv_lm)))
+                goto err_nomem;
+            if (dmalloc(&e->lm_head, bytes, &wbytes)) {
+                rc = -ENOMEM;
+                snprintf(err, L8_ERRLEN, "out of GPU memory for lm_head");
+                goto err;
+            }
+            if ((rc = up_add(&up, src, e->lm_head, bytes, "lm_head")))
+                goto err_nomem;
+        }
+        if (dmalloc((void **)&e->final_norm, H * 4, &wbytes) ||
+            dmalloc((void **)&e->inv_freq, D / 2 * 4, &wbytes)) {
+            rc = -ENOMEM;
+            snprintf(err, L8_ERRLEN, "out of GPU memory");
+            goto err;
+        }
+        if ((rc = up_add(&up, m->final_norm, e->final_norm, H * 4, "norm")) ||
+            (rc = up_add(&up, m->rope_inv_freq, e->inv_freq, D / 2 * 4, "rope inv_freq")))
+            goto err_nomem;
+    }
+    double up_s = 0;
+    if ((rc = up_run(&up, &up_s, err)))
+        goto err;
+    free(conv_embed);
+    free(conv_lm);
+    conv_embed = conv_lm = NULL;
+
+    /* Activations. */
+    {
+        const uint32_t T = e->max_tokens;
+        uint32_t kmax = H > I ? H : I;
+        if (nh * D > kmax)
+            kmax = nh * D;
+        /* The widest attention workspace over any row count up to T. */
+        uint32_t ctx = c->max_pos;
+        for (uint32_t r = 1; r <= T; r++) {
+            size_t w = l8k_attention_work_floats(r, nh, D, ctx);
+            if (w > e->attn_work_floats)
+                e->attn_work_floats = w;
+        }
+        int a = 0;
+        a |= dmalloc((void **)&e->x, (size_t)T * H * 4, &abytes);
+        a |= dmalloc((void **)&e->y, (size_t)T * H * 4, &abytes);
+        a |= dmalloc((void **)&e->qkv, (size_t)T * QKV * 4, &abytes);
+        a |= dmalloc((void **)&e->att, (size_t)T * nh * D * 4, &abytes);
+        a |= dmalloc((void **)&e->gu, (size_t)T * 2 * I * 4, &abytes);
+        if (e->num == L8_NUMERICS_EXACT)
+            a |= dmalloc((void **)&e->act, (size_t)T * kmax * 4, &abytes);
+        else
+            a |= dmalloc((void **)&e->xq, (size_t)T * kmax, &abytes);
+        a |= dmalloc((void **)&e->xs, (size_t)T * 4, &abytes);
+        a |= dmalloc((void **)&e->attn_work, e->attn_work_floats * 4, &abytes);
+        a |= dmalloc((void **)&e->fin, (size_t)e->lch * H * 4, &abytes);
+        a |= dmalloc((void **)&e->fin16, (size_t)e->lch * H * 2, &abytes);
+        a |= dmalloc((void **)&e->logits, (size_t)e->lch * V * 4, &abytes);
+        a |= dmalloc((void **)&e->samp_scr, (size_t)e->lch * V * 4, &abytes);
+        a |= dmalloc((void **)&e->d_req, (size_t)e->lch * sizeof *e->d_req, &abytes);
+        a |= dmalloc((void **)&e->d_tok, (size_t)e->lch * 4, &abytes);
+        a |= dmalloc((void **)&e->d_lp, (size_t)e->lch * 4, &abytes);
+        if (a) {
+            rc = -ENOMEM;
+            snprintf(err, L8_ERRLEN, "out of GPU memory for activations (%u tokens)", T);
+            goto err;
+        }
+        CK(cudaHostAlloc((void **)&e->h_logits, (size_t)e->lch * V * 4, cudaHostAllocDefault));
+        CK(cudaHostAlloc((void **)&e->h_req, (size_t)e->lch * sizeof *e->h_req,
+                         cudaHostAllocDefault));
+        CK(cudaHostAlloc((void **)&e->h_tok, (size_t)e->lch * 4, cudaHostAllocDefault));
+        CK(cudaHostAlloc((void **)&e->h_lp, (size_t)e->lch * 4, cudaHostAllocDefault));
+        e->rows = malloc((size_t)T * sizeof *e->rows);
+        e->row_src = malloc((size_t)T * sizeof *e->row_src);
+        if (!e->rows || !e->row_src) {
+            rc = -ENOMEM;
+            snprintf(err, L8_ERRLEN, "out of memory");
+            goto err;
+        }
+    }
+
+    /* KV pool. */
+    {
+        e->kv_dt = e->num == L8_NUMERICS_EXACT ? L8K_F32 : L8K_BF16;
+        size_t elt = e->kv_dt == L8K_F32 ? 4 : 2;
+        size_t page_bytes = (size_t)NL * 2 * nkv * e->ps * D * elt;
+        size_t free_b = 0, total_b = 0;
+        CK(cudaMemGetInfo(&free_b, &total_b));
+        uint64_t want;
+        if (o->n_pages)
+            want = (uint64_t)o->n_pages * page_bytes;
+        else if (o->kv_bytes)
+            want = o->kv_bytes;
+        else {
+            want = DEFAULT_KV_BYTES;
+            if (free_b > FREE_MEM_RESERVE && want > free_b - FREE_MEM_RESERVE)
+                want = free_b - FREE_MEM_RESERVE;
+        }
+        e->n_pages = (uint32_t)(want / page_bytes);
+        if (e->n_pages == 0 || (uint64_t)e->n_pages * page_bytes + FREE_MEM_RESERVE > free_b) {
+            rc = -ENOMEM;
+            snprintf(err, L8_ERRLEN, "KV pool of %u pages (%.1f MiB) does not fit in %.1f MiB free",
+                     e->n_pages, (double)e->n_pages * page_bytes / 1048576.0,
+                     (double)free_b / 1048576.0);
+            goto err;
+        }
+        e->kv_half = (size_t)e->n_pages * nkv * e->ps * D;
+        if (dmalloc(&e->kv, (size_t)e->n_pages * page_bytes, &abytes)) {
+            rc = -ENOMEM;
+            snprintf(err, L8_ERRLEN, "out of GPU memory for the KV pool");
+            goto err;
+        }
+        uint64_t ctx = (uint64_t)e->n_pages * e->ps;
+        if (ctx > c->max_pos)
+            ctx = c->max_pos;
+        e->max_pages_seq = (uint32_t)((ctx + e->ps - 1) / e->ps);
+        CK(cudaMemGetInfo(&free_b, &total_b));
+        fprintf(stderr,
+                "llama8 cuda: weights %.2f GiB uploaded in %.2f s (%.1f GB/s); activations "
+                "%.1f MiB; KV pool %u pages of %u (%.1f MiB, %s); fp8 GEMM path %d; "
+                "%.1f GiB free of %.1f\n",
+                (double)wbytes / 1073741824.0, up_s, up_s > 0 ? (double)up.bytes / up_s / 1e9 : 0,
+                (double)(abytes - (size_t)e->n_pages * page_bytes) / 1048576.0, e->n_pages,
+                e->ps, (double)e->n_pages * page_bytes / 1048576.0,
+                e->kv_dt == L8K_F32 ? "f32" : "bf16", (int)l8k_blas_fp8_path(e->blas),
+                (double)free_b / 1073741824.0, (double)total_b / 1073741824.0);
+    }
+    free(up.jobs);
+    *impl = e;
+    *n_pages_out = e->n_pages;
+    return 0;
+
+err_nomem:
+    if (rc == -ENOMEM)
+        snprintf(err, L8_ERRLEN, "out of memory");
+err:
+    free(up.jobs);
+    free(conv_embed);
+    free(conv_lm);
+    cuda_destroy(e);
+    return rc;
+}
+
+static void cuda_destroy(void *impl)
+{
+    struct cuda_engine *e = impl;
+    if (!e)
+        return;
+    if (e->st)
+        cudaStreamSynchronize(e->st);
+    if (e->L) {
+        for (uint32_t l = 0; l < e->c->n_layers; l++) {
+            struct glayer *g = &e->L[l];
+            cudaFree(g->attn_norm);
+            cudaFree(g->mlp_norm);
+            struct gw *w[4] = { &g->qkv, &g->o, &g->gu, &g->down };
+            for (int i = 0; i < 4; i++) {
+                cudaFree(w[i]->w);
+                cudaFree(w[i]->s);
+            }
+        }
+        free(e->L);
+    }
+    if (!e->lm_shared)
+        cudaFree(e->lm_head);
+    void *dev[] = { e->embed, e->final_norm, e->inv_freq, e->kv, e->x, e->y, e->qkv, e->att,
+                    e->gu, e->act, e->xq, e->xs, e->attn_work, e->fin, e->fin16, e->logits,
+                    e->samp_scr, e->d_req, e->d_tok, e->d_lp, e->d_hist, e->d_meta };
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
+        cudaFree(dev[i]);
+    void *host[] = { e->h_logits, e->h_req, e->h_tok, e->h_lp, e->h_hist, e->h_meta };
+    for (size_t i = 0; i < sizeof host / sizeof host[0]; i++)
+        cudaFreeHost(host[i]);
+    l8k_blas_destroy(e->blas);
+    if (e->st)
+        cudaStreamDestroy(e->st);
+    free(e->rows);
+    free(e->row_src);
+    free(e);
+}
+
+/* ---- the step ----------------------------------------------------------- */
+
+/* Grow a pinned host / device pair to hold n elements of size sz. */
+static int grow_pair(void **h, void **d, size_t *cap, size_t n, size_t sz)
+{
+    if (n <= *cap)
+        return 0;
+    size_t nc = *cap ? *cap : 4096;
+    while (nc < n)
+        nc *= 2;
+    cudaFreeHost(*h);
+    cudaFree(*d);
+    *h = *d = NULL;
+    *cap = 0;
+    if (cudaHostAlloc(h, nc * sz, cudaHostAllocDefault) != cudaSuccess) {
+        *h = NULL;
+        cudaGetLastError();
+        return -ENOMEM;
+    }
+    if (cudaMalloc(d, nc * sz) != cudaSuccess) {
+        *d = NULL;
+        cudaGetLastError();
+        return -ENOMEM;
+    }
+    *cap = nc;
+    return 0;
+}
+
+/* y [T, W.n] = (product input) . W^T in the engine's numerics; the input is
+ * in_f32 or e->act (exact) or e->xq / e->xs (fp8), [T, W.k]. */
+static int project(struct cuda_engine *e, const struct gw *W, uint32_t T, const float *in_f32,
+                   float *y)
+{
+    if (e->num == L8_NUMERICS_EXACT)
+        return l8k_gemv(W->w, L8K_FP8, W->s, in_f32 ? in_f32 : e->act, L8K_F32, NULL, T, W->n,
+                        W->k, y, W->n, e->st);
+    if (T <= e->gemv_max_m)
+        return l8k_gemv(W->w, L8K_FP8, W->s, e->xq, L8K_FP8, e->xs, T, W->n, W->k, y, W->n, e->st);
+    return l8k_gemm_fp8(e->blas, W->w, W->s, e->xq, e->xs, T, W->n, W->k, y, e->st);
+}
+
+/* The product input for the next projection: dtype and buffer. */
+static enum l8k_dtype in_dt(const struct cuda_engine *e)
+{
+    return e->num == L8_NUMERICS_EXACT ? L8K_F32 : L8K_FP8;
+}
+static void *in_buf(const struct cuda_engine *e)
+{
+    return e->num == L8_NUMERICS_EXACT ? (void *)e->act : (void *)e->xq;
+}
+
+#define TRY(x)                     \
+    do {                           \
+        if ((rc = (x)) < 0)        \
+            goto out;              \
+    } while (0)
+
+static int cuda_step(void *impl, struct l8_seq *seqs, uint32_t n_seqs)
+{
+    struct cuda_engine *e = impl;
+    const struct l8_config *c = e->c;
+    const uint32_t H = c->hidden, I = c->inter, D = c->head_dim, nh = c->n_heads,
+                   nkv = c->n_kv_heads, V = c->vocab, QKV = (nh + 2 * nkv) * D;
+    int rc = 0;
+
+    /* Shapes of this step. */
+    uint32_t T = 0, pt_stride = 1, max_kv = 0, n_rows = 0;
+    for (uint32_t s = 0; s < n_seqs; s++) {
+        const struct l8_seq *q = &seqs[s];
+        uint32_t end = q->pos + q->n_tokens;
+        uint32_t np = (end + e->ps - 1) / e->ps;
+        if (np > pt_stride)
+            pt_stride = np;
+        if (end > max_kv)
+            max_kv = end;
+        /* Logit rows: requested ones, and the last row when sampling. */
+        if (q->logits == L8_LOGITS_ALL) {
+            for (uint32_t i = 0; i < q->n_tokens; i++) {
+                e->rows[n_rows] = T + i;
+                e->row_src[n_rows++] = (int32_t)s;
+            }
+        } else if (q->logits == L8_LOGITS_LAST || q->sample) {
+            e->rows[n_rows] = T + q->n_tokens - 1;
+            e->row_src[n_rows++] = (int32_t)s;
+        }
+        T += q->n_tokens;
+    }
+    if (T > e->max_tokens || n_seqs > e->max_seqs)
+        return -EINVAL;
+
+    struct meta_layout ml;
+    meta_plan(e, T, n_seqs, pt_stride, n_rows, &ml);
+    if (grow_pair((void **)&e->h_meta, (void **)&e->d_meta, &e->meta_cap, ml.total, 4))
+        return -ENOMEM;
+    int32_t *hm = e->h_meta;
+    uint32_t t = 0;
+    for (uint32_t s = 0; s < n_seqs; s++) {
+        const struct l8_seq *q = &seqs[s];
+        int32_t *pt = hm + ml.pt + (size_t)s * pt_stride;
+        uint32_t np = (q->pos + q->n_tokens + e->ps - 1) / e->ps;
+        for (uint32_t p = 0; p < pt_stride; p++)
+            pt[p] = p < np ? (int32_t)q->pages[p] : 0;
+        for (uint32_t i = 0; i < q->n_tokens; i++, t++) {
+            uint32_t p = q->pos + i;
+            hm[ml.tok + t] = (int32_t)q->tokens[i];
+            hm[ml.pos + t] = (int32_t)p;
+            hm[ml.slot + t] = (int32_t)(q->pages[p / e->ps] * e->ps + p % e->ps);
+            hm[ml.row_seq + t] = (int32_t)s;
+            hm[ml.kv_len + t] = (int32_t)(p + 1);
+        }
+    }
+    for (uint32_t r = 0; r < n_rows; r++)
+        hm[ml.logit_rows + r] = (int32_t)e->rows[r];
+    if (cudaMemcpyAsync(e->d_meta, hm, ml.total * 4, cudaMemcpyHostToDevice, e->st) != cudaSuccess)
+        return -EIO;
+    const int32_t *d_tok = e->d_meta + ml.tok, *d_pos = e->d_meta + ml.pos,
+                  *d_slot = e->d_meta + ml.slot, *d_rseq = e->d_meta + ml.row_seq,
+                  *d_kvl = e->d_meta + ml.kv_len, *d_lrows = e->d_meta + ml.logit_rows,
+                  *d_pt = e->d_meta + ml.pt;
+
+    /* Layers. */
+    const enum l8k_dtype idt = in_dt(e);
+    void *ib = in_buf(e);
+    const float sm_scale = 1.0f / sqrtf((float)D);
+    const size_t kv_elt = e->kv_dt == L8K_F32 ? 4 : 2;
+    TRY(l8k_embed(e->embed, e->embed_dt, V, H, d_tok, T, e->x, e->st));
+    for (uint32_t l = 0; l < c->n_layers; l++) {
+        const struct glayer *g = &e->L[l];
+        uint8_t *kb = (uint8_t *)e->kv + (size_t)l * 2 * e->kv_half * kv_elt;
+        uint8_t *vb = kb + e->kv_half * kv_elt;
+        TRY(l8k_rmsnorm(e->x, l ? e->y : NULL, g->attn_norm, c->rms_eps, H, NULL, T, idt, ib,
+                        e->xs, e->st));
+        TRY(project(e, &g->qkv, T, NULL, e->qkv));
+        TRY(l8k_rope_kv(e->qkv, QKV, d_pos, e->inv_freq, T, nh, nkv, D, kb, vb, e->kv_dt, e->ps,
+                        d_slot, e->st));
+        TRY(l8k_attention(e->qkv, QKV, kb, vb, e->kv_dt, e->ps, d_pt, pt_stride, d_rseq, d_kvl, T,
+                          nh, nkv, D, sm_scale, max_kv, e->attn_work, e->att, nh * D, e->st));
+        if (e->num == L8_NUMERICS_FP8)
+            TRY(l8k_quantize_rows(e->att, T, nh * D, e->xq, e->xs, e->st));
+        TRY(project(e, &g->o, T, e->att, e->y));
+        TRY(l8k_rmsnorm(e->x, e->y, g->mlp_norm, c->rms_eps, H, NULL, T, idt, ib, e->xs, e->st));
+        TRY(project(e, &g->gu, T, NULL, e->gu));
+        TRY(l8k_silu_mul(e->gu, T, I, idt, ib, e->xs, e->st));
+        TRY(project(e, &g->down, T, NULL, e->y));
+    }
+
+    /* Logits and sampling, in chunks of lch rows. */
+    uint32_t hist_total = 0;
+    for (uint32_t s = 0; s < n_seqs; s++)
+        if (seqs[s].sample && seqs[s].sampling->repetition_penalty != 1.0f)
+            hist_total += seqs[s].n_history;
+    if (hist_total) {
+        if (grow_pair((void **)&e->h_hist, (void **)&e->d_hist, &e->hist_cap, hist_total, 4)) {
+            rc = -ENOMEM;
+            goto out;
+        }
+        uint32_t off = 0;
+        for (uint32_t s = 0; s < n_seqs; s++)
+            if (seqs[s].sample && seqs[s].sampling->repetition_penalty != 1.0f) {
+                for (uint32_t i = 0; i < seqs[s].n_history; i++)
+                    e->h_hist[off + i] = (int32_t)seqs[s].history[i];
+                off += seqs[s].n_history;
+            }
+        if (cudaMemcpyAsync(e->d_hist, e->h_hist, (size_t)hist_total * 4, cudaMemcpyHostToDevice,
+                            e->st) != cudaSuccess) {
+            rc = -EIO;
+            goto out;
+        }
+    }
+    for (uint32_t r0 = 0; r0 < n_rows; r0 += e->lch) {
+        uint32_t nr = n_rows - r0 < e->lch ? n_rows - r0 : e->lch;
+        bool blas_lm = e->num == L8_NUMERICS_FP8 && nr > e->gemv_max_m && e->lm_dt == L8K_BF16;
+        /* The last layer's down output joins the residual here, for these rows only. */
+        if (blas_lm) {
+            TRY(l8k_rmsnorm(e->x, e->y, e->final_norm, c->rms_eps, H, d_lrows + r0, nr, L8K_BF16,
+                            e->fin16, NULL, e->st));
+            TRY(l8k_gemm_bf16(e->blas, e->lm_head, e->fin16, nr, V, H, e->logits, e->st));
+        } else {
+            TRY(l8k_rmsnorm(e->x, e->y, e->final_norm, c->rms_eps, H, d_lrows + r0, nr, L8K_F32,
+                            e->fin, NULL, e->st));
+            TRY(l8k_gemv(e->lm_head, e->lm_dt, NULL, e->fin, L8K_F32, NULL, nr, V, H, e->logits, V,
+                         e->st));
+        }
+        /* Sampling requests whose row is in this chunk: a sequence's sample
+         * row is its last logit row. */
+        uint32_t ns = 0, hoff = 0;
+        for (uint32_t s = 0, r = 0; s < n_seqs; s++) {
+            const struct l8_seq *q = &seqs[s];
+            uint32_t nrows_s = q->logits == L8_LOGITS_ALL ? q->n_tokens
+                               : (q->logits == L8_LOGITS_LAST || q->sample) ? 1 : 0;
+            uint32_t last = r + nrows_s - 1;
+            bool pen = q->sample && q->sampling->repetition_penalty != 1.0f;
+            if (q->sample && last >= r0 && last < r0 + nr) {
+                struct l8k_sample_req *rq = &e->h_req[ns++];
+                const struct l8_sampling *sp = q->sampling;
+                rq->temperature = sp->temperature;
+                rq->top_k = sp->top_k;
+                rq->top_p = sp->top_p;
+                rq->min_p = sp->min_p;
+                rq->rep_penalty = sp->repetition_penalty;
+                rq->u = sp->temperature > 0.0f ? l8_philox_uniform(sp->seed, q->sample_index) : 0.0f;
+                rq->logits_row = (int32_t)(last - r0);
+                rq->hist_off = (int32_t)hoff;
+                rq->n_hist = pen ? (int32_t)q->n_history : 0;
+                rq->pad_ = (int32_t)s;
+            }
+            if (pen)
+                hoff += q->n_history;
+            r += nrows_s;
+        }
+        if (ns) {
+            if (cudaMemcpyAsync(e->d_req, e->h_req, ns * sizeof *e->h_req, cudaMemcpyHostToDevice,
+                                e->st) != cudaSuccess) {
+                rc = -EIO;
+                goto out;
+            }
+            TRY(l8k_sample(e->logits, V, e->d_req, ns, e->d_hist, e->samp_scr, e->d_tok, e->d_lp,
+                           e->st));
+            if (cudaMemcpyAsync(e->h_tok, e->d_tok, ns * 4, cudaMemcpyDeviceToHost, e->st) ||
+                cudaMemcpyAsync(e->h_lp, e->d_lp, ns * 4, cudaMemcpyDeviceToHost, e->st)) {
+                rc = -EIO;
+                goto out;
+            }
+        }
+        /* Requested logits back to the host. */
+        bool want = false;
+        for (uint32_t r = r0; r < r0 + nr; r++)
+            if (seqs[e->row_src[r]].logits != L8_LOGITS_NONE)
+                want = true;
+        if (want && cudaMemcpyAsync(e->h_logits, e->logits, (size_t)nr * V * 4,
+                                    cudaMemcpyDeviceToHost, e->st) != cudaSuccess) {
+            rc = -EIO;
+            goto out;
+        }
+        if (cudaStreamSynchronize(e->st) != cudaSuccess) {
+            rc = -EIO;
+            goto out;
+        }
+        for (uint32_t i = 0; i < ns; i++) {
+            struct l8_seq *q = &seqs[e->h_req[i].pad_];
+            q->token_out = (uint32_t)e->h_tok[i];
+            q->logprob_out = e->h_lp[i];
+        }
+        if (want) {
+            /* Row r of the step belongs to seq row_src[r]; its index among
+             * that sequence's logit rows is r minus the sequence's first. */
+            for (uint32_t r = r0; r < r0 + nr; r++) {
+                struct l8_seq *q = &seqs[e->row_src[r]];
+                if (q->logits == L8_LOGITS_NONE)
+                    continue;
+                uint32_t first = r;
+                while (first > 0 && e->row_src[first - 1] == e->row_src[r])
+                    first--;
+                memcpy(q->logits_out + (size_t)(r - first) * V, e->h_logits + (size_t)(r - r0) * V,
+                       (size_t)V * 4);
+            }
+        }
+    }
+    if (n_rows == 0 && cudaStreamSynchronize(e->st) != cudaSuccess)
+        rc = -EIO;
+out:
+    if (rc < 0) {
+        cudaStreamSynchronize(e->st);
+        if (cudaGetLastError() != cudaSuccess || rc == -EIO)
+            rc = -EIO;
+    }
+    return rc;
+}
+
+const struct l8_engine_ops l8_engine_cuda_ops = {
+    .name = "cuda",
+    .create = cuda_create,
+    .destroy = cuda_destroy,
+    .step = cuda_step,
+};
