@@ -1,0 +1,251 @@
+/* bench_kernels.c - the two ceilings and the kernels against them, on the
+ * Llama 3.1 8B shapes (METHOD.md: measure the copy bandwidth and the matrix
+ * rate, then time each kernel with events, median of many, on random data,
+ * rotating buffers so the 60 MB L2 is not what is measured).
+ *
+ * Prints a table on stderr and one JSON object on stdout:
+ *   {"copy_gbs":..., "rows":[{"name","M","N","K","us","gbs","bw_frac","tflops"}...],
+ *    "decode_projection_us":..., "decode_bw_frac":..., "crossover_m":...}
+ * Exits 77 without a device. */
+#include <json-c/json.h>
+#include <time.h>
+
+#include "gpu_util.h"
+#include "l8_kernels.h"
+
+#define REPS 20
+#define ROT 4            /* weight copies rotated through */
+
+static int cmp_f(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+typedef int (*bench_fn)(void *ctx, int i);
+
+/* Median of REPS timed calls (after 3 warm-ups), microseconds. */
+static float time_us(bench_fn f, void *ctx)
+{
+    cudaEvent_t a, b;
+    CU(cudaEventCreate(&a));
+    CU(cudaEventCreate(&b));
+    float t[REPS];
+    for (int i = 0; i < 3; i++)
+        if (f(ctx, i))
+            return -1;
+    for (int i = 0; i < REPS; i++) {
+        CU(cudaEventRecord(a, 0));
+        if (f(ctx, i))
+            return -1;
+        CU(cudaEventRecord(b, 0));
+        CU(cudaEventSynchronize(b));
+        CU(cudaEventElapsedTime(&t[i], a, b));
+    }
+    CU(cudaGetLastError());
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    qsort(t, REPS, sizeof t[0], cmp_f);
+    return t[REPS / 2] * 1000.0f;
+}
+
+struct copy_ctx { void *src, *dst; size_t n; };
+static int do_copy(void *c_, int i)
+{
+    struct copy_ctx *c = c_;
+    (void)i;
+    return cudaMemcpyAsync(c->dst, c->src, c->n, cudaMemcpyDeviceToDevice, 0) != cudaSuccess;
+}
+
+struct prod_ctx {
+    uint8_t *w[ROT];
+    float *ws;
+    void *x;
+    float *xs;
+    float *y;
+    uint32_t M, N, K;
+    enum l8k_dtype w_dt, x_dt;
+    struct l8k_blas *blas;
+    int use_blas;
+};
+static int do_prod(void *c_, int i)
+{
+    struct prod_ctx *c = c_;
+    if (c->use_blas)
+        return l8k_gemm_fp8(c->blas, c->w[i % ROT], c->ws, c->x, c->xs, c->M, c->N, c->K, c->y, 0);
+    return l8k_gemv(c->w[i % ROT], c->w_dt, c->w_dt == L8K_FP8 ? c->ws : NULL, c->x, c->x_dt,
+                    c->x_dt == L8K_FP8 ? c->xs : NULL, c->M, c->N, c->K, c->y, c->N, 0);
+}
+
+static void fill_random(void *d, size_t bytes, int fp8)
+{
+    uint8_t *h = malloc(bytes);
+    for (size_t i = 0; i < bytes; i++) {
+        h[i] = (uint8_t)rnd_u32();
+        if (fp8 && (h[i] & 0x7f) == 0x7f)
+            h[i] = 0x3f;
+    }
+    CU(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
+    free(h);
+}
+
+static void prod_init(struct prod_ctx *c, uint32_t M, uint32_t N, uint32_t K, enum l8k_dtype w_dt,
+                      enum l8k_dtype x_dt, struct l8k_blas *b)
+{
+    memset(c, 0, sizeof *c);
+    size_t wb = (size_t)N * K * (w_dt == L8K_BF16 ? 2 : 1);
+    for (int r = 0; r < ROT; r++) {
+        c->w[r] = dalloc(wb);
+        if (w_dt == L8K_FP8)
+            fill_random(c->w[r], wb, 1);
+        else {
+            uint16_t *h = malloc(wb);
+            for (size_t i = 0; i < wb / 2; i++)
+                h[i] = (uint16_t)(0x3c00 + (rnd_u32() & 0x3ff)) ^ (rnd_u32() & 0x8000);
+            CU(cudaMemcpy(c->w[r], h, wb, cudaMemcpyHostToDevice));
+            free(h);
+        }
+    }
+    float *hs = malloc((N > M ? N : M) * 4);
+    for (uint32_t i = 0; i < (N > M ? N : M); i++)
+        hs[i] = 1e-3f * (1 + rnd_f() * 0.5f);
+    c->ws = dup_to_dev(hs, N * 4);
+    c->xs = dup_to_dev(hs, M * 4);
+    free(hs);
+    size_t xb = (size_t)M * K * (x_dt == L8K_F32 ? 4 : 1);
+    c->x = dalloc(xb);
+    if (x_dt == L8K_FP8)
+        fill_random(c->x, xb, 1);
+    else {
+        float *h = malloc(xb);
+        for (size_t i = 0; i < xb / 4; i++)
+            h[i] = rnd_n(1.0f);
+        CU(cudaMemcpy(c->x, h, xb, cudaMemcpyHostToDevice));
+        free(h);
+    }
+    c->y = dalloc((size_t)M * N * 4);
+    c->M = M; c->N = N; c->K = K;
+    c->w_dt = w_dt; c->x_dt = x_dt;
+    c->blas = b;
+}
+
+static void prod_free(struct prod_ctx *c)
+{
+    for (int r = 0; r < ROT; r++)
+        cudaFree(c->w[r]);
+    cudaFree(c->ws); cudaFree(c->xs); cudaFree(c->x); cudaFree(c->y);
+}
+
+static json_object *row(const char *name, uint32_t M, uint32_t N, uint32_t K, float us,
+                        double bytes, double copy_gbs, double flops)
+{
+    json_object *o = json_object_new_object();
+    json_object_object_add(o, "name", json_object_new_string(name));
+    json_object_object_add(o, "M", json_object_new_int(M));
+    json_object_object_add(o, "N", json_object_new_int(N));
+    json_object_object_add(o, "K", json_object_new_int(K));
+    json_object_object_add(o, "us", json_object_new_double(us));
+    double gbs = us > 0 ? bytes / (us * 1e-6) / 1e9 : 0;
+    json_object_object_add(o, "gbs", json_object_new_double(gbs));
+    json_object_object_add(o, "bw_frac", json_object_new_double(copy_gbs > 0 ? gbs / copy_gbs : 0));
+    json_object_object_add(o, "tflops",
+                           json_object_new_double(us > 0 ? flops / (us * 1e-6) / 1e12 : 0));
+    fprintf(stderr, "%-22s M=%-4u N=%-6u K=%-6u %9.1f us %7.0f GB/s (%.2f of copy) %7.1f TFLOP/s\n",
+            name, M, N, K, us, gbs, copy_gbs > 0 ? gbs / copy_gbs : 0,
+            us > 0 ? flops / (us * 1e-6) / 1e12 : 0);
+    return o;
+}
+
+int main(void)
+{
+    require_gpu();
+    json_object *out = json_object_new_object(), *rows = json_object_new_array();
+    struct l8k_blas *b = NULL;
+    if (l8k_blas_create(0, &b)) {
+        printf("FAIL: cuBLASLt setup\n");
+        return 1;
+    }
+    json_object_object_add(out, "fp8_gemm_path", json_object_new_int(l8k_blas_fp8_path(b)));
+
+    /* Ceiling 1: device-to-device copy, 2 GiB, bytes read + written. */
+    struct copy_ctx cc = { .n = 2ull << 30 };
+    cc.src = dalloc(cc.n);
+    cc.dst = dalloc(cc.n);
+    float cus = time_us(do_copy, &cc);
+    double copy_gbs = 2.0 * cc.n / (cus * 1e-6) / 1e9;
+    fprintf(stderr, "copy D2D 2 GiB: %.1f us, %.0f GB/s (read + write)\n", cus, copy_gbs);
+    json_object_object_add(out, "copy_gbs", json_object_new_double(copy_gbs));
+    cudaFree(cc.src);
+    cudaFree(cc.dst);
+
+    /* Decode projections of one 8B layer at M = 1 (FP8 activations), and lm_head. */
+    struct { const char *name; uint32_t N, K; } P[] = {
+        { "qkv", 6144, 4096 }, { "o", 4096, 4096 }, { "gate_up", 28672, 4096 },
+        { "down", 4096, 14336 } };
+    double layer_us = 0, layer_bytes = 0;
+    for (int i = 0; i < 4; i++) {
+        struct prod_ctx c;
+        prod_init(&c, 1, P[i].N, P[i].K, L8K_FP8, L8K_FP8, b);
+        float us = time_us(do_prod, &c);
+        double bytes = (double)P[i].N * P[i].K + P[i].N * 4.0 + P[i].K + P[i].N * 4.0;
+        json_object_array_add(rows, row(P[i].name, 1, P[i].N, P[i].K, us, bytes, copy_gbs,
+                                        2.0 * P[i].N * P[i].K));
+        layer_us += us;
+        layer_bytes += bytes;
+        prod_free(&c);
+    }
+    {
+        struct prod_ctx c;
+        prod_init(&c, 1, 128256, 4096, L8K_BF16, L8K_F32, b);
+        float us = time_us(do_prod, &c);
+        double bytes = 128256.0 * 4096 * 2;
+        json_object_array_add(rows, row("lm_head_bf16", 1, 128256, 4096, us, bytes, copy_gbs,
+                                        2.0 * 128256 * 4096));
+        double dec_us = 32 * layer_us + us, dec_bytes = 32 * layer_bytes + bytes;
+        double frac = dec_bytes / (dec_us * 1e-6) / 1e9 / copy_gbs;
+        fprintf(stderr, "decode projections (32 layers + lm_head): %.0f us/token -> %.0f tok/s "
+                        "bound from products alone; %.2f of copy bandwidth\n",
+                dec_us, 1e6 / dec_us, frac);
+        json_object_object_add(out, "decode_projection_us", json_object_new_double(dec_us));
+        json_object_object_add(out, "decode_bw_frac", json_object_new_double(frac));
+        prod_free(&c);
+    }
+
+    /* Crossover GEMV -> cuBLASLt on the gate/up shape. */
+    uint32_t cross = 0;
+    const uint32_t Ms[] = { 1, 2, 4, 8, 16, 32, 64 };
+    for (int i = 0; i < 7; i++) {
+        struct prod_ctx c;
+        prod_init(&c, Ms[i], 28672, 4096, L8K_FP8, L8K_FP8, b);
+        float g = time_us(do_prod, &c);
+        c.use_blas = 1;
+        float l = time_us(do_prod, &c);
+        double fl = 2.0 * Ms[i] * 28672 * 4096;
+        json_object_array_add(rows, row("gate_up_gemv", Ms[i], 28672, 4096, g,
+                                        28672.0 * 4096, copy_gbs, fl));
+        json_object_array_add(rows, row("gate_up_cublaslt", Ms[i], 28672, 4096, l,
+                                        28672.0 * 4096, copy_gbs, fl));
+        if (g <= l)
+            cross = Ms[i];
+        prod_free(&c);
+    }
+    fprintf(stderr, "GEMV faster up to M = %u (engine default 8; L8_GEMV_MAX_M overrides)\n", cross);
+    json_object_object_add(out, "crossover_m", json_object_new_int(cross));
+
+    /* Prefill products, 512 tokens. */
+    for (int i = 0; i < 4; i++) {
+        struct prod_ctx c;
+        prod_init(&c, 512, P[i].N, P[i].K, L8K_FP8, L8K_FP8, b);
+        c.use_blas = 1;
+        float us = time_us(do_prod, &c);
+        json_object_array_add(rows, row(P[i].name, 512, P[i].N, P[i].K, us,
+                                        (double)P[i].N * P[i].K + 512.0 * P[i].K, copy_gbs,
+                                        2.0 * 512 * P[i].N * P[i].K));
+        prod_free(&c);
+    }
+    json_object_object_add(out, "rows", rows);
+    printf("%s\n", json_object_to_json_string_ext(out, JSON_C_TO_STRING_PRETTY));
+    json_object_put(out);
+    l8k_blas_destroy(b);
+    return 0;
+}

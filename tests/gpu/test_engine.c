@@ -1,0 +1,324 @@
+/* test_engine.c - the cuda engine against the golden data and itself.
+ *
+ *   exact numerics vs tests/golden (llama.cpp f32, cross-checked in f64):
+ *     relative L2 per position <= 1e-3 (the issue's bound for the GPU),
+ *     greedy continuations of case1 / case3 identical, case4 argmax equal
+ *     where the reference margin >= 1e-3; this is the layout check.
+ *   exact, decode path: case2 fed one token per step (split-K attention,
+ *     R = 1) gives the same logits;
+ *   exact, batched: case1 and case2 in one step on interleaved pages;
+ *   fp8 numerics: mean relative error <= 0.12 and argmax agreement >= 80%
+ *     over all positions (the CPU engine's band);
+ *   sampling: the same seed gives the same tokens, run to run.
+ * usage: test_engine GOLDEN_DIR. Exits 77 without a CUDA device. */
+#include <stdbool.h>
+#include <time.h>
+
+#include "gpu_util.h"
+#include "engine.h"
+#include "model.h"
+#include "safetensors.h"
+
+#define PS 16u
+#define CHUNK 512u
+#define EXACT_TOL 1e-3
+#define MARGIN_MIN 1e-3f
+#define FP8_MEAN_TOL 0.12
+#define FP8_ARGMAX_MIN 0.80
+#define N_CASES 5
+
+static double rel_l2f(const float *a, const float *ref, uint32_t n)
+{
+    double num = 0, den = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (isnan(a[i]))
+            return INFINITY;
+        double d = (double)a[i] - ref[i];
+        num += d * d;
+        den += (double)ref[i] * ref[i];
+    }
+    return sqrt(num / den);
+}
+
+static uint32_t argmax(const float *x, uint32_t n)
+{
+    uint32_t b = 0;
+    for (uint32_t i = 1; i < n; i++)
+        if (x[i] > x[b])
+            b = i;
+    return b;
+}
+
+static const struct l8_tensor *need(const struct l8_tensor_set *ts, const char *name)
+{
+    const struct l8_tensor *t = l8_st_find(ts, name);
+    if (!t) {
+        printf("FAIL: reference tensor %s missing\n", name);
+        exit(1);
+    }
+    return t;
+}
+
+static struct l8_engine *make(const struct l8_model *m, enum l8_numerics num, uint32_t n_pages,
+                              uint32_t max_seqs)
+{
+    struct l8_engine_opts o = { .numerics = num, .page_size = PS, .n_pages = n_pages,
+                                .max_step_tokens = CHUNK, .max_seqs = max_seqs };
+    struct l8_engine *e = NULL;
+    char err[L8_ERRLEN];
+    int r = l8_engine_create(m, L8_BACKEND_CUDA, &o, &e, err);
+    if (r < 0) {
+        printf("FAIL: cuda engine: %s (%d)\n", err, r);
+        exit(1);
+    }
+    return e;
+}
+
+static int prefill(struct l8_engine *e, const uint32_t *tok, uint32_t S, const uint32_t *pages,
+                   uint32_t n_pages, float *out, uint32_t V)
+{
+    for (uint32_t p = 0; p < S; p += CHUNK) {
+        uint32_t n = S - p < CHUNK ? S - p : CHUNK;
+        struct l8_seq s = { .tokens = tok + p, .n_tokens = n, .pos = p, .pages = pages,
+                            .n_pages = n_pages, .logits = L8_LOGITS_ALL,
+                            .logits_out = out + (size_t)p * V };
+        int r = l8_engine_step(e, &s, 1);
+        if (r < 0)
+            return r;
+    }
+    return 0;
+}
+
+static void load_tokens(const struct l8_tensor_set *ref, int c, uint32_t *tok, uint32_t *S)
+{
+    char name[64];
+    snprintf(name, sizeof name, "case%d.tokens", c);
+    const struct l8_tensor *t = need(ref, name);
+    *S = (uint32_t)t->shape[0];
+    for (uint32_t i = 0; i < *S; i++)
+        tok[i] = (uint32_t)((const int32_t *)t->data)[i];
+}
+
+static void run_golden(const struct l8_model *m, const struct l8_tensor_set *ref,
+                       enum l8_numerics num)
+{
+    const char *nn = num == L8_NUMERICS_EXACT ? "exact" : "fp8";
+    const uint32_t V = m->cfg.vocab, max_S = 9000 + 64;
+    const uint32_t n_pages = (max_S + PS - 1) / PS;
+    struct l8_engine *e = make(m, num, n_pages, 4);
+    uint32_t *pages = malloc(n_pages * 4), *tok = malloc(max_S * 4);
+    /* Pages in reverse order: a layout mistake cannot hide behind identity. */
+    for (uint32_t i = 0; i < n_pages; i++)
+        pages[i] = n_pages - 1 - i;
+    float *lg = malloc((size_t)max_S * V * 4);
+    double sum_err = 0;
+    uint64_t n_pos = 0, n_agree = 0;
+    for (int c = 0; c < N_CASES; c++) {
+        uint32_t S;
+        load_tokens(ref, c, tok, &S);
+        for (size_t i = 0; i < (size_t)S * V; i++)
+            lg[i] = NAN;
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        int r = prefill(e, tok, S, pages, n_pages, lg, V);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        CHECK(r == 0, "%s case%d: step failed %d", nn, c, r);
+        if (r)
+            continue;
+        char name[64];
+        snprintf(name, sizeof name, "case%d.logits", c);
+        const struct l8_tensor *tl = need(ref, name);
+        const int32_t *rp = NULL;
+        if (c == 4)
+            rp = need(ref, "case4.logit_positions")->data;
+        uint32_t rows = (uint32_t)tl->shape[0], bad = 0, agree = 0;
+        double maxe = 0, se = 0;
+        for (uint32_t i = 0; i < rows; i++) {
+            uint32_t p = rp ? (uint32_t)rp[i] : i;
+            const float *a = lg + (size_t)p * V, *b = (const float *)tl->data + (size_t)i * V;
+            double er = rel_l2f(a, b, V);
+            maxe = er > maxe ? er : maxe;
+            se += er;
+            agree += argmax(a, V) == argmax(b, V);
+            bad += er > EXACT_TOL;
+        }
+        printf("%-5s case%d S=%-5u max_rel=%.3g mean_rel=%.3g argmax=%.3f (%.3f s)\n", nn, c, S,
+               maxe, se / rows, (double)agree / rows,
+               (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9);
+        sum_err += se;
+        n_pos += rows;
+        n_agree += agree;
+        if (num == L8_NUMERICS_EXACT)
+            CHECK(bad == 0, "exact case%d: %u positions above %g (max %.3g)", c, bad, EXACT_TOL,
+                  maxe);
+        if (c == 4 && num == L8_NUMERICS_EXACT) {
+            const int32_t *am = need(ref, "case4.argmax")->data;
+            const float *mg = need(ref, "case4.argmax_margin")->data;
+            uint32_t cmp = 0, eq = 0;
+            for (uint32_t p = 0; p < S; p++)
+                if (mg[p] >= MARGIN_MIN) {
+                    cmp++;
+                    eq += argmax(lg + (size_t)p * V, V) == (uint32_t)am[p];
+                }
+            CHECK(eq == cmp, "exact case4: argmax differs at %u of %u positions", cmp - eq, cmp);
+        }
+        snprintf(name, sizeof name, "case%d.greedy", c);
+        const struct l8_tensor *tg = l8_st_find(ref, name);
+        if (!tg || num != L8_NUMERICS_EXACT)
+            continue;
+        const int32_t *g = tg->data;
+        uint32_t ng = (uint32_t)tg->shape[0], match = 0;
+        struct l8_sampling greedy = { .temperature = 0, .top_p = 1, .repetition_penalty = 1 };
+        uint32_t next = argmax(lg + (size_t)(S - 1) * V, V);
+        bool same = true;
+        for (uint32_t k = 0; k < ng; k++) {
+            same = same && next == (uint32_t)g[k];
+            match += same;
+            if (k + 1 == ng)
+                break;
+            tok[S + k] = next;
+            struct l8_seq s = { .tokens = &tok[S + k], .n_tokens = 1, .pos = S + k,
+                                .pages = pages, .n_pages = n_pages, .sample = true,
+                                .sampling = &greedy, .history = tok, .n_history = S + k + 1,
+                                .sample_index = k + 1 };
+            if (l8_engine_step(e, &s, 1) < 0) {
+                CHECK(0, "greedy step failed");
+                break;
+            }
+            next = s.token_out;
+        }
+        printf("%-5s case%d greedy: %u/%u identical\n", nn, c, match, ng);
+        CHECK(match == ng, "exact case%d: greedy continuation diverges at %u", c, match);
+    }
+    if (num == L8_NUMERICS_FP8) {
+        double mean = sum_err / n_pos, ag = (double)n_agree / n_pos;
+        printf("fp8   all positions: mean_rel=%.3g argmax=%.3f\n", mean, ag);
+        CHECK(mean <= FP8_MEAN_TOL, "fp8: mean relative error %.3g", mean);
+        CHECK(ag >= FP8_ARGMAX_MIN, "fp8: argmax agreement %.3f", ag);
+    }
+    free(pages);
+    free(tok);
+    free(lg);
+    l8_engine_destroy(e);
+}
+
+/* case2 one token per step (the decode path), and case1 + case2 batched in
+ * one step on interleaved pages: the same logits as the reference. */
+static void run_decode_and_batch(const struct l8_model *m, const struct l8_tensor_set *ref)
+{
+    const uint32_t V = m->cfg.vocab, n_pages = 64;
+    struct l8_engine *e = make(m, L8_NUMERICS_EXACT, n_pages, 4);
+    uint32_t t1[64], t2[64], S1, S2;
+    load_tokens(ref, 1, t1, &S1);
+    load_tokens(ref, 2, t2, &S2);
+    const float *r1 = need(ref, "case1.logits")->data, *r2 = need(ref, "case2.logits")->data;
+    uint32_t pa[8], pb[8];
+    for (uint32_t i = 0; i < 8; i++) {
+        pa[i] = 2 * i + 1;
+        pb[i] = 2 * i + 20;
+    }
+    float *out = malloc((size_t)S2 * V * 4);
+    double maxe = 0;
+    for (uint32_t p = 0; p < S2; p++) {
+        struct l8_seq s = { .tokens = &t2[p], .n_tokens = 1, .pos = p, .pages = pa, .n_pages = 8,
+                            .logits = L8_LOGITS_LAST, .logits_out = out };
+        int r = l8_engine_step(e, &s, 1);
+        CHECK(r == 0, "decode step %u failed %d", p, r);
+        double er = rel_l2f(out, r2 + (size_t)p * V, V);
+        maxe = er > maxe ? er : maxe;
+    }
+    printf("exact decode case2 one token per step: max_rel=%.3g\n", maxe);
+    CHECK(maxe <= EXACT_TOL, "decode path: max rel %.3g", maxe);
+
+    float *o1 = malloc((size_t)S1 * V * 4), *o2 = malloc((size_t)S2 * V * 4);
+    struct l8_seq b[2] = {
+        { .tokens = t1, .n_tokens = S1, .pos = 0, .pages = pb, .n_pages = 8,
+          .logits = L8_LOGITS_ALL, .logits_out = o1 },
+        { .tokens = t2, .n_tokens = S2, .pos = 0, .pages = pa, .n_pages = 8,
+          .logits = L8_LOGITS_ALL, .logits_out = o2 },
+    };
+    int r = l8_engine_step(e, b, 2);
+    CHECK(r == 0, "batched step failed %d", r);
+    double m1 = 0, m2 = 0;
+    for (uint32_t p = 0; p < S1; p++) {
+        double er = rel_l2f(o1 + (size_t)p * V, r1 + (size_t)p * V, V);
+        m1 = er > m1 ? er : m1;
+    }
+    for (uint32_t p = 0; p < S2; p++) {
+        double er = rel_l2f(o2 + (size_t)p * V, r2 + (size_t)p * V, V);
+        m2 = er > m2 ? er : m2;
+    }
+    printf("exact batched case1+case2: max_rel %.3g / %.3g\n", m1, m2);
+    CHECK(m1 <= EXACT_TOL && m2 <= EXACT_TOL, "batched: max rel %.3g %.3g", m1, m2);
+    free(out);
+    free(o1);
+    free(o2);
+    l8_engine_destroy(e);
+}
+
+/* Sampled generation twice with one seed: identical tokens. */
+static void run_determinism(const struct l8_model *m, const struct l8_tensor_set *ref)
+{
+    const uint32_t n_pages = 32, N = 40;
+    uint32_t tok[64 + 40], S;
+    load_tokens(ref, 1, tok, &S);
+    uint32_t out[2][40];
+    for (int run = 0; run < 2; run++) {
+        struct l8_engine *e = make(m, L8_NUMERICS_FP8, n_pages, 1);
+        uint32_t pages[32];
+        for (uint32_t i = 0; i < n_pages; i++)
+            pages[i] = i;
+        struct l8_sampling sp = { .temperature = 0.9f, .top_k = 50, .top_p = 0.95f,
+                                  .min_p = 0.01f, .repetition_penalty = 1.1f, .seed = 42 };
+        uint32_t len = S;
+        struct l8_seq s = { .tokens = tok, .n_tokens = S, .pos = 0, .pages = pages,
+                            .n_pages = n_pages, .sample = true, .sampling = &sp,
+                            .history = tok, .n_history = S, .sample_index = 0 };
+        for (uint32_t k = 0; k < N; k++) {
+            int r = l8_engine_step(e, &s, 1);
+            CHECK(r == 0, "sampled step failed %d", r);
+            out[run][k] = s.token_out;
+            tok[len] = s.token_out;
+            s.tokens = &tok[len];
+            s.n_tokens = 1;
+            s.pos = len;
+            len++;
+            s.n_history = len;
+            s.sample_index = k + 1;
+        }
+        l8_engine_destroy(e);
+    }
+    CHECK(memcmp(out[0], out[1], sizeof out[0]) == 0, "same seed gave different tokens");
+    printf("fp8 sampled generation: same seed, same %u tokens: %s\n", N,
+           memcmp(out[0], out[1], sizeof out[0]) == 0 ? "yes" : "no");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: %s GOLDEN_DIR\n", argv[0]);
+        return 2;
+    }
+    require_gpu();
+    char path[4096], err[L8_ERRLEN];
+    snprintf(path, sizeof path, "%s/tiny-llama31-fp8", argv[1]);
+    struct l8_model *m = NULL;
+    if (l8_model_load(path, 0, &m, err) < 0) {
+        printf("FAIL: load %s: %s\n", path, err);
+        return 1;
+    }
+    struct l8_tensor_set *ref = NULL;
+    snprintf(path, sizeof path, "%s/tiny-llama31-fp8/reference.safetensors", argv[1]);
+    if (l8_st_open_file(path, &ref, err) < 0) {
+        printf("FAIL: %s: %s\n", path, err);
+        return 1;
+    }
+    run_golden(m, ref, L8_NUMERICS_EXACT);
+    run_decode_and_batch(m, ref);
+    run_golden(m, ref, L8_NUMERICS_FP8);
+    run_determinism(m, ref);
+    l8_st_close(ref);
+    l8_model_free(m);
+    printf("%s (%d failures)\n", g_failures ? "FAILED" : "ok", g_failures);
+    return g_failures ? 1 : 0;
+}

@@ -1,0 +1,623 @@
+/* test_kernels.c - every kernel of kernels/ against a plain C reference
+ * (f64 where it computes), on fresh random inputs, outputs poisoned with
+ * NaN before each launch (so an unwritten element fails), awkward sizes.
+ * FP8 products are compared on identical FP8 operands, so they are tight.
+ * Exits 77 when no CUDA device is present. */
+#include <errno.h>
+#include <stdbool.h>
+#include <time.h>
+
+#include "gpu_util.h"
+#include "l8_kernels.h"
+#include "numerics.h"
+#include "sampler.h"
+
+#define TOL_F32 2e-6     /* f32 arithmetic, different summation order */
+#define TOL_SUM 1e-5     /* long f32 sums */
+
+/* ---- quantize ------------------------------------------------------------- */
+
+static void test_quantize(void)
+{
+    const uint32_t Ks[] = { 16, 100, 4096, 14336 };
+    for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++) {
+        uint32_t K = Ks[ki], T = 7;
+        float *x = malloc((size_t)T * K * 4);
+        for (uint32_t t = 0; t < T; t++)
+            for (uint32_t i = 0; i < K; i++) {
+                float v = rnd_n(t == 3 ? 1e-3f : 3.0f);
+                if (t == 1)
+                    v = 0.0f;                          /* all-zero row: minimum scale */
+                if (t == 2 && i == K / 2)
+                    v = 1e6f;                           /* one outlier */
+                if (t == 4)
+                    v = rnd_n(1e-12f);                  /* below the minimum scale */
+                x[(size_t)t * K + i] = v;
+            }
+        float *dx = dup_to_dev(x, (size_t)T * K * 4);
+        uint8_t *dq = dalloc((size_t)T * K);
+        float *ds = dalloc(T * 4);
+        KOK(l8k_quantize_rows(dx, T, K, dq, ds, 0));
+        uint8_t *q = malloc((size_t)T * K), *qr = malloc(K);
+        float s[16];
+        to_host(q, dq, (size_t)T * K);
+        to_host(s, ds, T * 4);
+        uint32_t bad = 0;
+        for (uint32_t t = 0; t < T; t++) {
+            float sr = l8_quantize_act_row(x + (size_t)t * K, K, qr);
+            if (memcmp(&sr, &s[t], 4) != 0)
+                bad++;
+            bad += memcmp(qr, q + (size_t)t * K, K) != 0;
+        }
+        CHECK(bad == 0, "quantize K=%u: %u rows differ from l8_quantize_act_row", K, bad);
+        free(x); free(q); free(qr);
+        cudaFree(dx); cudaFree(dq); cudaFree(ds);
+    }
+}
+
+/* ---- rmsnorm / silu ------------------------------------------------------ */
+
+static void test_rmsnorm(void)
+{
+    const uint32_t Hs[] = { 64, 500, 4096 };
+    for (size_t hi = 0; hi < 3; hi++) {
+        uint32_t H = Hs[hi], T = 9, n_out = 4;
+        const float eps = 1e-5f;
+        int32_t rows[4] = { 8, 0, 5, 3 };
+        size_t n = (size_t)T * H;
+        float *x = malloc(n * 4), *add = malloc(n * 4), *w = malloc(H * 4);
+        for (size_t i = 0; i < n; i++) {
+            x[i] = rnd_n(2.0f);
+            add[i] = rnd_n(1.0f);
+        }
+        for (uint32_t i = 0; i < H; i++)
+            w[i] = 1.0f + rnd_n(0.2f);
+        float *dx = dup_to_dev(x, n * 4), *da = dup_to_dev(add, n * 4), *dw = dup_to_dev(w, H * 4);
+        int32_t *dr = dup_to_dev(rows, sizeof rows);
+        float *dout = dalloc((size_t)n_out * H * 4), *dsc = dalloc(n_out * 4);
+        /* F32 output with residual add and gather. */
+        KOK(l8k_rmsnorm(dx, da, dw, eps, H, dr, n_out, L8K_F32, dout, NULL, 0));
+        float *out = malloc((size_t)n_out * H * 4), *xb = malloc(n * 4);
+        double *ref = malloc((size_t)n_out * H * 8);
+        to_host(out, dout, (size_t)n_out * H * 4);
+        to_host(xb, dx, n * 4);
+        for (uint32_t j = 0; j < n_out; j++) {
+            const float *xr = x + (size_t)rows[j] * H, *ar = add + (size_t)rows[j] * H;
+            double ss = 0;
+            for (uint32_t i = 0; i < H; i++) {
+                double v = (double)(xr[i] + ar[i]);
+                ss += v * v;
+            }
+            double inv = 1.0 / sqrt(ss / H + eps);
+            for (uint32_t i = 0; i < H; i++)
+                ref[(size_t)j * H + i] = (double)w[i] * ((double)(xr[i] + ar[i]) * inv);
+            /* The residual row was updated in place, bitwise x + add. */
+            for (uint32_t i = 0; i < H; i++) {
+                float want = xr[i] + ar[i];
+                if (memcmp(&want, &xb[(size_t)rows[j] * H + i], 4) != 0) {
+                    CHECK(0, "rmsnorm H=%u: residual row %d not updated", H, rows[j]);
+                    break;
+                }
+            }
+        }
+        double e = rel_err(out, ref, (size_t)n_out * H);
+        CHECK(e <= TOL_F32, "rmsnorm f32 H=%u: rel err %.3g", H, e);
+        /* Rows outside the gather are untouched. */
+        CHECK(memcmp(xb + (size_t)1 * H, x + (size_t)1 * H, H * 4) == 0,
+              "rmsnorm H=%u: row 1 was modified", H);
+
+        /* FP8 output (no add, no gather): the codes must be exactly those of
+         * l8_quantize_act_row applied to the kernel's own f32 output. */
+        float *dx2 = dup_to_dev(x, n * 4), *df = dalloc(n * 4), *ds2 = dalloc(T * 4);
+        uint8_t *dq = dalloc(n);
+        KOK(l8k_rmsnorm(dx2, NULL, dw, eps, H, NULL, T, L8K_F32, df, NULL, 0));
+        KOK(l8k_rmsnorm(dx2, NULL, dw, eps, H, NULL, T, L8K_FP8, dq, ds2, 0));
+        float *f = malloc(n * 4), s[16];
+        uint8_t *q = malloc(n), *qr = malloc(H);
+        to_host(f, df, n * 4);
+        to_host(q, dq, n);
+        to_host(s, ds2, T * 4);
+        uint32_t bad = 0;
+        for (uint32_t t = 0; t < T; t++) {
+            float sr = l8_quantize_act_row(f + (size_t)t * H, H, qr);
+            bad += sr != s[t] || memcmp(qr, q + (size_t)t * H, H) != 0;
+        }
+        CHECK(bad == 0, "rmsnorm fp8 H=%u: %u rows differ from quantizing its f32 output", H, bad);
+        /* BF16 output: the rounding of the f32 output. */
+        uint16_t *db = dalloc(n * 2), *b = malloc(n * 2);
+        KOK(l8k_rmsnorm(dx2, NULL, dw, eps, H, NULL, T, L8K_BF16, db, NULL, 0));
+        to_host(b, db, n * 2);
+        bad = 0;
+        for (size_t i = 0; i < n; i++)
+            bad += b[i] != l8_f32_to_bf16(f[i]);
+        CHECK(bad == 0, "rmsnorm bf16 H=%u: %u elements differ", H, bad);
+        free(x); free(add); free(w); free(out); free(xb); free(ref); free(f); free(q); free(qr);
+        free(b);
+        cudaFree(dx); cudaFree(da); cudaFree(dw); cudaFree(dr); cudaFree(dout); cudaFree(dsc);
+        cudaFree(dx2); cudaFree(df); cudaFree(ds2); cudaFree(dq); cudaFree(db);
+    }
+}
+
+static void test_silu(void)
+{
+    uint32_t T = 5, I = 1000;
+    size_t n = (size_t)T * 2 * I;
+    float *gu = malloc(n * 4);
+    for (size_t i = 0; i < n; i++)
+        gu[i] = rnd_n(4.0f);
+    float *dg = dup_to_dev(gu, n * 4), *df = dalloc((size_t)T * I * 4), *ds = dalloc(T * 4);
+    uint8_t *dq = dalloc((size_t)T * I);
+    KOK(l8k_silu_mul(dg, T, I, L8K_F32, df, NULL, 0));
+    float *f = malloc((size_t)T * I * 4);
+    double *ref = malloc((size_t)T * I * 8);
+    to_host(f, df, (size_t)T * I * 4);
+    for (uint32_t t = 0; t < T; t++)
+        for (uint32_t i = 0; i < I; i++) {
+            double g = gu[(size_t)t * 2 * I + i], u = gu[(size_t)t * 2 * I + I + i];
+            ref[(size_t)t * I + i] = g / (1.0 + exp(-g)) * u;
+        }
+    double e = rel_err(f, ref, (size_t)T * I);
+    CHECK(e <= TOL_F32, "silu_mul f32: rel err %.3g", e);
+    KOK(l8k_silu_mul(dg, T, I, L8K_FP8, dq, ds, 0));
+    uint8_t *q = malloc((size_t)T * I), *qr = malloc(I);
+    float s[8];
+    to_host(q, dq, (size_t)T * I);
+    to_host(s, ds, T * 4);
+    uint32_t bad = 0;
+    for (uint32_t t = 0; t < T; t++) {
+        float sr = l8_quantize_act_row(f + (size_t)t * I, I, qr);
+        bad += sr != s[t] || memcmp(qr, q + (size_t)t * I, I) != 0;
+    }
+    CHECK(bad == 0, "silu_mul fp8: %u rows differ", bad);
+    free(gu); free(f); free(ref); free(q); free(qr);
+    cudaFree(dg); cudaFree(df); cudaFree(ds); cudaFree(dq);
+}
+
+/* ---- embed ----------------------------------------------------------------- */
+
+static void test_embed(void)
+{
+    uint32_t V = 1000, H = 96, T = 6;
+    uint16_t *tb = malloc((size_t)V * H * 2);
+    for (size_t i = 0; i < (size_t)V * H; i++)
+        tb[i] = l8_f32_to_bf16(rnd_n(1.0f));
+    int32_t ids[6] = { 0, 999, 17, 17, 500, 3 };
+    uint16_t *dt = dup_to_dev(tb, (size_t)V * H * 2);
+    int32_t *di = dup_to_dev(ids, sizeof ids);
+    float *dout = dalloc((size_t)T * H * 4), *out = malloc((size_t)T * H * 4);
+    KOK(l8k_embed(dt, L8K_BF16, V, H, di, T, dout, 0));
+    to_host(out, dout, (size_t)T * H * 4);
+    uint32_t bad = 0;
+    for (uint32_t t = 0; t < T; t++)
+        for (uint32_t i = 0; i < H; i++)
+            bad += out[(size_t)t * H + i] != l8_bf16_to_f32(tb[(size_t)ids[t] * H + i]);
+    CHECK(bad == 0, "embed bf16: %u elements differ", bad);
+    free(tb); free(out);
+    cudaFree(dt); cudaFree(di); cudaFree(dout);
+}
+
+/* ---- products --------------------------------------------------------------- */
+
+/* W [N,K] codes + scales, x [M,K] in x_dt; reference in f64 on the decoded
+ * operands, so only summation order differs. */
+static void check_gemv(uint32_t M, uint32_t N, uint32_t K, enum l8k_dtype x_dt)
+{
+    uint8_t *w = malloc((size_t)N * K);
+    float *ws = malloc(N * 4), *xs = malloc(M * 4);
+    size_t xb = x_dt == L8K_F32 ? 4 : x_dt == L8K_BF16 ? 2 : 1;
+    uint8_t *x = malloc((size_t)M * K * xb);
+    for (size_t i = 0; i < (size_t)N * K; i++)
+        w[i] = rnd_fp8();
+    for (uint32_t i = 0; i < N; i++)
+        ws[i] = 1e-3f * (1.0f + rnd_f() * 0.5f);
+    for (uint32_t i = 0; i < M; i++)
+        xs[i] = 0.02f * (1.0f + rnd_f() * 0.5f);
+    double *ref = calloc((size_t)M * N, 8);
+    for (size_t i = 0; i < (size_t)M * K; i++) {
+        if (x_dt == L8K_F32)
+            ((float *)x)[i] = rnd_n(1.0f);
+        else if (x_dt == L8K_BF16)
+            ((uint16_t *)x)[i] = l8_f32_to_bf16(rnd_n(1.0f));
+        else
+            x[i] = rnd_fp8();
+    }
+    for (uint32_t m = 0; m < M; m++)
+        for (uint32_t nn = 0; nn < N; nn++) {
+            double acc = 0;
+            for (uint32_t k = 0; k < K; k++) {
+                size_t xi = (size_t)m * K + k;
+                double xv = x_dt == L8K_F32 ? ((float *)x)[xi]
+                            : x_dt == L8K_BF16 ? l8_bf16_to_f32(((uint16_t *)x)[xi])
+                                               : l8_e4m3_lut[x[xi]];
+                acc += xv * l8_e4m3_lut[w[(size_t)nn * K + k]];
+            }
+            ref[(size_t)m * N + nn] = acc * ws[nn] * (x_dt == L8K_FP8 ? xs[m] : 1.0);
+        }
+    void *dw = dup_to_dev(w, (size_t)N * K), *dx = dup_to_dev(x, (size_t)M * K * xb);
+    float *dws = dup_to_dev(ws, N * 4), *dxs = dup_to_dev(xs, M * 4);
+    float *dy = dalloc((size_t)M * N * 4), *y = malloc((size_t)M * N * 4);
+    KOK(l8k_gemv(dw, L8K_FP8, dws, dx, x_dt, x_dt == L8K_FP8 ? dxs : NULL, M, N, K, dy, N, 0));
+    to_host(y, dy, (size_t)M * N * 4);
+    double e = rel_err(y, ref, (size_t)M * N);
+    CHECK(e <= TOL_SUM, "gemv fp8 x dt%d M=%u N=%u K=%u: rel err %.3g", x_dt, M, N, K, e);
+    free(w); free(ws); free(xs); free(x); free(ref); free(y);
+    cudaFree(dw); cudaFree(dx); cudaFree(dws); cudaFree(dxs); cudaFree(dy);
+}
+
+static void test_gemv_dense(uint32_t M, uint32_t N, uint32_t K)
+{
+    uint16_t *w = malloc((size_t)N * K * 2);
+    float *x = malloc((size_t)M * K * 4);
+    for (size_t i = 0; i < (size_t)N * K; i++)
+        w[i] = l8_f32_to_bf16(rnd_n(0.05f));
+    for (size_t i = 0; i < (size_t)M * K; i++)
+        x[i] = rnd_n(1.0f);
+    double *ref = calloc((size_t)M * N, 8);
+    for (uint32_t m = 0; m < M; m++)
+        for (uint32_t n = 0; n < N; n++) {
+            double a = 0;
+            for (uint32_t k = 0; k < K; k++)
+                a += (double)x[(size_t)m * K + k] * l8_bf16_to_f32(w[(size_t)n * K + k]);
+            ref[(size_t)m * N + n] = a;
+        }
+    void *dw = dup_to_dev(w, (size_t)N * K * 2), *dx = dup_to_dev(x, (size_t)M * K * 4);
+    float *dy = dalloc((size_t)M * N * 4), *y = malloc((size_t)M * N * 4);
+    KOK(l8k_gemv(dw, L8K_BF16, NULL, dx, L8K_F32, NULL, M, N, K, dy, N, 0));
+    to_host(y, dy, (size_t)M * N * 4);
+    double e = rel_err(y, ref, (size_t)M * N);
+    CHECK(e <= TOL_SUM, "gemv bf16 weights M=%u N=%u K=%u: rel err %.3g", M, N, K, e);
+    free(w); free(x); free(ref); free(y);
+    cudaFree(dw); cudaFree(dx); cudaFree(dy);
+}
+
+static void test_gemm(struct l8k_blas *b)
+{
+    const uint32_t M = 37, N = 200, K = 512;
+    uint8_t *w = malloc((size_t)N * K), *x = malloc((size_t)M * K);
+    float *ws = malloc(N * 4), *xs = malloc(M * 4);
+    for (size_t i = 0; i < (size_t)N * K; i++)
+        w[i] = rnd_fp8();
+    for (size_t i = 0; i < (size_t)M * K; i++)
+        x[i] = rnd_fp8();
+    for (uint32_t i = 0; i < N; i++)
+        ws[i] = 1e-3f * (1.0f + rnd_f() * 0.5f);
+    for (uint32_t i = 0; i < M; i++)
+        xs[i] = 0.02f * (1.0f + rnd_f() * 0.5f);
+    double *ref = malloc((size_t)M * N * 8);
+    for (uint32_t m = 0; m < M; m++)
+        for (uint32_t n = 0; n < N; n++) {
+            double a = 0;
+            for (uint32_t k = 0; k < K; k++)
+                a += (double)l8_e4m3_lut[x[(size_t)m * K + k]] * l8_e4m3_lut[w[(size_t)n * K + k]];
+            ref[(size_t)m * N + n] = a * ws[n] * xs[m];
+        }
+    void *dw = dup_to_dev(w, (size_t)N * K), *dx = dup_to_dev(x, (size_t)M * K);
+    float *dws = dup_to_dev(ws, N * 4), *dxs = dup_to_dev(xs, M * 4);
+    float *dy = dalloc((size_t)M * N * 4), *y = malloc((size_t)M * N * 4);
+    printf("cuBLASLt FP8 path chosen: %d (0 outer-vec, 1 epilogue, 2 bf16 decode)\n",
+           (int)l8k_blas_fp8_path(b));
+    enum l8k_fp8_path chosen = l8k_blas_fp8_path(b);
+    for (int p = L8K_FP8_OUTER_VEC; p <= L8K_FP8_BF16; p++) {
+        if (l8k_blas_set_fp8_path(b, (enum l8k_fp8_path)p) != 0) {
+            printf("  fp8 path %d: not available here\n", p);
+            continue;
+        }
+        poison(dy, (size_t)M * N * 4);
+        KOK(l8k_gemm_fp8(b, dw, dws, dx, dxs, M, N, K, dy, 0));
+        to_host(y, dy, (size_t)M * N * 4);
+        double e = rel_err(y, ref, (size_t)M * N);
+        printf("  fp8 path %d: rel err %.3g\n", p, e);
+        CHECK(e <= TOL_SUM, "gemm fp8 path %d: rel err %.3g", p, e);
+    }
+    l8k_blas_set_fp8_path(b, chosen);
+    /* bf16 x bf16 -> f32 */
+    uint16_t *wb = malloc((size_t)N * K * 2), *xb = malloc((size_t)M * K * 2);
+    for (size_t i = 0; i < (size_t)N * K; i++)
+        wb[i] = l8_f32_to_bf16(rnd_n(0.05f));
+    for (size_t i = 0; i < (size_t)M * K; i++)
+        xb[i] = l8_f32_to_bf16(rnd_n(1.0f));
+    for (uint32_t m = 0; m < M; m++)
+        for (uint32_t n = 0; n < N; n++) {
+            double a = 0;
+            for (uint32_t k = 0; k < K; k++)
+                a += (double)l8_bf16_to_f32(xb[(size_t)m * K + k]) *
+                     l8_bf16_to_f32(wb[(size_t)n * K + k]);
+            ref[(size_t)m * N + n] = a;
+        }
+    void *dwb = dup_to_dev(wb, (size_t)N * K * 2), *dxb = dup_to_dev(xb, (size_t)M * K * 2);
+    poison(dy, (size_t)M * N * 4);
+    KOK(l8k_gemm_bf16(b, dwb, dxb, M, N, K, dy, 0));
+    to_host(y, dy, (size_t)M * N * 4);
+    double e = rel_err(y, ref, (size_t)M * N);
+    CHECK(e <= TOL_SUM, "gemm bf16: rel err %.3g", e);
+    free(w); free(x); free(ws); free(xs); free(ref); free(y); free(wb); free(xb);
+    cudaFree(dw); cudaFree(dx); cudaFree(dws); cudaFree(dxs); cudaFree(dy); cudaFree(dwb);
+    cudaFree(dxb);
+}
+
+/* ---- rope + kv, attention ----------------------------------------------- */
+
+static float kv_get(const void *pool, enum l8k_dtype dt, size_t i)
+{
+    return dt == L8K_F32 ? ((const float *)pool)[i] : l8_bf16_to_f32(((const uint16_t *)pool)[i]);
+}
+
+static void test_rope_kv(enum l8k_dtype kv_dt)
+{
+    const uint32_t T = 5, nh = 8, nkv = 2, D = 128, ps = 16, n_pages = 7;
+    const uint32_t ldq = (nh + 2 * nkv) * D;
+    float *qkv = malloc((size_t)T * ldq * 4), *invf = malloc(D / 2 * 4);
+    for (size_t i = 0; i < (size_t)T * ldq; i++)
+        qkv[i] = rnd_n(1.0f);
+    for (uint32_t i = 0; i < D / 2; i++)
+        invf[i] = (float)pow(500000.0, -2.0 * i / D);
+    int32_t pos[5] = { 0, 1, 17, 8191, 9000 };
+    int32_t slot[5] = { 3 * ps + 0, 6 * ps + 15, -1, 1 * ps + 7, 0 * ps + 2 };
+    size_t elt = kv_dt == L8K_F32 ? 4 : 2, half = (size_t)n_pages * nkv * ps * D;
+    float *dq = dup_to_dev(qkv, (size_t)T * ldq * 4), *di = dup_to_dev(invf, D / 2 * 4);
+    int32_t *dp = dup_to_dev(pos, sizeof pos), *ds = dup_to_dev(slot, sizeof slot);
+    uint8_t *dk = dalloc(half * elt), *dv = dalloc(half * elt);
+    KOK(l8k_rope_kv(dq, ldq, dp, di, T, nh, nkv, D, dk, dv, kv_dt, ps, ds, 0));
+    float *out = malloc((size_t)T * ldq * 4);
+    uint8_t *k = malloc(half * elt), *v = malloc(half * elt);
+    to_host(out, dq, (size_t)T * ldq * 4);
+    to_host(k, dk, half * elt);
+    to_host(v, dv, half * elt);
+    double *ref = malloc((size_t)T * ldq * 8);
+    for (uint32_t t = 0; t < T; t++) {
+        const float *r = qkv + (size_t)t * ldq;
+        for (uint32_t c = 0; c < ldq; c++)
+            ref[(size_t)t * ldq + c] = r[c];
+        for (uint32_t h = 0; h < nh + nkv; h++)
+            for (uint32_t i = 0; i < D / 2; i++) {
+                double a = (double)pos[t] * invf[i];
+                double x0 = r[h * D + i], x1 = r[h * D + i + D / 2];
+                ref[(size_t)t * ldq + h * D + i] = x0 * cos(a) - x1 * sin(a);
+                ref[(size_t)t * ldq + h * D + i + D / 2] = x1 * cos(a) + x0 * sin(a);
+            }
+    }
+    double e = rel_err(out, ref, (size_t)T * ldq);
+    CHECK(e <= TOL_F32, "rope q/k (kv dt %d): rel err %.3g", kv_dt, e);
+    /* Stored K/V: the rotated k and the v of each stored token; bf16 is the
+     * rounding of the f32 values the kernel wrote back. */
+    uint32_t bad = 0;
+    for (uint32_t t = 0; t < T; t++) {
+        if (slot[t] < 0)
+            continue;
+        uint32_t page = slot[t] / ps, s = slot[t] % ps;
+        for (uint32_t h = 0; h < nkv; h++)
+            for (uint32_t d = 0; d < D; d++) {
+                size_t off = (((size_t)page * nkv + h) * ps + s) * D + d;
+                float kw = out[(size_t)t * ldq + (nh + h) * D + d];
+                float vw = out[(size_t)t * ldq + (nh + nkv + h) * D + d];
+                if (kv_dt == L8K_BF16) {
+                    kw = l8_bf16_to_f32(l8_f32_to_bf16(kw));
+                    vw = l8_bf16_to_f32(l8_f32_to_bf16(vw));
+                }
+                bad += kv_get(k, kv_dt, off) != kw || kv_get(v, kv_dt, off) != vw;
+            }
+    }
+    CHECK(bad == 0, "rope kv store (dt %d): %u elements differ", kv_dt, bad);
+    /* Padding row (slot -1) stored nothing: page 2 (no token) still poisoned. */
+    CHECK(isnan(kv_get(k, kv_dt, (size_t)2 * nkv * ps * D)), "rope kv: page 2 was written");
+    free(qkv); free(invf); free(out); free(k); free(v); free(ref);
+    cudaFree(dq); cudaFree(di); cudaFree(dp); cudaFree(ds); cudaFree(dk); cudaFree(dv);
+}
+
+static void test_attention(enum l8k_dtype kv_dt, uint32_t D, uint32_t nh, uint32_t nkv,
+                           uint32_t R, const uint32_t *kvl, uint32_t max_kv)
+{
+    const uint32_t ps = 16;
+    const uint32_t pps = (max_kv + ps - 1) / ps + 1;   /* pages per sequence */
+    const uint32_t S = R, n_pages = S * pps + 3;
+    const size_t elt = kv_dt == L8K_F32 ? 4 : 2, half = (size_t)n_pages * nkv * ps * D;
+    uint8_t *k = malloc(half * elt), *v = malloc(half * elt);
+    for (size_t i = 0; i < half; i++) {
+        float a = rnd_n(1.0f), b = rnd_n(1.0f);
+        if (kv_dt == L8K_F32) {
+            ((float *)k)[i] = a;
+            ((float *)v)[i] = b;
+        } else {
+            ((uint16_t *)k)[i] = l8_f32_to_bf16(a);
+            ((uint16_t *)v)[i] = l8_f32_to_bf16(b);
+        }
+    }
+    /* Each row its own sequence with a shuffled page table. */
+    int32_t *pt = malloc((size_t)S * pps * 4), *rs = malloc(R * 4), *kl = malloc(R * 4);
+    uint32_t *perm = malloc(n_pages * 4);
+    for (uint32_t i = 0; i < n_pages; i++)
+        perm[i] = i;
+    for (uint32_t i = n_pages - 1; i > 0; i--) {
+        uint32_t j = rnd_u32() % (i + 1), tmp = perm[i];
+        perm[i] = perm[j];
+        perm[j] = tmp;
+    }
+    for (uint32_t i = 0; i < S * pps; i++)
+        pt[i] = (int32_t)perm[i];
+    for (uint32_t r = 0; r < R; r++) {
+        rs[r] = (int32_t)r;
+        kl[r] = (int32_t)kvl[r];
+    }
+    const uint32_t ldq = nh * D;
+    float *q = malloc((size_t)R * ldq * 4);
+    for (size_t i = 0; i < (size_t)R * ldq; i++)
+        q[i] = rnd_n(1.0f);
+    const float scale = 1.0f / sqrtf((float)D);
+    double *ref = calloc((size_t)R * ldq, 8);
+    double *sc = malloc((size_t)(max_kv + 1) * 8);
+    for (uint32_t r = 0; r < R; r++)
+        for (uint32_t h = 0; h < nh; h++) {
+            uint32_t kh = h / (nh / nkv), L = kvl[r];
+            if (L == 0)
+                continue;
+            double mx = -INFINITY, sum = 0;
+            for (uint32_t p = 0; p < L; p++) {
+                size_t off = (((size_t)pt[r * pps + p / ps] * nkv + kh) * ps + p % ps) * D;
+                double s = 0;
+                for (uint32_t d = 0; d < D; d++)
+                    s += (double)q[(size_t)r * ldq + h * D + d] * kv_get(k, kv_dt, off + d);
+                sc[p] = s * scale;
+                mx = sc[p] > mx ? sc[p] : mx;
+            }
+            for (uint32_t p = 0; p < L; p++) {
+                sc[p] = exp(sc[p] - mx);
+                sum += sc[p];
+            }
+            for (uint32_t p = 0; p < L; p++) {
+                size_t off = (((size_t)pt[r * pps + p / ps] * nkv + kh) * ps + p % ps) * D;
+                for (uint32_t d = 0; d < D; d++)
+                    ref[(size_t)r * ldq + h * D + d] += sc[p] / sum * kv_get(v, kv_dt, off + d);
+            }
+        }
+    void *dk = dup_to_dev(k, half * elt), *dv = dup_to_dev(v, half * elt);
+    int32_t *dpt = dup_to_dev(pt, (size_t)S * pps * 4), *drs = dup_to_dev(rs, R * 4),
+            *dkl = dup_to_dev(kl, R * 4);
+    float *dq = dup_to_dev(q, (size_t)R * ldq * 4), *dout = dalloc((size_t)R * ldq * 4);
+    size_t wf = l8k_attention_work_floats(R, nh, D, max_kv);
+    float *dwk = dalloc(wf * 4 + 16);
+    KOK(l8k_attention(dq, ldq, dk, dv, kv_dt, ps, dpt, pps, drs, dkl, R, nh, nkv, D, scale,
+                      max_kv, dwk, dout, ldq, 0));
+    float *out = malloc((size_t)R * ldq * 4);
+    to_host(out, dout, (size_t)R * ldq * 4);
+    double e = rel_err(out, ref, (size_t)R * ldq);
+    CHECK(e <= TOL_SUM, "attention kv dt%d D=%u nh=%u nkv=%u R=%u max_kv=%u: rel err %.3g",
+          kv_dt, D, nh, nkv, R, max_kv, e);
+    free(k); free(v); free(pt); free(rs); free(kl); free(perm); free(q); free(ref); free(sc);
+    free(out);
+    cudaFree(dk); cudaFree(dv); cudaFree(dpt); cudaFree(drs); cudaFree(dkl); cudaFree(dq);
+    cudaFree(dout); cudaFree(dwk);
+}
+
+/* ---- sampling -------------------------------------------------------------- */
+
+static void test_sample(void)
+{
+    const uint32_t V = 5000, S = 24;
+    float *lg = malloc((size_t)S * V * 4);
+    for (size_t i = 0; i < (size_t)S * V; i++)
+        lg[i] = rnd_n(3.0f);
+    /* Ties: row 0 has its maximum twice (lowest id must win). */
+    lg[100] = lg[4000] = 50.0f;
+    struct l8k_sample_req req[24];
+    struct l8_sampling sp[24];
+    int32_t hist[64];
+    uint32_t histu[64];
+    for (int i = 0; i < 64; i++) {
+        hist[i] = (int32_t)(rnd_u32() % V);
+        histu[i] = (uint32_t)hist[i];
+    }
+    hist[1] = hist[0];                     /* repeated id: penalized once */
+    histu[1] = histu[0];
+    for (uint32_t s = 0; s < S; s++) {
+        struct l8_sampling p = { .temperature = s < 4 ? 0.0f : 0.5f + 0.1f * (s % 7),
+                                 .top_k = s % 3 == 0 ? 0 : 1 + s * 7,
+                                 .top_p = s % 4 == 1 ? 0.9f : 1.0f,
+                                 .min_p = s % 5 == 2 ? 0.05f : 0.0f,
+                                 .repetition_penalty = s % 2 ? 1.3f : 1.0f,
+                                 .seed = 1234 + s };
+        sp[s] = p;
+        req[s] = (struct l8k_sample_req){
+            .temperature = p.temperature, .top_k = p.top_k, .top_p = p.top_p, .min_p = p.min_p,
+            .rep_penalty = p.repetition_penalty,
+            .u = p.temperature > 0 ? l8_philox_uniform(p.seed, s) : 0.0f,
+            .logits_row = (int32_t)s, .hist_off = 0, .n_hist = 64 };
+    }
+    float *dl = dup_to_dev(lg, (size_t)S * V * 4), *dscr = dalloc((size_t)S * V * 4);
+    float *dlp = dalloc(S * 4);
+    int32_t *dh = dup_to_dev(hist, sizeof hist), *dt = dalloc(S * 4);
+    struct l8k_sample_req *dr = dup_to_dev(req, sizeof req);
+    KOK(l8k_sample(dl, V, dr, S, dh, dscr, dt, dlp, 0));
+    int32_t tok[24], tok2[24];
+    float lp[24];
+    to_host(tok, dt, S * 4);
+    to_host(lp, dlp, S * 4);
+    struct l8_sampler *cs = l8_sampler_new(V);
+    uint32_t diff = 0;
+    for (uint32_t s = 0; s < S; s++) {
+        float clp;
+        uint32_t ct = l8_sample(cs, lg + (size_t)s * V, &sp[s], histu, 64, s, &clp);
+        if ((uint32_t)tok[s] != ct) {
+            diff++;
+            printf("  sample %u: gpu %d cpu %u\n", s, tok[s], ct);
+        }
+        CHECK(fabsf(lp[s] - clp) <= 1e-4f * (1.0f + fabsf(clp)),
+              "sample %u: logprob gpu %.7g cpu %.7g", s, lp[s], clp);
+    }
+    CHECK(tok[0] == 100, "greedy tie: got %d, want 100", tok[0]);
+    CHECK(diff == 0, "sampling: %u of %u tokens differ from the CPU sampler", diff, S);
+    /* Same inputs, same tokens. */
+    KOK(l8k_sample(dl, V, dr, S, dh, dscr, dt, dlp, 0));
+    to_host(tok2, dt, S * 4);
+    CHECK(memcmp(tok, tok2, sizeof tok) == 0, "sampling is not deterministic");
+    l8_sampler_free(cs);
+    free(lg);
+    cudaFree(dl); cudaFree(dscr); cudaFree(dlp); cudaFree(dh); cudaFree(dt); cudaFree(dr);
+
+    /* Philox on the device is the CPU's. */
+    float *du = dalloc(1000 * 4), u[1000];
+    KOK(l8k_philox_uniform(0xdeadbeef12345678ull, (1ull << 32) - 500, 1000, du, 0));
+    to_host(u, du, sizeof u);
+    uint32_t bad = 0;
+    for (uint32_t i = 0; i < 1000; i++)
+        bad += u[i] != l8_philox_uniform(0xdeadbeef12345678ull, (1ull << 32) - 500 + i);
+    CHECK(bad == 0, "philox: %u of 1000 uniforms differ from the CPU's", bad);
+    cudaFree(du);
+}
+
+/* ---- shape checks: bad arguments are refused, not launched -------------- */
+
+static void test_refusals(void)
+{
+    float *d = dalloc(1024);
+    CHECK(l8k_gemv(d, L8K_FP8, d, d, L8K_F32, NULL, 1, 4, 8, d, 4, 0) == -EINVAL, "gemv K%%16");
+    CHECK(l8k_gemv(d, L8K_FP8, NULL, d, L8K_F32, NULL, 1, 4, 16, d, 4, 0) == -EINVAL,
+          "gemv fp8 without scale");
+    CHECK(l8k_attention(d, 128, d, d, L8K_BF16, 16, (int32_t *)d, 1, (int32_t *)d, (int32_t *)d,
+                        1, 12, 1, 128, 1.0f, 16, d, d, 128 * 12, 0) == -EINVAL,
+          "attention G > 8");
+    CHECK(l8k_rmsnorm(d, NULL, d, 1e-5f, 16, NULL, 1, L8K_FP8, d, NULL, 0) == -EINVAL,
+          "rmsnorm fp8 without scale");
+    cudaFree(d);
+}
+
+int main(void)
+{
+    require_gpu();
+    g_rng ^= (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull;  /* fresh inputs every run */
+    struct l8k_blas *b = NULL;
+    int rc = l8k_blas_create(0, &b);
+    CHECK(rc == 0, "l8k_blas_create: %d", rc);
+    test_quantize();
+    test_rmsnorm();
+    test_silu();
+    test_embed();
+    const uint32_t Ms[] = { 1, 3, 8, 11 }, Ns[] = { 1, 19, 111, 989 }, Ks[] = { 16, 528, 4096 };
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++) {
+            uint32_t K = Ks[(i + j) % 3];
+            check_gemv(Ms[i], Ns[j], K, L8K_FP8);
+            check_gemv(Ms[i], Ns[j], K, L8K_F32);
+            check_gemv(Ms[i], Ns[j], K, L8K_BF16);
+        }
+    test_gemv_dense(3, 1000, 512);
+    if (b)
+        test_gemm(b);
+    test_rope_kv(L8K_F32);
+    test_rope_kv(L8K_BF16);
+    {
+        uint32_t one[1] = { 1 }, longr[1] = { 3001 };
+        uint32_t mixed[19];
+        for (int i = 0; i < 19; i++)
+            mixed[i] = (uint32_t)(i * 53 % 400);   /* includes 0 (a padding row) */
+        test_attention(L8K_F32, 128, 4, 1, 1, one, 1);
+        test_attention(L8K_F32, 128, 32, 8, 1, longr, 3001);   /* split-K */
+        test_attention(L8K_BF16, 128, 32, 8, 1, longr, 4096);  /* bound above the length */
+        test_attention(L8K_BF16, 128, 8, 2, 19, mixed, 400);
+        test_attention(L8K_F32, 64, 8, 8, 19, mixed, 400);
+    }
+    test_sample();
+    test_refusals();
+    l8k_blas_destroy(b);
+    printf("%s (%d failures)\n", g_failures ? "FAILED" : "ok", g_failures);
+    return g_failures ? 1 : 0;
+}
