@@ -1,0 +1,105 @@
+#!/bin/bash
+# bench_gpu.sh BIN_DIR MODEL_DIR OUT_DIR - the GPU benchmarks of issue 5.
+#
+#   kernels:   bench_gpu_kernels (copy ceiling, decode projections' fraction
+#              of copy bandwidth, GEMV/cuBLASLt crossover, prefill FP8 GEMM)
+#   single:    llama8-run, cuda fp8, 512-token prompt, 128 new, batch 1
+#              (TTFT = prefill step incl. the first token, decode tok/s, load
+#              time; peak GPU memory sampled by nvidia-smi every 50 ms)
+#   serving:   llama8d (cuda fp8) + llama8ctl bench: 256 requests, prompts
+#              128-512, 128 new, 64 in flight
+# Each stage has its own timeout; a failed stage becomes a row with "error".
+# Writes OUT_DIR/bench-gpu.json shaped like ../shared/reference/bench-h100-linnet.json.
+set -u
+BIN=$1 MODEL=$2 OUT=$3
+mkdir -p "$OUT"
+export CUDA_MODULE_LOADING=EAGER    # module loading out of the first step's time
+
+peak_start() {   # sample used GPU memory (MiB) into $1 until peak_stop
+    ( while :; do nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null; sleep 0.05; done ) >"$1" &
+    PEAK_PID=$!
+}
+peak_stop() {    # prints the max of the samples
+    kill "$PEAK_PID" 2>/dev/null; wait "$PEAK_PID" 2>/dev/null
+    sort -n "$1" | tail -1
+}
+BASE_MIB=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null | head -1)
+
+echo "== kernels"
+timeout 180 "$BIN/bench_gpu_kernels" >"$OUT/kernels.json" 2>"$OUT/kernels.log"
+echo "kernels rc=$?"; cat "$OUT/kernels.log"
+
+echo "== single stream"
+python3 -c 'import random; r=random.Random(0); print(",".join(["128000"]+[str(r.randrange(1000,120000)) for _ in range(511)]))' >"$OUT/prompt512.txt"
+for run in 1 2; do
+    peak_start "$OUT/mem_single$run.txt"
+    timeout 180 "$BIN/llama8-run" --model "$MODEL" --backend cuda --numerics fp8 \
+        --tokens-file "$OUT/prompt512.txt" --max-new 128 --ignore-eos --json \
+        >"$OUT/single$run.json" 2>"$OUT/single$run.log"
+    echo "single run $run rc=$? $(cat "$OUT/single$run.json")"
+    echo "$(peak_stop "$OUT/mem_single$run.txt")" >"$OUT/peak_single$run.txt"
+    tail -3 "$OUT/single$run.log"
+done
+
+echo "== serving"
+SOCK=$(mktemp -d)/llama8d.sock
+peak_start "$OUT/mem_serve.txt"
+"$BIN/llama8d" --model "$MODEL" --socket "$SOCK" --backend cuda --numerics fp8 \
+    --kv_mib 12288 --max_batch 64 --max_step_tokens 2048 --max_requests 256 \
+    --max_requests_per_client 256 --log_level notice >"$OUT/llama8d.log" 2>&1 &
+DPID=$!
+for i in $(seq 1 120); do [ -S "$SOCK" ] && break; sleep 0.5; done
+# Ready means the socket answers; llama8ctl status waits for the model.
+timeout 60 "$BIN/llama8ctl" status --socket "$SOCK" >"$OUT/status.txt" 2>&1
+timeout 300 "$BIN/llama8ctl" bench --socket "$SOCK" -n 256 -c 64 --prompt-min 128 \
+    --prompt-max 512 --new 128 --json >"$OUT/serve.json" 2>"$OUT/serve.log"
+echo "serving rc=$? $(cat "$OUT/serve.json")"
+kill -TERM "$DPID" 2>/dev/null; sleep 2; kill -KILL "$DPID" 2>/dev/null; wait "$DPID" 2>/dev/null
+echo "$(peak_stop "$OUT/mem_serve.txt")" >"$OUT/peak_serve.txt"
+tail -5 "$OUT/llama8d.log"
+
+# Assemble the rows (python's json module: no hand-made JSON).
+python3 - "$OUT" "${BASE_MIB:-0}" <<'PY'
+import json, os, sys, subprocess, datetime
+out, base = sys.argv[1], float(sys.argv[2] or 0)
+def load(p):
+    try:
+        with open(os.path.join(out, p)) as f: return json.load(f)
+    except Exception as e: return None
+def peak(p):
+    try: return float(open(os.path.join(out, p)).read().strip()) - base
+    except Exception: return None
+rows = []
+k = load("kernels.json")
+rows.append({"method": "llama8 kernels (bench_gpu_kernels)", "kind": "llama8",
+             "metrics": {x: k.get(x) for x in ("copy_gbs", "decode_projection_us", "decode_bw_frac", "crossover_m", "fp8_gemm_path")} if k else {},
+             "notes": "decode_bw_frac: bytes of one token's projections / their time / measured D2D copy rate",
+             "error": None if k else "bench_gpu_kernels failed (see kernels.log)"})
+s = load("single2.json") or load("single1.json")
+s1 = load("single1.json")
+m = {}
+if s:
+    m = {"ttft_ms": s.get("prefill_ms"), "decode_tok_s": s.get("decode_tokens_per_s"),
+         "load_s": (s1 or s).get("load_s"), "load_s_warm": s.get("load_s"),
+         "peak_vram_mib": peak("peak_single2.txt") or peak("peak_single1.txt")}
+rows.append({"method": "llama8 cuda fp8 (llama8-run, in-process)", "kind": "llama8", "metrics": m,
+             "notes": "512-token prompt, 128 new, batch 1; ttft = prefill step incl. first token; peak = nvidia-smi used minus idle",
+             "error": None if s else "llama8-run failed (see single*.log)"})
+v = load("serve.json")
+rows.append({"method": "llama8 cuda fp8 (llama8d + llama8ctl bench)", "kind": "llama8",
+             "metrics": dict(v, peak_vram_mib=peak("peak_serve.txt")) if isinstance(v, dict) else {},
+             "notes": "256 requests, prompts 128-512, 128 new, 64 in flight",
+             "error": None if v else "serving benchmark failed (see serve.log, llama8d.log)"})
+try: gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
+except Exception: gpu = None
+try: commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+except Exception: commit = None
+doc = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+       "environment": {"gpu": gpu, "commit": commit},
+       "workload": {"device": "cuda", "prompt_tokens": 512, "new_tokens": 128, "batch": 1,
+                    "serve_requests": 256, "serve_concurrency": 64, "serve_prompt_min": 128,
+                    "serve_prompt_max": 512, "serve_new": 128},
+       "methods": rows}
+json.dump(doc, open(os.path.join(out, "bench-gpu.json"), "w"), indent=1)
+for r in rows: print(r["method"], json.dumps(r["metrics"]), r["error"] or "")
+PY
