@@ -22,7 +22,7 @@ float l8_e4m3_to_f32(uint8_t v)
 }
 
 /* Generated from the definition above: v = (-1)^s * 2^(e-7) * (1 + m/8),
- * subnormals 2^-6 * m/8, 0x7f/0xff NaN. tests/unit/test_numerics.c checks
+ * subnormals 2^-6 * m/8, 0x7f/0xff NaN. tests/model/test_numerics.c checks
  * every entry against l8_e4m3_to_f32(). */
 const float l8_e4m3_lut[256] = {
     0x0p+0f, 0x1.0000000000000p-9f, 0x1.0000000000000p-8f, 0x1.8000000000000p-8f,
