@@ -335,9 +335,10 @@ static void add_seq(struct l8_sched *s, struct req *r, uint32_t take, uint32_t *
     q->logits = L8_LOGITS_NONE;
     q->sample = r->n_computed + take == r->n_tokens;
     q->sampling = &r->sampling;
-    /* Repetition penalty sees the prompt and everything generated. */
+    /* Repetition penalty sees the prompt and everything generated: all
+     * tokens up to the last one fed (as llama8-run passes them). */
     q->history = r->tokens;
-    q->n_history = r->n_tokens;
+    q->n_history = r->n_computed + take;
     q->sample_index = r->n_generated;
     struct l8_sched_slot *sl = &s->slots[i];
     sl->owner = r->owner;

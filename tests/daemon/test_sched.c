@@ -58,8 +58,7 @@ static int exec_step(struct exec *x, const struct l8_sched *s, struct l8_seq *se
             fprintf(stderr, "exec: seq %u: page table too short\n", i);
             return -EINVAL;
         }
-        if ((q->sample && q->n_history != q->pos + q->n_tokens) ||
-            q->n_history < q->pos + q->n_tokens ||
+        if (q->n_history != q->pos + q->n_tokens ||
             memcmp(q->history + q->pos, q->tokens, q->n_tokens * sizeof(uint32_t))) {
             fprintf(stderr, "exec: seq %u: history does not end with the fed tokens\n", i);
             return -EINVAL;
