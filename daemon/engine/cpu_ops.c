@@ -288,3 +288,145 @@ void l8_cpu_rope_apply(float *x, uint32_t n_heads, uint32_t head_dim,
         }
     }
 }
+
+typedef uint16_t v8u16 __attribute__((vector_size(16)));
+typedef uint32_t v8u32 __attribute__((vector_size(32)));
+
+/* 8 values of a pool row, f32 or bf16 (bf16 -> f32 is exact: a shift). */
+static inline v8f load_kv8(const void *row, size_t i, bool bf16)
+{
+    if (!bf16)
+        return load8((const float *)row + i);
+    v8u16 h;
+    memcpy(&h, (const uint16_t *)row + i, sizeof(h));
+    v8u32 w = __builtin_convertvector(h, v8u32) << 16;
+    v8f f;
+    memcpy(&f, &w, sizeof(f));
+    return f;
+}
+
+static inline float load_kv1(const void *row, size_t i, bool bf16)
+{
+    return bf16 ? l8_bf16_to_f32(((const uint16_t *)row)[i]) : ((const float *)row)[i];
+}
+
+#define PV_KEY_BLOCK 64u
+#define PV_DIM_BLOCK 32u
+
+L8_MULTIVERSION
+void l8_cpu_attention_tile(const float *q, size_t ldq, uint32_t nt, uint32_t gqa,
+                           uint32_t hd, uint32_t pos0,
+                           const void *const *krow, const void *const *vrow, bool kv_bf16,
+                           float scale, float *scores, float *acc, double *sums,
+                           float *kbuf, float *out, size_t ldo)
+{
+    const uint32_t ctx = pos0 + nt;       /* keys of the last token */
+    const uint32_t nq = nt * gqa;
+    /* 1. Scores: key row j loaded once for every query of the tile. */
+    for (uint32_t j = 0; j < ctx; j++) {
+        const float *k;
+        if (kv_bf16) {
+            for (uint32_t d = 0; d < hd; d++)
+                kbuf[d] = load_kv1(krow[j], d, true);
+            k = kbuf;
+        } else {
+            k = krow[j];
+        }
+        for (uint32_t i = j > pos0 ? j - pos0 : 0; i < nt; i++) {
+            const float *qi = q + (size_t)i * ldq;
+            float *srow = scores + (size_t)i * gqa * ctx + j;
+            uint32_t h = 0;
+            float r[4];
+            for (; h + 4 <= gqa; h += 4) {
+                dot4(k, qi + (size_t)h * hd, hd, hd, r);
+                for (int u = 0; u < 4; u++)
+                    srow[(size_t)(h + u) * ctx] = r[u] * scale;
+            }
+            for (; h < gqa; h++)
+                srow[(size_t)h * ctx] = dot_body(qi + (size_t)h * hd, k, hd) * scale;
+        }
+    }
+    /* 2. Softmax weights (unnormalized) and denominators. */
+    for (uint32_t qi = 0; qi < nq; qi++) {
+        const uint32_t n = pos0 + qi / gqa + 1;
+        float *sr = scores + (size_t)qi * ctx;
+        float mx = sr[0];
+        for (uint32_t j = 1; j < n; j++)
+            mx = sr[j] > mx ? sr[j] : mx;
+        double sm = 0.0;
+        for (uint32_t j = 0; j < n; j++) {
+            sr[j] = expf(sr[j] - mx);
+            sm += (double)sr[j];
+        }
+        sums[qi] = sm;
+    }
+    memset(acc, 0, sizeof(float) * (size_t)nq * hd);
+    /* 3. Weighted values. Every acc element accumulates in ascending j:
+     * the key blocks only bound how long a slice of V stays in cache. */
+    if (hd % PV_DIM_BLOCK == 0) {
+        for (uint32_t j0 = 0; j0 < ctx; j0 += PV_KEY_BLOCK) {
+            const uint32_t j1 = j0 + PV_KEY_BLOCK < ctx ? j0 + PV_KEY_BLOCK : ctx;
+            for (uint32_t d0 = 0; d0 < hd; d0 += PV_DIM_BLOCK) {
+                for (uint32_t i = j0 > pos0 ? j0 - pos0 : 0; i < nt; i++) {
+                    const uint32_t n = pos0 + i + 1;
+                    const uint32_t je = j1 < n ? j1 : n;
+                    for (uint32_t h0 = 0; h0 < gqa; h0 += 4) {
+                        const uint32_t ng = gqa - h0 < 4 ? gqa - h0 : 4;
+                        const uint32_t q0 = i * gqa + h0;
+                        v8f a[4][4];
+                        for (uint32_t g = 0; g < ng; g++)
+                            for (int u = 0; u < 4; u++)
+                                a[g][u] = load8(acc + (size_t)(q0 + g) * hd + d0 + 8 * u);
+                        if (ng == 4) {
+                            const float *w0 = scores + (size_t)q0 * ctx;
+                            const float *w1 = w0 + ctx, *w2 = w1 + ctx, *w3 = w2 + ctx;
+                            for (uint32_t j = j0; j < je; j++) {
+                                v8f v0 = load_kv8(vrow[j], d0, kv_bf16);
+                                v8f v1 = load_kv8(vrow[j], d0 + 8, kv_bf16);
+                                v8f v2 = load_kv8(vrow[j], d0 + 16, kv_bf16);
+                                v8f v3 = load_kv8(vrow[j], d0 + 24, kv_bf16);
+                                a[0][0] += w0[j] * v0; a[0][1] += w0[j] * v1;
+                                a[0][2] += w0[j] * v2; a[0][3] += w0[j] * v3;
+                                a[1][0] += w1[j] * v0; a[1][1] += w1[j] * v1;
+                                a[1][2] += w1[j] * v2; a[1][3] += w1[j] * v3;
+                                a[2][0] += w2[j] * v0; a[2][1] += w2[j] * v1;
+                                a[2][2] += w2[j] * v2; a[2][3] += w2[j] * v3;
+                                a[3][0] += w3[j] * v0; a[3][1] += w3[j] * v1;
+                                a[3][2] += w3[j] * v2; a[3][3] += w3[j] * v3;
+                            }
+                        } else {
+                            for (uint32_t j = j0; j < je; j++)
+                                for (uint32_t g = 0; g < ng; g++) {
+                                    const float w = scores[(size_t)(q0 + g) * ctx + j];
+                                    for (int u = 0; u < 4; u++)
+                                        a[g][u] += w * load_kv8(vrow[j], d0 + 8 * u, kv_bf16);
+                                }
+                        }
+                        for (uint32_t g = 0; g < ng; g++)
+                            for (int u = 0; u < 4; u++)
+                                memcpy(acc + (size_t)(q0 + g) * hd + d0 + 8 * u, &a[g][u],
+                                       sizeof(v8f));
+                    }
+                }
+            }
+        }
+    } else {
+        for (uint32_t qi = 0; qi < nq; qi++) {
+            const uint32_t n = pos0 + qi / gqa + 1;
+            float *a = acc + (size_t)qi * hd;
+            for (uint32_t j = 0; j < n; j++) {
+                const float w = scores[(size_t)qi * ctx + j];
+                for (uint32_t d = 0; d < hd; d++)
+                    a[d] += w * load_kv1(vrow[j], d, kv_bf16);
+            }
+        }
+    }
+    for (uint32_t qi = 0; qi < nq; qi++) {
+        const uint32_t i = qi / gqa, h = qi % gqa;
+        const float inv = (float)(1.0 / sums[qi]);
+        const float *a = acc + (size_t)qi * hd;
+        float *o = out + (size_t)i * ldo + (size_t)h * hd;
+        for (uint32_t d = 0; d < hd; d++)
+            o[d] = a[d] * inv;
+    }
+}

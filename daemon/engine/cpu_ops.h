@@ -7,6 +7,7 @@
  * engine's logits bitwise identical alone and batched. No FMA contraction:
  * the engine is built with -ffp-contract=off. */
 #pragma once
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "../model/model.h"
@@ -63,3 +64,22 @@ void l8_cpu_rope_table(const float *inv_freq, uint32_t head_dim, uint32_t pos,
  *   x[i+h/2]  = x[i+h/2] cos_i + x[i] sin_i     (x [n_heads, head_dim]) */
 void l8_cpu_rope_apply(float *x, uint32_t n_heads, uint32_t head_dim,
                        const float *cos_t, const float *sin_t);
+
+/* Causal attention of a tile of consecutive query tokens of one sequence
+ * for the gqa query heads that read one KV head.
+ *   q    token i's heads at q + i*ldq, head h at + h*head_dim (f32, RoPE'd)
+ *   token i (position pos0 + i) attends keys [0, pos0 + i]
+ *   krow, vrow [pos0 + nt] row pointers into the pool: f32, or bf16 bits
+ *        when kv_bf16
+ *   out  token i, head h at out + i*ldo + h*head_dim
+ *   scratch: scores [nt*gqa, pos0+nt] f32, acc [nt*gqa, head_dim] f32,
+ *        sums [nt*gqa] f64, kbuf [head_dim] f32.
+ * For every query: s_j = dot(q, k_j) * scale (l8_cpu_dot's order),
+ * w_j = expf(s_j - max), denominator summed in f64 in j order,
+ * out = (sum_j w_j v_j, accumulated in j order in f32) * (1 / denominator).
+ * The tile size changes no result. */
+void l8_cpu_attention_tile(const float *q, size_t ldq, uint32_t nt, uint32_t gqa,
+                           uint32_t head_dim, uint32_t pos0,
+                           const void *const *krow, const void *const *vrow, bool kv_bf16,
+                           float scale, float *scores, float *acc, double *sums,
+                           float *kbuf, float *out, size_t ldo);

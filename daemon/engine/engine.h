@@ -35,6 +35,9 @@ struct l8_engine_opts {
     uint32_t max_step_tokens;/* most tokens (all sequences) in one step */
     uint32_t max_seqs;       /* most sequences in one step */
     int nthreads;            /* cpu: worker threads (0 = all cores) */
+    bool kv_f32;             /* cpu only: keep the KV pool f32 in fp8 numerics
+                                too, isolating activation rounding (tests);
+                                other backends reject it */
 };
 
 /* Sampling parameters of one request. temperature <= 0 means greedy

@@ -10,7 +10,7 @@
  *
  * Numerics (engine.h): exact = f32 activations, KV pool f32; fp8 = each
  * projection's input quantized per token to E4M3 (l8_quantize_act_row),
- * KV pool bf16. Norms, RoPE, softmax, residuals and lm_head are f32 in
+ * KV pool bf16 (f32 with opts.kv_f32). Norms, RoPE, softmax, residuals and lm_head are f32 in
  * both (lm_head is not an FP8 projection: it stays in its checkpoint
  * dtype, as the FP8-dynamic recipe's ignore list says). */
 #include <errno.h>
@@ -71,6 +71,7 @@ struct cpu {
     float **acc;                /* [nthreads][qtile*gqa, head_dim] */
     float **kvrow;              /* [nthreads][2, head_dim] bf16 rows decoded */
     double **sums;              /* [nthreads][qtile*gqa] softmax denominators */
+    const void ***rowptr;       /* [nthreads][2, ctx_cap] K and V row pointers */
     float *logit_scratch;       /* [max_seqs, vocab] for sample-only rows */
     float **dest;               /* [T] lm_head destinations */
     struct l8_sampler *sampler;
@@ -102,8 +103,9 @@ static void cpu_destroy(void *impl)
         if (e->acc) free(e->acc[i]);
         if (e->kvrow) free(e->kvrow[i]);
         if (e->sums) free(e->sums[i]);
+        if (e->rowptr) free(e->rowptr[i]);
     }
-    free(e->scores); free(e->acc); free(e->kvrow); free(e->sums);
+    free(e->scores); free(e->acc); free(e->kvrow); free(e->sums); free(e->rowptr);
     l8_sampler_free(e->sampler);
     free(e);
 }
@@ -130,7 +132,8 @@ static int cpu_create(const struct l8_model *m, const struct l8_engine_opts *o,
     if (e->qdim > e->max_in) e->max_in = e->qdim;
     if (c->inter > e->max_in) e->max_in = c->inter;
 
-    const size_t elem = o->numerics == L8_NUMERICS_EXACT ? sizeof(float) : sizeof(uint16_t);
+    const bool f32kv = o->numerics == L8_NUMERICS_EXACT || o->kv_f32;
+    const size_t elem = f32kv ? sizeof(float) : sizeof(uint16_t);
     const size_t page_bytes = (size_t)c->n_layers * 2 * c->n_kv_heads * o->page_size
                               * c->head_dim * elem;
     uint64_t np = o->n_pages;
@@ -164,7 +167,7 @@ static int cpu_create(const struct l8_model *m, const struct l8_engine_opts *o,
         goto nomem;
 
     const size_t pool = (size_t)e->n_pages * page_bytes;
-    if (o->numerics == L8_NUMERICS_EXACT)
+    if (f32kv)
         e->kv32 = xalloc(pool);
     else
         e->kv16 = xalloc(pool);
@@ -207,14 +210,16 @@ static int cpu_create(const struct l8_model *m, const struct l8_engine_opts *o,
     e->acc = calloc((size_t)nt, sizeof(float *));
     e->kvrow = calloc((size_t)nt, sizeof(float *));
     e->sums = calloc((size_t)nt, sizeof(double *));
-    if (!e->scores || !e->acc || !e->kvrow || !e->sums)
+    e->rowptr = calloc((size_t)nt, sizeof(void *));
+    if (!e->scores || !e->acc || !e->kvrow || !e->sums || !e->rowptr)
         goto nomem;
     for (int i = 0; i < nt; i++) {
         e->scores[i] = xalloc(e->score_floats * sizeof(float));
         e->acc[i] = xalloc(qt * e->gqa * c->head_dim * sizeof(float));
         e->kvrow[i] = xalloc(2 * c->head_dim * sizeof(float));
         e->sums[i] = xalloc(qt * e->gqa * sizeof(double));
-        if (!e->scores[i] || !e->acc[i] || !e->kvrow[i] || !e->sums[i])
+        e->rowptr[i] = xalloc(2 * (size_t)e->ctx_cap * sizeof(void *));
+        if (!e->scores[i] || !e->acc[i] || !e->kvrow[i] || !e->sums[i] || !e->rowptr[i])
             goto nomem;
     }
     e->sampler = l8_sampler_new(c->vocab);
@@ -283,100 +288,39 @@ static void rope_store_chunk(void *ctx, size_t b, size_t e_, int tid)
     }
 }
 
-typedef float v8f __attribute__((vector_size(32)));
-
-/* acc[0..n) += w * v[0..n) */
-static inline void axpy(float *acc, float w, const float *v, uint32_t n)
-{
-    uint32_t i = 0;
-    v8f wv = { w, w, w, w, w, w, w, w };
-    for (; i + 8 <= n; i += 8) {
-        v8f a, b;
-        memcpy(&a, acc + i, sizeof(a));
-        memcpy(&b, v + i, sizeof(b));
-        a += wv * b;
-        memcpy(acc + i, &a, sizeof(a));
-    }
-    for (; i < n; i++)
-        acc[i] += w * v[i];
-}
-
-/* Row of the pool as f32: a pointer into the f32 pool, or decoded bf16. */
-static const float *kv_row(const struct cpu *e, uint32_t kv, const struct l8_seq *s,
-                           uint32_t j, uint32_t g, float *buf)
-{
-    size_t off = l8_kv_offset(e->c, e->n_pages, e->page_size, e->layer, kv,
-                              s->pages[j / e->page_size], g, j % e->page_size);
-    if (e->kv32)
-        return e->kv32 + off;
-    for (uint32_t i = 0; i < e->c->head_dim; i++)
-        buf[i] = l8_bf16_to_f32(e->kv16[off + i]);
-    return buf;
-}
-
-/* Causal attention of one tile of query tokens of one sequence, for the
- * gqa query heads that read KV head g. Two passes over the keys (scores,
- * then weighted values), each in ascending position order for every query,
- * so a query's result does not depend on the tile it is in. */
+/* Causal attention of one tile of query tokens of one sequence for the
+ * heads that read KV head g (l8_cpu_attention_tile), over the sequence's
+ * pages. */
 static void attn_chunk(void *ctx, size_t b, size_t e_, int tid)
 {
     struct cpu *e = ctx;
     const struct l8_config *c = e->c;
     const uint32_t hd = c->head_dim, gqa = e->gqa;
     const float sc = 1.0f / sqrtf((float)hd);
-    float *scores = e->scores[tid], *acc = e->acc[tid], *rowbuf = e->kvrow[tid];
+    const void **kr = e->rowptr[tid], **vr = kr + e->ctx_cap;
     for (size_t it = b; it < e_; it++) {
         const struct attn_item *I = &e->items[it];
         const struct l8_seq *s = &e->seqs[I->seq];
-        const uint32_t nq = (I->t1 - I->t0) * gqa;
-        const uint32_t p_last = s->pos + I->t1 - 1, ctxn = p_last + 1;
-        /* Query qi: token t0 + qi / gqa, head g*gqa + qi % gqa; the heads
-         * of one token are contiguous rows of q. */
-#define QPTR(tl) (e->q + (size_t)(I->tok0 + (tl)) * e->qdim + (size_t)I->g * gqa * hd)
-        for (uint32_t j = 0; j <= p_last; j++) {
-            const float *kr = kv_row(e, 0, s, j, I->g, rowbuf);
-            for (uint32_t tl = I->t0; tl < I->t1; tl++) {
-                if (s->pos + tl < j)
-                    continue;
-                const float *qh = QPTR(tl);
-                float *srow = scores + (size_t)(tl - I->t0) * gqa * ctxn;
-                for (uint32_t h = 0; h < gqa; h++)
-                    srow[(size_t)h * ctxn + j] = l8_cpu_dot(qh + (size_t)h * hd, kr, hd) * sc;
+        const uint32_t pos0 = s->pos + I->t0, n = pos0 + (I->t1 - I->t0);
+        for (uint32_t j0 = 0, pg = 0; j0 < n; j0 += e->page_size, pg++) {
+            size_t ko = l8_kv_offset(c, e->n_pages, e->page_size, e->layer, 0, s->pages[pg], I->g, 0);
+            size_t vo = l8_kv_offset(c, e->n_pages, e->page_size, e->layer, 1, s->pages[pg], I->g, 0);
+            for (uint32_t j = j0; j < n && j < j0 + e->page_size; j++) {
+                size_t d = (size_t)(j - j0) * hd;
+                if (e->kv32) {
+                    kr[j] = e->kv32 + ko + d;
+                    vr[j] = e->kv32 + vo + d;
+                } else {
+                    kr[j] = e->kv16 + ko + d;
+                    vr[j] = e->kv16 + vo + d;
+                }
             }
         }
-        double *sum = e->sums[tid];
-        for (uint32_t qi = 0; qi < nq; qi++) {
-            const uint32_t tl = I->t0 + qi / gqa, n = s->pos + tl + 1;
-            float *sr = scores + (size_t)qi * ctxn;
-            float mx = sr[0];
-            for (uint32_t j = 1; j < n; j++)
-                mx = sr[j] > mx ? sr[j] : mx;
-            double sm = 0.0;
-            for (uint32_t j = 0; j < n; j++) {
-                sr[j] = expf(sr[j] - mx);
-                sm += (double)sr[j];
-            }
-            sum[qi] = sm;
-            memset(acc + (size_t)qi * hd, 0, hd * sizeof(float));
-        }
-        for (uint32_t j = 0; j <= p_last; j++) {
-            const float *vr = kv_row(e, 1, s, j, I->g, rowbuf + hd);
-            for (uint32_t qi = 0; qi < nq; qi++) {
-                const uint32_t tl = I->t0 + qi / gqa;
-                if (s->pos + tl < j)
-                    continue;
-                axpy(acc + (size_t)qi * hd, scores[(size_t)qi * ctxn + j], vr, hd);
-            }
-        }
-        for (uint32_t qi = 0; qi < nq; qi++) {
-            const uint32_t tl = I->t0 + qi / gqa, h = qi % gqa;
-            float *out = e->att + (size_t)(I->tok0 + tl) * e->qdim + (size_t)(I->g * gqa + h) * hd;
-            const float inv = (float)(1.0 / sum[qi]);
-            const float *a = acc + (size_t)qi * hd;
-            for (uint32_t i = 0; i < hd; i++)
-                out[i] = a[i] * inv;
-        }
-#undef QPTR
+        const size_t tok = (size_t)I->tok0 + I->t0;
+        l8_cpu_attention_tile(e->q + tok * e->qdim + (size_t)I->g * gqa * hd, e->qdim,
+                              I->t1 - I->t0, gqa, hd, pos0, kr, vr, e->kv16 != NULL, sc,
+                              e->scores[tid], e->acc[tid], e->sums[tid], e->kvrow[tid],
+                              e->att + tok * e->qdim + (size_t)I->g * gqa * hd, e->qdim);
     }
 }
 
