@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "llama8_tokenizer.h"
 
@@ -50,6 +51,16 @@ static inline l8tok *tt_load(int argc, char **argv)
         exit(1);
     }
     return tok;
+}
+
+/* The scratch directory a test writes into; made if missing. */
+static inline const char *tt_scratch(const char *dir)
+{
+    if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
+        perror(dir);
+        exit(1);
+    }
+    return dir;
 }
 
 static inline int tt_result(const char *name)

@@ -1,0 +1,191 @@
+/* `llama8ctl tokenize` / `detokenize` as a user runs them: output, exit codes, errors.
+ * argv[1]: the llama8ctl executable; argv[2]: the real tokenizer.json. */
+#include <errno.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static int failures;
+static const char *ctl, *tokjson;
+
+#define CHECK(cond, ...)                                                     \
+    do {                                                                     \
+        if (!(cond)) {                                                       \
+            fprintf(stderr, "%s:%d: FAIL: %s: ", __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                    \
+            fputc('\n', stderr);                                             \
+            failures++;                                                      \
+        }                                                                    \
+    } while (0)
+
+struct result {
+    int status; /* exit code, or -1 */
+    char out[65536];
+    size_t out_len;
+    char err[8192];
+};
+
+static void drain(int fd, char *buf, size_t cap, size_t *len)
+{
+    size_t n = 0;
+    for (;;) {
+        ssize_t r = read(fd, buf + n, cap - 1 - n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        n += (size_t)r;
+        if (n == cap - 1)
+            break;
+    }
+    buf[n] = 0;
+    if (len)
+        *len = n;
+    close(fd);
+}
+
+/* Run llama8ctl with args (NULL-terminated) and input on stdin; env NULL: the
+ * tokenizer in LLAMA8_TOKENIZER is not set. */
+static void run(struct result *r, const char *input, size_t input_len, char **env, ...)
+{
+    char *argv[32];
+    int argc = 0;
+    argv[argc++] = (char *)ctl;
+    va_list ap;
+    va_start(ap, env);
+    char *a;
+    while ((a = va_arg(ap, char *)) && argc < 31)
+        argv[argc++] = a;
+    va_end(ap);
+    argv[argc] = NULL;
+    int in[2], out[2], err[2];
+    if (pipe(in) || pipe(out) || pipe(err)) {
+        perror("pipe");
+        exit(1);
+    }
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, in[0], 0);
+    posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+    posix_spawn_file_actions_adddup2(&fa, err[1], 2);
+    posix_spawn_file_actions_addclose(&fa, in[1]);
+    posix_spawn_file_actions_addclose(&fa, out[0]);
+    posix_spawn_file_actions_addclose(&fa, err[0]);
+    static char *no_env[] = {NULL};
+    pid_t pid;
+    if (posix_spawn(&pid, ctl, &fa, NULL, argv, env ? env : no_env) != 0) {
+        perror("posix_spawn");
+        exit(1);
+    }
+    posix_spawn_file_actions_destroy(&fa);
+    close(in[0]);
+    close(out[1]);
+    close(err[1]);
+    if (input_len && write(in[1], input, input_len) != (ssize_t)input_len)
+        perror("write");
+    close(in[1]);
+    drain(out[0], r->out, sizeof(r->out), &r->out_len);
+    drain(err[0], r->err, sizeof(r->err), NULL);
+    int st;
+    waitpid(pid, &st, 0);
+    r->status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+#define RUN(r, in, ...) run((r), (in), strlen(in), env, __VA_ARGS__, (char *)NULL)
+
+int main(int argc, char **argv)
+{
+    if (argc < 3) {
+        fprintf(stderr, "usage: %s LLAMA8CTL TOKENIZER_JSON\n", argv[0]);
+        return 1;
+    }
+    ctl = argv[1];
+    tokjson = argv[2];
+    char envvar[4096];
+    snprintf(envvar, sizeof(envvar), "LLAMA8_TOKENIZER=%s", tokjson);
+    char *env[] = {envvar, NULL};
+    static struct result r;
+    char *t = (char *)tokjson;
+
+    RUN(&r, "", "tokenize", "-t", t, "Hello", "world");
+    CHECK(r.status == 0 && !strcmp(r.out, "9906 1917\n"), "args: %d '%s' %s", r.status, r.out, r.err);
+    RUN(&r, "Hello world", "tokenize", "--tokenizer", t, "--json");
+    CHECK(r.status == 0 && !strcmp(r.out, "[9906,1917]\n"), "stdin --json: '%s'", r.out);
+    RUN(&r, "Hello world", "tokenize");
+    CHECK(r.status == 0 && !strcmp(r.out, "9906 1917\n"), "LLAMA8_TOKENIZER: '%s'", r.out);
+    RUN(&r, "<|eot_id|>", "tokenize");
+    CHECK(r.status == 0 && !strcmp(r.out, "128009\n"), "special: '%s'", r.out);
+    RUN(&r, "<|eot_id|>", "tokenize", "--no-special");
+    CHECK(r.status == 0 && !strcmp(r.out, "27 91 68 354 851 91 29\n"), "--no-special: '%s'", r.out);
+    RUN(&r, "Hello!", "tokenize", "--chat", "--json");
+    CHECK(r.status == 0 && !strcmp(r.out, "[128000,128006,9125,128007,271,38766,1303,33025,2696,25,6790,"
+                                          "220,2366,18,198,15724,2696,25,220,1627,10263,220,2366,19,271,"
+                                          "128009,128006,882,128007,271,9906,0,128009,128006,78191,128007,271]\n"),
+          "--chat: '%s' %s", r.out, r.err);
+    RUN(&r, "What is the capital of France?", "tokenize", "--chat", "--system", "You are a helpful assistant.");
+    CHECK(r.status == 0 && strstr(r.out, " 2675 527 264 11190 18328 13 128009 ") &&
+              strstr(r.out, " 3923 374 279 6864 315 9822 30 128009 128006 78191 128007 271\n"),
+          "--chat --system: '%s'", r.out);
+    RUN(&r, "[{\"role\":\"user\",\"content\":\"Hello!\"},{\"role\":\"assistant\",\"content\":\"Hi.\"}]",
+        "tokenize", "--chat", "--messages", "--no-generation-prompt");
+    CHECK(r.status == 0 && strstr(r.out, " 9906 0 128009 128006 78191 128007 271 13347 13 128009\n"),
+          "--messages: '%s' %s", r.out, r.err);
+    RUN(&r, "Hi", "tokenize", "--chat", "--date", "01 Jan 2025");
+    CHECK(r.status == 0 && !strstr(r.out, " 1627 10263 "), "--date changes the date: '%s'", r.out);
+
+    RUN(&r, "ok \xe2\x28\xa1", "tokenize");
+    CHECK(r.status == 1 && strstr(r.err, "byte offset 3"), "invalid UTF-8: %d %s", r.status, r.err);
+    RUN(&r, "[{\"role\":\"robot\",\"content\":\"x\"}]", "tokenize", "--chat", "--messages");
+    CHECK(r.status == 1, "bad role: %d", r.status);
+    RUN(&r, "", "tokenize", "--bogus");
+    CHECK(r.status == 2, "unknown option: %d", r.status);
+    RUN(&r, "", "tokenize", "--system", "x", "y");
+    CHECK(r.status == 2, "--system without --chat: %d", r.status);
+    RUN(&r, "", "tokenize", "--help");
+    CHECK(r.status == 0 && strstr(r.out, "usage: llama8ctl tokenize"), "tokenize --help");
+    RUN(&r, "", "tokenize", "-t", "/nonexistent/tokenizer.json", "x");
+    CHECK(r.status == 1 && strstr(r.err, "No such file"), "missing tokenizer: %d %s", r.status, r.err);
+    run(&r, "x", 1, NULL, "tokenize", (char *)NULL);
+    CHECK(r.status == 2 && strstr(r.err, "no tokenizer"), "no tokenizer configured: %d %s", r.status, r.err);
+
+    RUN(&r, "", "detokenize", "9906", "1917");
+    CHECK(r.status == 0 && !strcmp(r.out, "Hello world"), "detokenize args: '%s'", r.out);
+    RUN(&r, "9906, 1917\n128009\n", "detokenize");
+    CHECK(r.status == 0 && !strcmp(r.out, "Hello world<|eot_id|>"), "detokenize stdin: '%s'", r.out);
+    RUN(&r, "[9906,1917]", "detokenize", "--json");
+    CHECK(r.status == 0 && !strcmp(r.out, "{\"text\":\"Hello world\"}\n"), "detokenize --json: '%s'", r.out);
+    /* 76460 225 is "😃" in the golden emoji case: the first token alone is the start of
+     * the character: its raw bytes in plain mode, one U+FFFD in JSON. */
+    RUN(&r, "", "detokenize", "76460", "225");
+    CHECK(r.status == 0 && !strcmp(r.out, "\xf0\x9f\x98\x83"), "whole emoji: '%s'", r.out);
+    RUN(&r, "", "detokenize", "76460");
+    CHECK(r.status == 0 && r.out_len > 0 && r.out_len < 4 && (unsigned char)r.out[0] == 0xf0,
+          "raw bytes: %zu", r.out_len);
+    RUN(&r, "[76460]", "detokenize", "--json");
+    CHECK(r.status == 0 && !strcmp(r.out, "{\"text\":\"\xef\xbf\xbd\"}\n"), "lossy JSON: '%s'", r.out);
+    RUN(&r, "", "detokenize", "9906", "999999");
+    CHECK(r.status == 1 && strstr(r.err, "999999"), "bad id: %d %s", r.status, r.err);
+    RUN(&r, "12 abc", "detokenize");
+    CHECK(r.status == 2, "not a number: %d", r.status);
+    RUN(&r, "", "detokenize", "--help");
+    CHECK(r.status == 0 && strstr(r.out, "usage: llama8ctl detokenize"), "detokenize --help");
+
+    RUN(&r, "", "--help");
+    CHECK(r.status == 0 && strstr(r.out, "tokenize") && strstr(r.out, "detokenize"), "--help");
+    RUN(&r, "", "frobnicate");
+    CHECK(r.status == 2 && strstr(r.err, "unknown command"), "unknown command: %d", r.status);
+    run(&r, "", 0, env, (char *)NULL);
+    CHECK(r.status == 2, "no command: %d", r.status);
+
+    if (failures) {
+        fprintf(stderr, "test_ctl: %d failure(s)\n", failures);
+        return 1;
+    }
+    printf("test_ctl: ok\n");
+    return 0;
+}

@@ -1,0 +1,133 @@
+/* The committed tokenizer.json is byte for byte the published one: its SHA-256 is the one
+ * the golden data was made with (tests/golden/tokenizer/README.md).
+ * argv[1]: tokenizer.json. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define WANT_SHA256 "e134af98b985517b4f068e3755ae90d4e9cd2d45d328325dc503f1c6b2d06cc7"
+
+/* FIPS 180-4 SHA-256, small and slow enough. */
+struct sha256 {
+    uint32_t h[8];
+    uint8_t block[64];
+    size_t fill;
+    uint64_t bits;
+};
+
+static const uint32_t K[64] = {
+    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
+    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
+    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
+    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
+    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
+
+static uint32_t ror(uint32_t x, int n)
+{
+    return (x >> n) | (x << (32 - n));
+}
+
+static void compress(struct sha256 *s)
+{
+    uint32_t w[64];
+    for (int i = 0; i < 16; i++)
+        w[i] = (uint32_t)s->block[4 * i] << 24 | (uint32_t)s->block[4 * i + 1] << 16 |
+               (uint32_t)s->block[4 * i + 2] << 8 | s->block[4 * i + 3];
+    for (int i = 16; i < 64; i++) {
+        uint32_t s0 = ror(w[i - 15], 7) ^ ror(w[i - 15], 18) ^ (w[i - 15] >> 3);
+        uint32_t s1 = ror(w[i - 2], 17) ^ ror(w[i - 2], 19) ^ (w[i - 2] >> 10);
+        w[i] = w[i - 16] + s0 + w[i - 7] + s1;
+    }
+    uint32_t a = s->h[0], b = s->h[1], c = s->h[2], d = s->h[3];
+    uint32_t e = s->h[4], f = s->h[5], g = s->h[6], h = s->h[7];
+    for (int i = 0; i < 64; i++) {
+        uint32_t t1 = h + (ror(e, 6) ^ ror(e, 11) ^ ror(e, 25)) + ((e & f) ^ (~e & g)) + K[i] + w[i];
+        uint32_t t2 = (ror(a, 2) ^ ror(a, 13) ^ ror(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
+        h = g;
+        g = f;
+        f = e;
+        e = d + t1;
+        d = c;
+        c = b;
+        b = a;
+        a = t1 + t2;
+    }
+    s->h[0] += a; s->h[1] += b; s->h[2] += c; s->h[3] += d;
+    s->h[4] += e; s->h[5] += f; s->h[6] += g; s->h[7] += h;
+}
+
+static void sha_init(struct sha256 *s)
+{
+    static const uint32_t iv[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
+                                   0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+    memcpy(s->h, iv, sizeof(iv));
+    s->fill = 0;
+    s->bits = 0;
+}
+
+static void sha_update(struct sha256 *s, const uint8_t *p, size_t n)
+{
+    s->bits += (uint64_t)n * 8;
+    while (n--) {
+        s->block[s->fill++] = *p++;
+        if (s->fill == 64) {
+            compress(s);
+            s->fill = 0;
+        }
+    }
+}
+
+static void sha_hex(struct sha256 *s, char out[65])
+{
+    uint64_t bits = s->bits;
+    uint8_t pad = 0x80, zero = 0;
+    sha_update(s, &pad, 1);
+    while (s->fill != 56)
+        sha_update(s, &zero, 1);
+    uint8_t len[8];
+    for (int i = 0; i < 8; i++)
+        len[i] = (uint8_t)(bits >> (56 - 8 * i));
+    sha_update(s, len, 8);
+    for (int i = 0; i < 8; i++)
+        sprintf(out + 8 * i, "%08x", s->h[i]);
+}
+
+int main(int argc, char **argv)
+{
+    char hex[65];
+    struct sha256 s;
+    /* FIPS 180-2 appendix B.1: the implementation itself. */
+    sha_init(&s);
+    sha_update(&s, (const uint8_t *)"abc", 3);
+    sha_hex(&s, hex);
+    if (strcmp(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad") != 0) {
+        fprintf(stderr, "sha256(\"abc\") = %s: the implementation is wrong\n", hex);
+        return 1;
+    }
+    if (argc < 2) {
+        fprintf(stderr, "usage: %s TOKENIZER_JSON\n", argv[0]);
+        return 1;
+    }
+    FILE *f = fopen(argv[1], "rb");
+    if (!f) {
+        perror(argv[1]);
+        return 1;
+    }
+    sha_init(&s);
+    static uint8_t buf[1 << 16];
+    size_t r;
+    while ((r = fread(buf, 1, sizeof(buf), f)) > 0)
+        sha_update(&s, buf, r);
+    fclose(f);
+    sha_hex(&s, hex);
+    if (strcmp(hex, WANT_SHA256) != 0) {
+        fprintf(stderr, "%s: sha256 %s, want %s\n", argv[1], hex, WANT_SHA256);
+        return 1;
+    }
+    printf("test_tokenizer_file: ok (%s)\n", hex);
+    return 0;
+}
