@@ -12,6 +12,7 @@
 
 struct req {
     struct req *prev, *next;    /* in s->waiting, s->running or s->doomed */
+    struct req *hnext;          /* in s->by_id while live (not doomed) */
     int list;                   /* which one (LIST_*) */
     uint64_t owner, id;
     void *user;
@@ -44,6 +45,10 @@ struct l8_sched {
     struct l8_sched_opts o;
     struct l8_kvpool *pool;
     struct list lists[LIST_COUNT];
+    /* live requests by (owner, id): submit and cancel stay O(1) with
+     * thousands queued */
+    struct req **by_id;         /* [n_buckets] */
+    uint32_t n_buckets;         /* power of two */
     uint64_t next_arrival;
     /* the step: [max_seqs] each */
     struct l8_seq *seqs;
@@ -91,13 +96,38 @@ static void list_insert_sorted(struct l8_sched *s, int which, struct req *r)
     l->n++;
 }
 
+static uint32_t id_bucket(const struct l8_sched *s, uint64_t owner, uint64_t id)
+{
+    uint64_t h = (owner * 0x9e3779b97f4a7c15ULL) ^ id;
+    h ^= h >> 31;
+    h *= 0xbf58476d1ce4e5b9ULL;
+    h ^= h >> 29;
+    return (uint32_t)h & (s->n_buckets - 1);
+}
+
 static struct req *find_req(const struct l8_sched *s, uint64_t owner, uint64_t id)
 {
-    for (int w = LIST_WAITING; w <= LIST_RUNNING; w++)
-        for (struct req *r = s->lists[w].head; r; r = r->next)
-            if (r->owner == owner && r->id == id)
-                return r;
+    for (struct req *r = s->by_id[id_bucket(s, owner, id)]; r; r = r->hnext)
+        if (r->owner == owner && r->id == id)
+            return r;
     return NULL;
+}
+
+static void id_insert(struct l8_sched *s, struct req *r)
+{
+    struct req **b = &s->by_id[id_bucket(s, r->owner, r->id)];
+    r->hnext = *b;
+    *b = r;
+}
+
+static void id_remove(struct l8_sched *s, struct req *r)
+{
+    struct req **link = &s->by_id[id_bucket(s, r->owner, r->id)];
+    while (*link && *link != r)
+        link = &(*link)->hnext;
+    if (*link)
+        *link = r->hnext;
+    r->hnext = NULL;
 }
 
 /* ---- pages -------------------------------------------------------------- */
@@ -114,6 +144,8 @@ static void release_pages(struct l8_sched *s, struct req *r)
 
 static void req_free(struct l8_sched *s, struct req *r)
 {
+    if (r->list != LIST_DOOMED)
+        id_remove(s, r);
     list_remove(s, r);
     release_pages(s, r);
     free(r->tokens);
@@ -174,7 +206,11 @@ int l8_sched_new(const struct l8_sched_opts *o, struct l8_sched **out)
     s->seqs = calloc(o->max_seqs, sizeof(*s->seqs));
     s->slots = calloc(o->max_seqs, sizeof(*s->slots));
     s->step_req = calloc(o->max_seqs, sizeof(*s->step_req));
-    if (!s->seqs || !s->slots || !s->step_req)
+    s->n_buckets = 16;
+    while (s->n_buckets < 2 * (uint64_t)s->o.max_requests && s->n_buckets < (1u << 24))
+        s->n_buckets <<= 1;
+    s->by_id = calloc(s->n_buckets, sizeof(*s->by_id));
+    if (!s->seqs || !s->slots || !s->step_req || !s->by_id)
         goto err;
     *out = s;
     return 0;
@@ -191,6 +227,7 @@ void l8_sched_free(struct l8_sched *s)
         while (s->lists[w].head)
             req_free(s, s->lists[w].head);
     l8_kvpool_free(s->pool);
+    free(s->by_id);
     free(s->seqs);
     free(s->slots);
     free(s->step_req);
@@ -272,6 +309,7 @@ int l8_sched_submit(struct l8_sched *s, const struct l8_sched_req *q)
     r->sampling = *sp;
     r->logprobs = q->logprobs;
     list_insert_sorted(s, LIST_WAITING, r);
+    id_insert(s, r);
     return 0;
 }
 
@@ -281,6 +319,7 @@ static void cancel_one(struct l8_sched *s, struct req *r)
         /* The engine is reading its tokens and writing its pages: keep
          * both until step_done. */
         r->cancelled = true;
+        id_remove(s, r);
         list_remove(s, r);
         r->list = LIST_DOOMED;
         struct list *l = &s->lists[LIST_DOOMED];

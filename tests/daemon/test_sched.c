@@ -753,6 +753,12 @@ static void test_cancel(void)
     l8_sched_get_stats(w.s, &st);
     CHECK_EQ(st.pages_used, 0);
     CHECK(l8_sched_idle(w.s));
+    /* ids of ended requests are free again; live ones are not */
+    CHECK_EQ(l8_sched_submit(w.s, &r2), 0);
+    CHECK_EQ(l8_sched_submit(w.s, &r2), L8_SCHED_E_DUPLICATE_ID);
+    CHECK_EQ(l8_sched_cancel(w.s, 1, 2), 0);
+    CHECK_EQ(l8_sched_cancel(w.s, 1, 2), -ENOENT);
+    CHECK(l8_sched_idle(w.s));
     world_fini(&w);
 }
 
