@@ -18,8 +18,12 @@
  * priority (higher first), then arrival (FIFO); the head of the queue is
  * never overtaken, so a large request is not starved by small ones. A
  * request is admitted only when the pool can give pages for its whole
- * remaining prompt, and at most max_seqs requests run at once, so every
- * running request decodes in every step.
+ * remaining prompt plus one page of headroom per running request (so it
+ * is not preempted right back out at their next page boundary), and at
+ * most max_seqs requests run at once, so every running request decodes in
+ * every step. Each l8_seq samples only on the chunk that reaches the last
+ * known token; its history is every token before pos + n_tokens (prompt
+ * and generated), sample_index the count generated so far.
  *
  * Prefix cache: the full pages of a request's tokens are registered in the
  * pool's prefix cache as soon as their K/V is written (prompt and
