@@ -254,6 +254,33 @@ static void test_specials(const l8tok *tok)
     l8tok_ids_free(&ids);
 }
 
+/* Characters where regex engines disagree about \\s or case folding (U+0085 NEL,
+ * U+FEFF, U+001C, U+017F): ids from @huggingface/tokenizers@0.2.0 on the same file. */
+static void test_unicode_edges(const l8tok *tok)
+{
+    static const struct {
+        const char *text;
+        uint32_t ids[8];
+        size_t n;
+    } cases[] = {
+        {"a\xc2\x85" "b", {64, 116360, 65}, 3},
+        {"a \xc2\x85 b", {64, 2188, 227, 293}, 4},
+        {"a\xef\xbb\xbf b", {64, 3305, 293}, 3},
+        {"a \xef\xbb\xbf\xef\xbb\xbf b", {64, 76880, 3305, 293}, 4},
+        {"it'\xc5\xbf", {275, 6, 129, 123}, 4},
+        {"x\x1c y", {87, 216, 379}, 3},
+        {"x \x1c\x1c y", {87, 220, 216, 216, 379}, 5},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        for (unsigned flags = 0; flags <= L8TOK_ENCODE_REGEX_ONLY; flags += L8TOK_ENCODE_REGEX_ONLY) {
+            l8tok_ids ids = {0};
+            int rc = l8tok_encode(tok, cases[i].text, strlen(cases[i].text), flags, &ids);
+            CHECK(rc == 0 && tt_ids_eq(&ids, cases[i].ids, cases[i].n), "edge case %zu (flags %u)", i, flags);
+            l8tok_ids_free(&ids);
+        }
+    }
+}
+
 static void test_lookups(const l8tok *tok)
 {
     uint32_t id = 0;
@@ -441,6 +468,7 @@ int main(int argc, char **argv)
     test_roundtrip(tok);
     test_invalid_utf8(tok);
     test_specials(tok);
+    test_unicode_edges(tok);
     test_lookups(tok);
     test_toy_and_errors(tt_scratch(argv[2]));
     test_threads(tok);
