@@ -1,6 +1,7 @@
 /* llama8ctl: command-line client of llama8d.  main() only dispatches: each command lives
  * in its own ctl_<name>.c and is one line in the table below. */
 #include "ctl.h"
+#include "ctl_ipc.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -13,6 +14,10 @@
 static const struct ctl_cmd commands[] = {
     {"tokenize", ctl_tokenize, "text -> token ids (no daemon needed)"},
     {"detokenize", ctl_detokenize, "token ids -> text (no daemon needed)"},
+    {"generate", ctl_generate, "prompt -> streamed reply from llama8d"},
+    {"chat", ctl_chat, "interactive conversation with llama8d"},
+    {"status", ctl_status, "what llama8d is doing"},
+    {"bench", ctl_bench, "latency and throughput of llama8d"},
 };
 
 #define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))

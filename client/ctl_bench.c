@@ -1,0 +1,295 @@
+/* ctl_bench.c: `llama8ctl bench`: latency and throughput of llama8d as a
+ * client sees them.
+ *
+ * Measured (all CLOCK_MONOTONIC, which the daemon's event timestamps share):
+ *   submit -> start   the daemon's STARTED timestamp minus our submit time:
+ *                     what the ring, the loop and the queue add before the
+ *                     request's prefill enters a step
+ *   TTFT              first token received minus submit
+ *   delivery          receive time minus the daemon's timestamp of the token
+ *                     (taken when the step producing it completed)
+ *   tokens/s          generated tokens over the wall time of the run
+ * Prompts are random token ids (seeded), greedy, with --ignore-eos so every
+ * request makes exactly --new tokens. */
+#include "ctl_ipc.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <json-c/json.h>
+
+struct breq {
+    uint64_t id;
+    int client;
+    uint64_t t_submit, t_first;
+    uint32_t tokens;
+    bool done;
+};
+
+struct lat { uint64_t *v; size_t n, cap; };
+
+static void lat_add(struct lat *l, uint64_t x)
+{
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 1024;
+        uint64_t *nv = realloc(l->v, cap * sizeof(*nv));
+        if (!nv)
+            return;
+        l->v = nv;
+        l->cap = cap;
+    }
+    l->v[l->n++] = x;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Nearest-rank percentile, in microseconds. */
+static double pct_us(struct lat *l, double p)
+{
+    if (!l->n)
+        return 0;
+    qsort(l->v, l->n, sizeof(*l->v), cmp_u64);
+    size_t k = (size_t)(p / 100.0 * (double)l->n + 0.999999);
+    if (k < 1)
+        k = 1;
+    if (k > l->n)
+        k = l->n;
+    return (double)l->v[k - 1] / 1000.0;
+}
+
+static uint64_t rng_next(uint64_t *s)
+{
+    /* splitmix64: deterministic prompts for a given --seed */
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static void bench_usage(FILE *f)
+{
+    fprintf(f,
+        "usage: llama8ctl bench [OPTIONS]\n"
+        "Run N greedy requests of random prompts against llama8d and report time to first\n"
+        "token, submit -> prefill start, per-token delivery latency (p50/p99) and tokens/s.\n\n"
+        "  -n, --requests N       requests in all (default 64)\n"
+        "  -c, --concurrency C    requests in flight (default 8)\n"
+        "      --clients K        connections to spread them over (default 1)\n"
+        "      --prompt-min A     shortest prompt in tokens (default 16)\n"
+        "      --prompt-max B     longest prompt (default 128)\n"
+        "      --new M            new tokens per request (default 32)\n"
+        "      --seed S           prompt generator seed (default 1)\n"
+        "      --json             print the results as JSON\n"
+        "      --socket PATH\n"
+        "  -h, --help\n");
+}
+
+#define MAX_CLIENTS 64
+
+int ctl_bench(int argc, char **argv)
+{
+    enum { O_CLIENTS = 1, O_PMIN, O_PMAX, O_NEW, O_SEED, O_JSON, O_SOCKET };
+    static const struct option lo[] = {
+        {"requests", required_argument, 0, 'n'}, {"concurrency", required_argument, 0, 'c'},
+        {"clients", required_argument, 0, O_CLIENTS}, {"prompt-min", required_argument, 0, O_PMIN},
+        {"prompt-max", required_argument, 0, O_PMAX}, {"new", required_argument, 0, O_NEW},
+        {"seed", required_argument, 0, O_SEED}, {"json", no_argument, 0, O_JSON},
+        {"socket", required_argument, 0, O_SOCKET}, {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
+    };
+    unsigned long n_req = 64, conc = 8, n_cli = 1, pmin = 16, pmax = 128, n_new = 32, seed = 1;
+    bool json = false;
+    const char *sock = NULL;
+    int opt;
+    optind = 1;
+    while ((opt = getopt_long(argc, argv, "n:c:h", lo, NULL)) != -1) {
+        unsigned long *dst = NULL;
+        switch (opt) {
+        case 'n': dst = &n_req; break;
+        case 'c': dst = &conc; break;
+        case O_CLIENTS: dst = &n_cli; break;
+        case O_PMIN: dst = &pmin; break;
+        case O_PMAX: dst = &pmax; break;
+        case O_NEW: dst = &n_new; break;
+        case O_SEED: dst = &seed; break;
+        case O_JSON: json = true; break;
+        case O_SOCKET: sock = optarg; break;
+        case 'h': bench_usage(stdout); return CTL_OK;
+        default: bench_usage(stderr); return CTL_USAGE;
+        }
+        if (dst) {
+            char *end;
+            errno = 0;
+            *dst = strtoul(optarg, &end, 10);
+            if (errno || *end || !*optarg || *optarg == '-') {
+                fprintf(stderr, "llama8ctl: bad number: %s\n", optarg);
+                return CTL_USAGE;
+            }
+        }
+    }
+    if (!n_req || !conc || !n_cli || n_cli > MAX_CLIENTS || !pmin || pmin > pmax || !n_new) {
+        fprintf(stderr, "llama8ctl: need requests, concurrency, new >= 1, 1 <= clients <= %d, "
+                        "1 <= prompt-min <= prompt-max\n", MAX_CLIENTS);
+        return CTL_USAGE;
+    }
+    struct l8c_client *cl[MAX_CLIENTS] = {0};
+    struct breq *rq = calloc(n_req, sizeof(*rq));
+    uint32_t *prompt = malloc(pmax * sizeof(uint32_t));
+    struct lat ttft = {0}, start = {0}, deliver = {0};
+    int rc = CTL_FAIL;
+    if (!rq || !prompt)
+        goto out;
+    for (unsigned long i = 0; i < n_cli; i++)
+        if ((rc = ctl_connect(sock, "llama8ctl bench", &cl[i])) != CTL_OK)
+            goto out;
+    rc = CTL_FAIL;
+    const struct l8c_info *in = l8c_info(cl[0]);
+    if (pmax + n_new > in->context_length) {
+        fprintf(stderr, "llama8ctl: prompt-max + new exceeds the context (%u)\n", in->context_length);
+        rc = CTL_USAGE;
+        goto out;
+    }
+    unsigned long per_client_cap = in->max_requests;
+    if (conc > per_client_cap * n_cli)
+        conc = per_client_cap * n_cli;
+    struct l8c_params p;
+    l8c_params_init(&p);
+    p.max_new_tokens = (uint32_t)n_new;
+    p.ignore_eos = true;
+    uint64_t rs = seed;
+    unsigned long next = 0, done = 0, inflight = 0, inflight_c[MAX_CLIENTS] = {0};
+    uint64_t total_tokens = 0, t0 = l8c_now_ns();
+    struct l8_event ev[256];
+    while (done < n_req) {
+        /* Keep conc requests in flight, round-robin over the clients. */
+        while (next < n_req && inflight < conc) {
+            int ci = (int)(next % n_cli);
+            if (inflight_c[ci] >= per_client_cap)
+                break;
+            uint32_t len = (uint32_t)(pmin + rng_next(&rs) % (pmax - pmin + 1));
+            for (uint32_t k = 0; k < len; k++)
+                prompt[k] = (uint32_t)(rng_next(&rs) % in->vocab_size);
+            if (in->bos_id >= 0)
+                prompt[0] = (uint32_t)in->bos_id;
+            rq[next].client = ci;
+            rq[next].t_submit = l8c_now_ns();
+            int s = l8c_submit(cl[ci], prompt, len, &p, &rq[next].id);
+            if (s == -EAGAIN)
+                break;
+            if (s < 0) {
+                fprintf(stderr, "llama8ctl: submit: %s\n", strerror(-s));
+                goto out;
+            }
+            next++;
+            inflight++;
+            inflight_c[ci]++;
+        }
+        /* Wait on every client's doorbell at once. */
+        struct pollfd pf[2 * MAX_CLIENTS];
+        bool ready = false;
+        for (unsigned long i = 0; i < n_cli; i++) {
+            if (l8c_prepare_wait(cl[i]))
+                ready = true;
+            pf[2 * i] = (struct pollfd){ l8c_event_fd(cl[i]), POLLIN, 0 };
+            pf[2 * i + 1] = (struct pollfd){ l8c_ctl_fd(cl[i]), POLLIN, 0 };
+        }
+        if (!ready && poll(pf, (nfds_t)(2 * n_cli), 60000) == 0) {
+            fprintf(stderr, "llama8ctl: no events for 60 s\n");
+            goto out;
+        }
+        for (unsigned long i = 0; i < n_cli; i++) {
+            int k = l8c_poll_events(cl[i], ev, 256);
+            if (k < 0) {
+                fprintf(stderr, "llama8ctl: %s\n", l8c_last_error(cl[i], NULL));
+                goto out;
+            }
+            uint64_t now = l8c_now_ns();
+            for (int j = 0; j < k; j++) {
+                const struct l8_event *e = &ev[j];
+                /* Ids are per client, allocated 1, 2, ... in submission order. */
+                struct breq *r = NULL;
+                for (unsigned long q = 0; q < next; q++)
+                    if (rq[q].client == (int)i && rq[q].id == e->request_id && !rq[q].done) {
+                        r = &rq[q];
+                        break;
+                    }
+                if (!r)
+                    continue;
+                switch (e->kind) {
+                case L8_EV_STARTED:
+                    lat_add(&start, e->t_ns - r->t_submit);
+                    break;
+                case L8_EV_TOKEN:
+                    if (!r->tokens) {
+                        r->t_first = now;
+                        lat_add(&ttft, now - r->t_submit);
+                    }
+                    r->tokens++;
+                    total_tokens++;
+                    lat_add(&deliver, now - e->t_ns);
+                    break;
+                case L8_EV_DONE:
+                case L8_EV_ERROR:
+                    if (e->kind == L8_EV_ERROR) {
+                        fprintf(stderr, "llama8ctl: request failed: %s\n", l8c_err_name(e->code));
+                        goto out;
+                    }
+                    r->done = true;
+                    done++;
+                    inflight--;
+                    inflight_c[i]--;
+                    break;
+                }
+            }
+        }
+    }
+    double wall = (double)(l8c_now_ns() - t0) / 1e9;
+    double tps = (double)total_tokens / wall;
+    double t50 = pct_us(&ttft, 50), t99 = pct_us(&ttft, 99);
+    double s50 = pct_us(&start, 50), s99 = pct_us(&start, 99);
+    double d50 = pct_us(&deliver, 50), d99 = pct_us(&deliver, 99);
+    if (json) {
+        json_object *o = json_object_new_object();
+        json_object_object_add(o, "requests", json_object_new_int64((int64_t)n_req));
+        json_object_object_add(o, "concurrency", json_object_new_int64((int64_t)conc));
+        json_object_object_add(o, "clients", json_object_new_int64((int64_t)n_cli));
+        json_object_object_add(o, "new_tokens", json_object_new_int64((int64_t)n_new));
+        json_object_object_add(o, "tokens", json_object_new_uint64(total_tokens));
+        json_object_object_add(o, "wall_s", json_object_new_double(wall));
+        json_object_object_add(o, "tokens_per_s", json_object_new_double(tps));
+        json_object_object_add(o, "ttft_p50_us", json_object_new_double(t50));
+        json_object_object_add(o, "ttft_p99_us", json_object_new_double(t99));
+        json_object_object_add(o, "submit_to_start_p50_us", json_object_new_double(s50));
+        json_object_object_add(o, "submit_to_start_p99_us", json_object_new_double(s99));
+        json_object_object_add(o, "delivery_p50_us", json_object_new_double(d50));
+        json_object_object_add(o, "delivery_p99_us", json_object_new_double(d99));
+        puts(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY));
+        json_object_put(o);
+    } else {
+        printf("%lu requests, %lu in flight over %lu client(s), prompts %lu-%lu, %lu new tokens\n",
+               n_req, conc, n_cli, pmin, pmax, n_new);
+        printf("tokens/s:               %.1f (%llu tokens in %.2f s)\n", tps,
+               (unsigned long long)total_tokens, wall);
+        printf("time to first token:    p50 %.1f us  p99 %.1f us\n", t50, t99);
+        printf("submit -> prefill start: p50 %.1f us  p99 %.1f us\n", s50, s99);
+        printf("token delivery:         p50 %.1f us  p99 %.1f us (daemon timestamp -> client)\n",
+               d50, d99);
+    }
+    rc = CTL_OK;
+out:
+    for (unsigned long i = 0; i < n_cli; i++)
+        l8c_close(cl[i]);
+    free(rq);
+    free(prompt);
+    free(ttft.v);
+    free(start.v);
+    free(deliver.v);
+    return rc;
+}

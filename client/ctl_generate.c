@@ -1,0 +1,498 @@
+/* ctl_generate.c: `llama8ctl generate` and `llama8ctl chat`, and the helpers
+ * the daemon commands share (ctl_ipc.h). */
+#include "ctl_ipc.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <json-c/json.h>
+
+/* ---------------------------------------------------------------- shared helpers */
+
+void ctl_req_opts_init(struct ctl_req_opts *o)
+{
+    memset(o, 0, sizeof(*o));
+    l8c_params_init(&o->params);
+    o->params.stop_ids = o->stop;
+}
+
+static int parse_float(const char *name, const char *arg, float *out)
+{
+    char *end;
+    errno = 0;
+    float v = strtof(arg, &end);
+    if (errno || *end || !*arg || !isfinite(v)) {
+        fprintf(stderr, "llama8ctl: --%s: not a number: %s\n", name, arg);
+        return -1;
+    }
+    *out = v;
+    return 1;
+}
+
+static int parse_u64(const char *name, const char *arg, uint64_t max, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(arg, &end, 0);
+    if (errno || *end || !*arg || *arg == '-' || v > max) {
+        fprintf(stderr, "llama8ctl: --%s: not an integer in [0, %" PRIu64 "]: %s\n", name, max, arg);
+        return -1;
+    }
+    *out = v;
+    return 1;
+}
+
+int ctl_req_opt(struct ctl_req_opts *o, int opt, const char *arg)
+{
+    struct l8c_params *p = &o->params;
+    uint64_t v;
+    int rc;
+    switch (opt) {
+    case CTL_OPT_SOCKET: o->socket = arg; return 1;
+    case CTL_OPT_TOKENIZER: o->tokenizer = arg; return 1;
+    case CTL_OPT_TEMP: return parse_float("temperature", arg, &p->temperature);
+    case CTL_OPT_TOPP: return parse_float("top-p", arg, &p->top_p);
+    case CTL_OPT_MINP: return parse_float("min-p", arg, &p->min_p);
+    case CTL_OPT_REP: return parse_float("repetition-penalty", arg, &p->repetition_penalty);
+    case CTL_OPT_TOPK:
+        if ((rc = parse_u64("top-k", arg, UINT32_MAX, &v)) > 0)
+            p->top_k = (uint32_t)v;
+        return rc;
+    case CTL_OPT_SEED:
+        return parse_u64("seed", arg, UINT64_MAX, &p->seed);
+    case CTL_OPT_MAXNEW:
+        if ((rc = parse_u64("max-new", arg, UINT32_MAX, &v)) > 0)
+            p->max_new_tokens = (uint32_t)v;
+        return rc;
+    case CTL_OPT_STOP:
+        if (p->n_stop_ids >= CTL_MAX_STOP) {
+            fprintf(stderr, "llama8ctl: at most %d --stop ids\n", CTL_MAX_STOP);
+            return -1;
+        }
+        if ((rc = parse_u64("stop", arg, UINT32_MAX, &v)) > 0)
+            o->stop[p->n_stop_ids++] = (uint32_t)v;
+        return rc;
+    case CTL_OPT_LOGPROBS: p->logprobs = true; return 1;
+    case CTL_OPT_IGNORE_EOS: p->ignore_eos = true; return 1;
+    case CTL_OPT_PRIORITY: {
+        char *end;
+        long x = strtol(arg, &end, 0);
+        if (*end || !*arg || x < INT32_MIN || x > INT32_MAX) {
+            fprintf(stderr, "llama8ctl: --priority: not an integer: %s\n", arg);
+            return -1;
+        }
+        p->priority = (int32_t)x;
+        return 1;
+    }
+    }
+    return 0;
+}
+
+int ctl_connect(const char *socket, const char *name, struct l8c_client **out)
+{
+    char err[L8C_ERRLEN];
+    int rc = l8c_connect(socket, name, out, err);
+    if (rc == 0)
+        return CTL_OK;
+    fprintf(stderr, "llama8ctl: %s\n", err);
+    return rc == -ENOENT || rc == -ECONNREFUSED || rc == -ENAMETOOLONG ? CTL_NOCONN : CTL_FAIL;
+}
+
+int ctl_load_tokenizer(const char *opt, const struct l8c_client *c, l8tok **out)
+{
+    const char *path = opt ? opt : ctl_tokenizer_path(NULL);
+    if (!path && c)
+        path = l8c_info(c)->model_dir;
+    if (!path) {
+        fprintf(stderr, "llama8ctl: no tokenizer: give --tokenizer FILE\n");
+        return -ENOENT;
+    }
+    int rc = l8tok_load(path, out);
+    if (rc < 0)
+        fprintf(stderr, "llama8ctl: tokenizer %s: %s (give --tokenizer FILE, or --ids)\n", path,
+                strerror(-rc));
+    return rc;
+}
+
+int ctl_parse_ids(const char *s, l8tok_ids *out)
+{
+    while (*s) {
+        if (*s == ' ' || *s == ',' || *s == '\n' || *s == '\t' || *s == '\r') {
+            s++;
+            continue;
+        }
+        char *end;
+        errno = 0;
+        unsigned long v = strtoul(s, &end, 10);
+        if (end == s || errno || v > UINT32_MAX || *s == '-')
+            return -EINVAL;
+        if (l8tok_ids_push(out, (uint32_t)v) < 0)
+            return -ENOMEM;
+        s = end;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- streaming */
+
+struct stream_ctx {
+    const l8tok *tok;        /* NULL: print ids */
+    l8tok_stream *st;
+    bool json;
+    const struct l8c_info *info;
+    const struct l8c_params *p;
+    char *text;              /* the reply, collected for chat (may be NULL) */
+    size_t text_len, text_cap;
+    bool collect;
+};
+
+static bool is_stop(const struct stream_ctx *x, uint32_t t)
+{
+    for (uint32_t i = 0; !x->p->ignore_eos && i < x->info->n_eos; i++)
+        if (x->info->eos_ids[i] == t)
+            return true;
+    for (uint32_t i = 0; i < x->p->n_stop_ids; i++)
+        if (x->p->stop_ids[i] == t)
+            return true;
+    return false;
+}
+
+static void emit_text(struct stream_ctx *x, const char *s, size_t n)
+{
+    if (!n)
+        return;
+    fwrite(s, 1, n, stdout);
+    fflush(stdout);
+    if (x->collect) {
+        if (x->text_len + n + 1 > x->text_cap) {
+            size_t cap = (x->text_len + n + 1) * 2;
+            char *nb = realloc(x->text, cap);
+            if (!nb)
+                return;
+            x->text = nb;
+            x->text_cap = cap;
+        }
+        memcpy(x->text + x->text_len, s, n);
+        x->text_len += n;
+        x->text[x->text_len] = 0;
+    }
+}
+
+static void print_json_event(const struct l8_event *e, uint64_t t_recv, const char *text)
+{
+    static const char *const kinds[] = { "?", "token", "done", "error", "started" };
+    json_object *o = json_object_new_object();
+    json_object_object_add(o, "event", json_object_new_string(e->kind <= 4 ? kinds[e->kind] : "?"));
+    json_object_object_add(o, "request", json_object_new_uint64(e->request_id));
+    if (e->kind == L8_EV_TOKEN) {
+        json_object_object_add(o, "token", json_object_new_int64(e->token));
+        json_object_object_add(o, "index", json_object_new_int64(e->index));
+        if (!isnan(e->logprob))
+            json_object_object_add(o, "logprob", json_object_new_double(e->logprob));
+        if (text)
+            json_object_object_add(o, "text", json_object_new_string(text));
+    } else if (e->kind == L8_EV_DONE) {
+        json_object_object_add(o, "reason", json_object_new_string(l8c_done_name(e->reason)));
+        json_object_object_add(o, "tokens", json_object_new_int64(e->index));
+    } else if (e->kind == L8_EV_ERROR) {
+        json_object_object_add(o, "error", json_object_new_string(l8c_err_name(e->code)));
+    } else if (e->kind == L8_EV_STARTED) {
+        json_object_object_add(o, "cached_tokens", json_object_new_int64(e->index));
+    }
+    json_object_object_add(o, "t_ns", json_object_new_uint64(e->t_ns));
+    json_object_object_add(o, "t_recv_ns", json_object_new_uint64(t_recv));
+    puts(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
+    fflush(stdout);
+    json_object_put(o);
+}
+
+/* Submit one prompt and stream its events until DONE or ERROR. */
+static int run_one(struct l8c_client *c, struct stream_ctx *x, const uint32_t *ids, size_t n)
+{
+    uint64_t id;
+    int rc = l8c_submit(c, ids, (uint32_t)n, x->p, &id);
+    if (rc < 0) {
+        fprintf(stderr, "llama8ctl: submit: %s\n", rc == -EINVAL ? "bad arguments" : strerror(-rc));
+        return CTL_FAIL;
+    }
+    if (x->tok)
+        l8tok_stream_reset(x->st);
+    struct l8_event ev[64];
+    for (;;) {
+        int k = l8c_wait_events(c, ev, 64, -1);
+        if (k < 0) {
+            fprintf(stderr, "llama8ctl: %s\n", l8c_last_error(c, NULL)[0]
+                                                   ? l8c_last_error(c, NULL) : strerror(-k));
+            return CTL_FAIL;
+        }
+        uint64_t now = l8c_now_ns();
+        for (int i = 0; i < k; i++) {
+            const struct l8_event *e = &ev[i];
+            if (e->request_id != id && e->request_id != 0)
+                continue;
+            const char *t = NULL;
+            size_t tl = 0;
+            if (e->kind == L8_EV_TOKEN && !is_stop(x, e->token)) {
+                if (x->tok) {
+                    if (l8tok_stream_push(x->st, e->token, &t, &tl) < 0)
+                        t = NULL, tl = 0;
+                } else if (!x->json) {
+                    printf("%s%u", e->index ? " " : "", e->token);
+                    fflush(stdout);
+                }
+            }
+            if (x->json)
+                print_json_event(e, now, t);
+            else if (t)
+                emit_text(x, t, tl);
+            if (e->kind == L8_EV_DONE) {
+                if (x->tok && l8tok_stream_flush(x->st, &t, &tl) == 0 && !x->json)
+                    emit_text(x, t, tl);
+                if (!x->json)
+                    putchar('\n');
+                return CTL_OK;
+            }
+            if (e->kind == L8_EV_ERROR) {
+                if (!x->json)
+                    fprintf(stderr, "\nllama8ctl: request failed: %s\n", l8c_err_name(e->code));
+                return CTL_FAIL;
+            }
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- generate */
+
+static void generate_usage(FILE *f)
+{
+    fprintf(f,
+        "usage: llama8ctl generate [OPTIONS] [TEXT...]\n"
+        "Send TEXT (or stdin) to llama8d as a user message in the Llama 3.1 chat format and\n"
+        "print the reply as it is generated.\n\n"
+        "  --raw                  no chat format: <|begin_of_text|> + the text's tokens\n"
+        "  --ids IDS              the prompt as token ids (\"1 2 3\"); prints ids back\n"
+        "  --system TEXT          a system message (chat format)\n"
+        "  --json                 one JSON object per event (token, started, done, error)\n"
+        CTL_COMMON_HELP
+        "  -h, --help\n\n"
+        "exit status: 0 done, 1 the request or the daemon failed, 2 bad command line,\n"
+        "3 no daemon at the socket\n");
+}
+
+int ctl_generate(int argc, char **argv)
+{
+    enum { O_RAW = 1, O_IDS, O_SYSTEM, O_JSON };
+    static const struct option lo[] = {
+        CTL_COMMON_LONGOPTS,
+        {"raw", no_argument, 0, O_RAW}, {"ids", required_argument, 0, O_IDS},
+        {"system", required_argument, 0, O_SYSTEM}, {"json", no_argument, 0, O_JSON},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
+    };
+    struct ctl_req_opts o;
+    bool raw = false, json = false;
+    const char *ids_arg = NULL, *system = NULL;
+    int opt, rc;
+    ctl_req_opts_init(&o);
+    optind = 1;
+    while ((opt = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+        if ((rc = ctl_req_opt(&o, opt, optarg)) != 0) {
+            if (rc < 0)
+                return CTL_USAGE;
+            continue;
+        }
+        switch (opt) {
+        case O_RAW: raw = true; break;
+        case O_IDS: ids_arg = optarg; break;
+        case O_SYSTEM: system = optarg; break;
+        case O_JSON: json = true; break;
+        case 'h': generate_usage(stdout); return CTL_OK;
+        default: generate_usage(stderr); return CTL_USAGE;
+        }
+    }
+    if (ids_arg && optind < argc) {
+        fprintf(stderr, "llama8ctl: --ids and TEXT exclude each other\n");
+        return CTL_USAGE;
+    }
+    struct l8c_client *c = NULL;
+    l8tok *tok = NULL;
+    l8tok_stream *st = NULL;
+    l8tok_ids ids = {0};
+    char *text = NULL;
+    size_t tlen = 0;
+    if (ids_arg && ctl_parse_ids(ids_arg, &ids) < 0) {
+        fprintf(stderr, "llama8ctl: --ids: not a list of token ids\n");
+        return CTL_USAGE;
+    }
+    if ((rc = ctl_connect(o.socket, "llama8ctl generate", &c)) != CTL_OK)
+        goto out;
+    rc = CTL_FAIL;
+    if (!ids_arg) {
+        if (ctl_load_tokenizer(o.tokenizer, c, &tok) < 0 || l8tok_stream_new(tok, &st) < 0)
+            goto out;
+        if (optind < argc) {
+            for (int i = optind; i < argc; i++)
+                tlen += strlen(argv[i]) + 1;
+            text = calloc(1, tlen + 1);
+            if (!text)
+                goto out;
+            for (int i = optind; i < argc; i++) {
+                if (i > optind)
+                    strcat(text, " ");
+                strcat(text, argv[i]);
+            }
+            tlen = strlen(text);
+        } else if (ctl_read_stdin(&text, &tlen) < 0) {
+            fprintf(stderr, "llama8ctl: reading stdin failed\n");
+            goto out;
+        }
+        int erc;
+        if (raw) {
+            const struct l8c_info *in = l8c_info(c);
+            if (in->bos_id >= 0)
+                l8tok_ids_push(&ids, (uint32_t)in->bos_id);
+            erc = l8tok_encode(tok, text, tlen, L8TOK_ENCODE_DEFAULT, &ids);
+        } else {
+            struct l8chat_msg m[2];
+            size_t nm = 0;
+            if (system)
+                m[nm++] = (struct l8chat_msg){ L8CHAT_SYSTEM, system, strlen(system) };
+            m[nm++] = (struct l8chat_msg){ L8CHAT_USER, text, tlen };
+            erc = l8chat_encode(tok, m, nm, NULL, &ids);
+        }
+        if (erc < 0) {
+            fprintf(stderr, "llama8ctl: encoding the prompt: %s\n",
+                    erc == -EILSEQ ? "invalid UTF-8" : strerror(-erc));
+            goto out;
+        }
+    }
+    struct stream_ctx x = { .tok = tok, .st = st, .json = json, .info = l8c_info(c),
+                            .p = &o.params };
+    rc = run_one(c, &x, ids.ids, ids.n);
+out:
+    free(text);
+    l8tok_ids_free(&ids);
+    l8tok_stream_free(st);
+    l8tok_free(tok);
+    l8c_close(c);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- chat */
+
+static void chat_usage(FILE *f)
+{
+    fprintf(f,
+        "usage: llama8ctl chat [OPTIONS]\n"
+        "Talk with the model: each line of stdin is a user message; the whole conversation\n"
+        "is re-sent each turn (the daemon's prefix cache makes that cheap). Empty line or\n"
+        "EOF ends; \"/reset\" forgets the history.\n\n"
+        "  --system TEXT          a system message\n"
+        CTL_COMMON_HELP
+        "  -h, --help\n");
+}
+
+#define CHAT_MAX_MSGS 1024
+
+int ctl_chat(int argc, char **argv)
+{
+    enum { O_SYSTEM = 1 };
+    static const struct option lo[] = {
+        CTL_COMMON_LONGOPTS, {"system", required_argument, 0, O_SYSTEM},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
+    };
+    struct ctl_req_opts o;
+    const char *system = NULL;
+    int opt, rc;
+    ctl_req_opts_init(&o);
+    optind = 1;
+    while ((opt = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+        if ((rc = ctl_req_opt(&o, opt, optarg)) != 0) {
+            if (rc < 0)
+                return CTL_USAGE;
+            continue;
+        }
+        switch (opt) {
+        case O_SYSTEM: system = optarg; break;
+        case 'h': chat_usage(stdout); return CTL_OK;
+        default: chat_usage(stderr); return CTL_USAGE;
+        }
+    }
+    struct l8c_client *c = NULL;
+    l8tok *tok = NULL;
+    l8tok_stream *st = NULL;
+    struct l8chat_msg msgs[CHAT_MAX_MSGS];
+    char *owned[CHAT_MAX_MSGS];
+    size_t nm = 0, base = 0;
+    char *line = NULL;
+    size_t cap = 0;
+    if ((rc = ctl_connect(o.socket, "llama8ctl chat", &c)) != CTL_OK)
+        return rc;
+    rc = CTL_FAIL;
+    if (ctl_load_tokenizer(o.tokenizer, c, &tok) < 0 || l8tok_stream_new(tok, &st) < 0)
+        goto out;
+    if (system) {
+        msgs[nm] = (struct l8chat_msg){ L8CHAT_SYSTEM, system, strlen(system) };
+        owned[nm++] = NULL;
+        base = 1;
+    }
+    bool tty = isatty(0);
+    for (;;) {
+        if (tty)
+            fputs("> ", stderr);
+        ssize_t len = getline(&line, &cap, stdin);
+        if (len <= 0)
+            break;
+        while (len && (line[len - 1] == '\n' || line[len - 1] == '\r'))
+            line[--len] = 0;
+        if (!len)
+            break;
+        if (!strcmp(line, "/reset")) {
+            while (nm > base)
+                free(owned[--nm]);
+            continue;
+        }
+        if (nm + 2 > CHAT_MAX_MSGS) {
+            fprintf(stderr, "llama8ctl: conversation too long; /reset\n");
+            continue;
+        }
+        owned[nm] = strdup(line);
+        msgs[nm] = (struct l8chat_msg){ L8CHAT_USER, owned[nm], (size_t)len };
+        nm++;
+        l8tok_ids ids = {0};
+        int erc = l8chat_encode(tok, msgs, nm, NULL, &ids);
+        if (erc < 0) {
+            fprintf(stderr, "llama8ctl: encoding: %s\n", strerror(-erc));
+            free(owned[--nm]);
+            l8tok_ids_free(&ids);
+            continue;
+        }
+        struct stream_ctx x = { .tok = tok, .st = st, .info = l8c_info(c), .p = &o.params,
+                                .collect = true };
+        int r = run_one(c, &x, ids.ids, ids.n);
+        l8tok_ids_free(&ids);
+        if (r != CTL_OK) {
+            free(x.text);
+            free(owned[--nm]);
+            if (l8c_last_error(c, NULL)[0])
+                goto out;   /* the connection is gone */
+            continue;
+        }
+        owned[nm] = x.text ? x.text : strdup("");
+        msgs[nm] = (struct l8chat_msg){ L8CHAT_ASSISTANT, owned[nm], strlen(owned[nm]) };
+        nm++;
+    }
+    rc = CTL_OK;
+out:
+    while (nm > base)
+        free(owned[--nm]);
+    free(line);
+    l8tok_stream_free(st);
+    l8tok_free(tok);
+    l8c_close(c);
+    return rc;
+}

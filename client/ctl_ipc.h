@@ -1,0 +1,72 @@
+/* ctl_ipc.h: what llama8ctl's daemon commands (generate, chat, status,
+ * bench) share: connecting, the sampling flags, event printing. */
+#pragma once
+#include <getopt.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "ctl.h"
+#include "llama8client.h"
+
+/* Exit status when the daemon cannot be reached (CTL_OK, CTL_FAIL and
+ * CTL_USAGE are ctl.h's). */
+#define CTL_NOCONN 3
+
+/* Long options every request-making command accepts; their ids start at
+ * CTL_OPT_BASE so commands can add their own short ones. */
+enum {
+    CTL_OPT_BASE = 1000,
+    CTL_OPT_SOCKET, CTL_OPT_TEMP, CTL_OPT_TOPK, CTL_OPT_TOPP, CTL_OPT_MINP,
+    CTL_OPT_REP, CTL_OPT_SEED, CTL_OPT_MAXNEW, CTL_OPT_STOP, CTL_OPT_LOGPROBS,
+    CTL_OPT_IGNORE_EOS, CTL_OPT_PRIORITY, CTL_OPT_TOKENIZER,
+};
+#define CTL_COMMON_LONGOPTS \
+    {"socket", required_argument, 0, CTL_OPT_SOCKET}, \
+    {"tokenizer", required_argument, 0, CTL_OPT_TOKENIZER}, \
+    {"temperature", required_argument, 0, CTL_OPT_TEMP}, \
+    {"top-k", required_argument, 0, CTL_OPT_TOPK}, \
+    {"top-p", required_argument, 0, CTL_OPT_TOPP}, \
+    {"min-p", required_argument, 0, CTL_OPT_MINP}, \
+    {"repetition-penalty", required_argument, 0, CTL_OPT_REP}, \
+    {"seed", required_argument, 0, CTL_OPT_SEED}, \
+    {"max-new", required_argument, 0, CTL_OPT_MAXNEW}, \
+    {"stop", required_argument, 0, CTL_OPT_STOP}, \
+    {"logprobs", no_argument, 0, CTL_OPT_LOGPROBS}, \
+    {"ignore-eos", no_argument, 0, CTL_OPT_IGNORE_EOS}, \
+    {"priority", required_argument, 0, CTL_OPT_PRIORITY}
+#define CTL_COMMON_HELP \
+    "  --socket PATH          daemon socket (default $LLAMA8_SOCKET, else\n" \
+    "                         /run/llama8d/llama8d.sock)\n" \
+    "  --tokenizer FILE       tokenizer.json or model dir (default: the served model's)\n" \
+    "  --temperature T        0 = greedy (default)\n" \
+    "  --top-k K  --top-p P  --min-p P  --repetition-penalty R  --seed S\n" \
+    "  --max-new N            new tokens (default 256)\n" \
+    "  --stop ID              extra stop token id (repeatable)\n" \
+    "  --logprobs             ask for log-probabilities (shown with --json)\n" \
+    "  --ignore-eos           do not stop at the model's end-of-sequence ids\n" \
+    "  --priority N           higher runs first\n"
+
+#define CTL_MAX_STOP 16
+
+struct ctl_req_opts {
+    const char *socket;
+    const char *tokenizer;
+    struct l8c_params params;
+    uint32_t stop[CTL_MAX_STOP];
+};
+
+void ctl_req_opts_init(struct ctl_req_opts *o);
+/* Handle one of the common options: 1 handled, 0 not ours, -1 bad value
+ * (message printed). */
+int ctl_req_opt(struct ctl_req_opts *o, int opt, const char *arg);
+/* Connect; prints why not. Returns CTL_OK, CTL_NOCONN or CTL_FAIL. */
+int ctl_connect(const char *socket, const char *name, struct l8c_client **out);
+/* Load the tokenizer: --tokenizer, else the served model's directory. */
+int ctl_load_tokenizer(const char *opt, const struct l8c_client *c, l8tok **out);
+/* Parse "1 2 3" / "1,2,3" into ids (malloc'd). -EINVAL. */
+int ctl_parse_ids(const char *s, l8tok_ids *out);
+
+int ctl_generate(int argc, char **argv);
+int ctl_chat(int argc, char **argv);
+int ctl_status(int argc, char **argv);
+int ctl_bench(int argc, char **argv);

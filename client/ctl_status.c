@@ -1,0 +1,89 @@
+/* ctl_status.c: `llama8ctl status`: what the daemon is doing. */
+#include "ctl_ipc.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include <json-c/json.h>
+
+static void status_usage(FILE *f)
+{
+    fprintf(f, "usage: llama8ctl status [--socket PATH] [--json]\n"
+               "Print the served model, KV pool use, clients, requests, tokens/s and uptime.\n\n"
+               "exit status: 0 ok, 1 the daemon failed to answer, 2 bad command line,\n"
+               "3 no daemon at the socket\n");
+}
+
+int ctl_status(int argc, char **argv)
+{
+    enum { O_JSON = 1, O_SOCKET };
+    static const struct option lo[] = {
+        {"json", no_argument, 0, O_JSON}, {"socket", required_argument, 0, O_SOCKET},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
+    };
+    const char *sock = NULL;
+    bool json = false;
+    int opt;
+    optind = 1;
+    while ((opt = getopt_long(argc, argv, "hj", lo, NULL)) != -1) {
+        switch (opt) {
+        case O_JSON: case 'j': json = true; break;
+        case O_SOCKET: sock = optarg; break;
+        case 'h': status_usage(stdout); return CTL_OK;
+        default: status_usage(stderr); return CTL_USAGE;
+        }
+    }
+    if (optind < argc) {
+        status_usage(stderr);
+        return CTL_USAGE;
+    }
+    struct l8c_client *c;
+    int rc = ctl_connect(sock, "llama8ctl status", &c);
+    if (rc != CTL_OK)
+        return rc;
+    struct l8c_status s;
+    if ((rc = l8c_status(c, &s, 10000)) < 0) {
+        fprintf(stderr, "llama8ctl: status: %s\n",
+                l8c_last_error(c, NULL)[0] ? l8c_last_error(c, NULL) : strerror(-rc));
+        l8c_close(c);
+        return CTL_FAIL;
+    }
+    const struct l8c_info *in = l8c_info(c);
+    if (json) {
+        json_object *o = json_object_new_object();
+        json_object_object_add(o, "model", json_object_new_string(s.model_name));
+        json_object_object_add(o, "model_dir", json_object_new_string(in->model_dir));
+        json_object_object_add(o, "backend", json_object_new_string(s.backend));
+        json_object_object_add(o, "context_length", json_object_new_int64(s.context_length));
+        json_object_object_add(o, "pages_total", json_object_new_int64(s.pages_total));
+        json_object_object_add(o, "pages_used", json_object_new_int64(s.pages_used));
+        json_object_object_add(o, "pages_cached", json_object_new_int64(s.pages_cached));
+        json_object_object_add(o, "page_size", json_object_new_int64(s.page_size));
+        json_object_object_add(o, "clients", json_object_new_int64(s.clients));
+        json_object_object_add(o, "requests_running", json_object_new_int64(s.requests_running));
+        json_object_object_add(o, "requests_waiting", json_object_new_int64(s.requests_waiting));
+        json_object_object_add(o, "requests_done", json_object_new_uint64(s.requests_done));
+        json_object_object_add(o, "tokens_generated", json_object_new_uint64(s.tokens_generated));
+        json_object_object_add(o, "prompt_tokens", json_object_new_uint64(s.prompt_tokens));
+        json_object_object_add(o, "prompt_tokens_cached", json_object_new_uint64(s.prompt_tokens_cached));
+        json_object_object_add(o, "tokens_per_s", json_object_new_double(s.tokens_per_s));
+        json_object_object_add(o, "uptime_s", json_object_new_double(s.uptime_s));
+        json_object_object_add(o, "draining", json_object_new_boolean(s.draining));
+        puts(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY));
+        json_object_put(o);
+    } else {
+        printf("model:     %s (%s, %s)\n", s.model_name, in->model_dir, s.backend);
+        printf("context:   %u tokens\n", s.context_length);
+        printf("kv pool:   %u/%u pages used, %u cached (%u positions each)\n", s.pages_used,
+               s.pages_total, s.pages_cached, s.page_size);
+        printf("clients:   %u\n", s.clients);
+        printf("requests:  %u running, %u waiting, %llu done\n", s.requests_running,
+               s.requests_waiting, (unsigned long long)s.requests_done);
+        printf("tokens:    %llu generated, %.1f/s; %llu prompt (%llu from cache)\n",
+               (unsigned long long)s.tokens_generated, s.tokens_per_s,
+               (unsigned long long)s.prompt_tokens, (unsigned long long)s.prompt_tokens_cached);
+        printf("uptime:    %.1f s%s\n", s.uptime_s, s.draining ? " (draining)" : "");
+    }
+    l8c_close(c);
+    return CTL_OK;
+}
