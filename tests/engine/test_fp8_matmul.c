@@ -1,0 +1,338 @@
+/* test_fp8_matmul.c - the CPU kernels against f64 references.
+ *
+ *  - per-token activation quantizer against its definition (scale =
+ *    absmax / 448 in f32, each code the nearest E4M3 value found by a scan
+ *    of all codes, ties to the even code, saturation at +-448; an all-zero
+ *    row gives zeros and a finite scale);
+ *  - FP8 x FP8 products (fp8 numerics) and f32 x FP8 products (exact
+ *    numerics) against f64 dot products of the same decoded operands:
+ *    relative L2 error <= 1e-5 per output row set, and every element
+ *    within 1e-5 of the sum of |terms|;
+ *  - the matmul's results do not depend on the token count or the thread
+ *    count (bitwise);
+ *  - dense (BF16) lm_head rows, RMSNorm, RoPE at position 9000 and the
+ *    attention tile against f64, with the tile size changing nothing.
+ * Sizes are awkward on purpose (1, 7, 19, 111, 513, 989). */
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_ops.h"
+#include "numerics.h"
+#include "threadpool.h"
+
+static int failures;
+#define CHECK(cond, ...) do { if (!(cond)) { failures++; printf("FAIL %s:%d: ", __FILE__, __LINE__); \
+    printf(__VA_ARGS__); printf("\n"); } } while (0)
+
+#define PROD_TOL 1e-5
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static double urand(void)   /* [0, 1) */
+{
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    return (double)(rng >> 11) * 0x1p-53;
+}
+static double nrand(void)
+{
+    double u = urand() + 1e-300, v = urand();
+    return sqrt(-2 * log(u)) * cos(2 * M_PI * v);
+}
+
+/* Nearest finite E4M3 code to v by scanning every code; ties to the code
+ * with an even mantissa; beyond 448 saturates. */
+static uint8_t e4m3_scan(float v)
+{
+    int best = -1;
+    double bd = INFINITY;
+    for (int c = 0; c < 256; c++) {
+        float f = l8_e4m3_lut[c];
+        if (isnan(f) || (c & 0x80) != (signbit(v) ? 0x80 : 0))
+            continue;
+        double d = fabs((double)f - (double)v);
+        if (d < bd || (d == bd && (c & 1) == 0 && (best & 1) == 1)) {
+            bd = d;
+            best = c;
+        }
+    }
+    return (uint8_t)best;
+}
+
+static void test_quantizer(struct l8_tp *tp)
+{
+    enum { T = 5, N = 989 };
+    float *x = malloc(sizeof(float) * T * N), *xd = malloc(sizeof(float) * T * N), xs[T];
+    uint8_t *q = malloc(T * N);
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < N; i++)
+            x[t * N + i] = t == 3 ? 0.0f : (float)(nrand() * pow(10.0, t - 2));
+    x[1 * N + 17] = 1e3f;                     /* an outlier sets the scale */
+    x[4 * N + 5] = -1e-30f;                   /* far below the smallest subnormal */
+    l8_cpu_quantize_rows(tp, x, T, N, q, xd, xs);
+    uint32_t bad = 0;
+    for (int t = 0; t < T; t++) {
+        float amax = 0;
+        for (int i = 0; i < N; i++)
+            amax = fmaxf(amax, fabsf(x[t * N + i]));
+        float s = fmaxf(amax / 448.0f, L8_FP8_MIN_ACT_SCALE);
+        CHECK(xs[t] == s && isfinite(xs[t]) && xs[t] > 0, "row %d scale %g vs %g", t, xs[t], s);
+        for (int i = 0; i < N; i++) {
+            uint8_t want = e4m3_scan(x[t * N + i] / s);
+            if (q[t * N + i] != want && l8_e4m3_lut[q[t * N + i]] != l8_e4m3_lut[want])
+                bad++;
+            if (xd[t * N + i] != l8_e4m3_lut[q[t * N + i]] || isnan(xd[t * N + i]))
+                bad++;
+        }
+    }
+    CHECK(bad == 0, "quantizer: %u codes differ from the definition", bad);
+    for (int i = 0; i < N; i++)
+        CHECK(xd[3 * N + i] == 0.0f, "all-zero row gives zeros");
+    /* The largest magnitude maps to +-448 exactly. */
+    CHECK(l8_e4m3_lut[q[1 * N + 17]] == 448.0f, "absmax -> 448");
+    free(x); free(xd); free(q);
+}
+
+/* y vs f64 for one configuration. Returns the relative L2 error. */
+static double check_qmatmul(struct l8_tp *tp, const struct l8_cpu_ws *ws, uint32_t out,
+                            uint32_t in, uint32_t T, bool fp8)
+{
+    uint8_t *w = malloc((size_t)out * in);
+    float *scale = malloc(sizeof(float) * out);
+    float *x = malloc(sizeof(float) * T * in), *xd = malloc(sizeof(float) * T * in);
+    uint8_t *xq = malloc((size_t)T * in);
+    float *xs = malloc(sizeof(float) * T);
+    float *y = malloc(sizeof(float) * T * out), *y1 = malloc(sizeof(float) * out);
+    for (size_t i = 0; i < (size_t)out * in; i++) {
+        uint8_t c;
+        do c = (uint8_t)(urand() * 256); while ((c & 0x7f) == 0x7f);
+        w[i] = c;
+    }
+    for (uint32_t o = 0; o < out; o++)
+        scale[o] = l8_bf16_to_f32(l8_f32_to_bf16((float)(urand() * 1e-3 + 1e-5)));
+    for (size_t i = 0; i < (size_t)T * in; i++)
+        x[i] = (float)(nrand() * (urand() < 0.01 ? 20 : 1));
+    const float *xin = x, *xsp = NULL;
+    if (fp8) {
+        l8_cpu_quantize_rows(tp, x, T, in, xq, xd, xs);
+        xin = xd;
+        xsp = xs;
+    }
+    struct l8_qweight W = { .w = w, .scale = scale, .out = out, .in = in };
+    l8_cpu_qmatmul(tp, ws, &W, xin, xsp, T, y, out);
+    double num = 0, den = 0;
+    uint32_t bad = 0, inv = 0;
+    for (uint32_t t = 0; t < T; t++) {
+        for (uint32_t o = 0; o < out; o++) {
+            double r = 0, a = 0;
+            for (uint32_t i = 0; i < in; i++) {
+                double p = (double)xin[(size_t)t * in + i] * (double)l8_e4m3_lut[w[(size_t)o * in + i]];
+                r += p;
+                a += fabs(p);
+            }
+            double f = (double)scale[o] * (xsp ? (double)xsp[t] : 1.0);
+            r *= f;
+            a *= f;
+            double d = (double)y[(size_t)t * out + o] - r;
+            num += d * d;
+            den += r * r;
+            if (fabs(d) > PROD_TOL * a + 1e-30)
+                bad++;
+        }
+        /* The same token alone gives the same bits. */
+        l8_cpu_qmatmul(tp, ws, &W, xin + (size_t)t * in, xsp ? xsp + t : NULL, 1, y1, out);
+        inv += memcmp(y1, y + (size_t)t * out, sizeof(float) * out) != 0;
+    }
+    double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+    CHECK(bad == 0 && rel <= PROD_TOL, "%s qmatmul %ux%u T=%u: rel %.3g, %u elements off",
+          fp8 ? "fp8" : "exact", out, in, T, rel, bad);
+    CHECK(inv == 0, "%s qmatmul %ux%u: %u tokens differ alone vs batched", fp8 ? "fp8" : "exact",
+          out, in, inv);
+    free(w); free(scale); free(x); free(xd); free(xq); free(xs); free(y); free(y1);
+    return rel;
+}
+
+static void test_threads_invariance(const struct l8_cpu_ws *ws1, const struct l8_cpu_ws *ws3,
+                                    struct l8_tp *tp1, struct l8_tp *tp3)
+{
+    const uint32_t out = 111, in = 513, T = 7;
+    uint8_t *w = malloc((size_t)out * in);
+    float *scale = malloc(sizeof(float) * out), *x = malloc(sizeof(float) * T * in);
+    float *ya = malloc(sizeof(float) * T * out), *yb = malloc(sizeof(float) * T * out);
+    for (size_t i = 0; i < (size_t)out * in; i++)
+        w[i] = (uint8_t)(urand() * 126);
+    for (uint32_t o = 0; o < out; o++)
+        scale[o] = 0.01f;
+    for (size_t i = 0; i < (size_t)T * in; i++)
+        x[i] = (float)nrand();
+    struct l8_qweight W = { .w = w, .scale = scale, .out = out, .in = in };
+    l8_cpu_qmatmul(tp1, ws1, &W, x, NULL, T, ya, out);
+    l8_cpu_qmatmul(tp3, ws3, &W, x, NULL, T, yb, out);
+    CHECK(memcmp(ya, yb, sizeof(float) * T * out) == 0, "1 vs 3 threads differ");
+    free(w); free(scale); free(x); free(ya); free(yb);
+}
+
+static void test_dense(struct l8_tp *tp, const struct l8_cpu_ws *ws)
+{
+    const uint32_t rows = 989, cols = 111, R = 3;
+    uint16_t *d = malloc(sizeof(uint16_t) * rows * cols);
+    float *x = malloc(sizeof(float) * R * cols), *y = malloc(sizeof(float) * R * rows);
+    for (size_t i = 0; i < (size_t)rows * cols; i++)
+        d[i] = l8_f32_to_bf16((float)nrand() * 0.05f);
+    for (size_t i = 0; i < (size_t)R * cols; i++)
+        x[i] = (float)nrand();
+    struct l8_dense D = { .dtype = L8_BF16, .data = d, .rows = rows, .cols = cols };
+    float *out[3] = { y, y + rows, y + 2 * rows };
+    l8_cpu_dense_matmul(tp, ws, &D, x, R, out);
+    double num = 0, den = 0;
+    for (uint32_t r = 0; r < R; r++)
+        for (uint32_t v = 0; v < rows; v++) {
+            double ref = 0;
+            for (uint32_t i = 0; i < cols; i++)
+                ref += (double)x[r * cols + i] * l8_bf16_to_f32(d[(size_t)v * cols + i]);
+            double e = y[(size_t)r * rows + v] - ref;
+            num += e * e;
+            den += ref * ref;
+        }
+    CHECK(sqrt(num / den) <= PROD_TOL, "dense matmul rel %.3g", sqrt(num / den));
+    free(d); free(x); free(y);
+}
+
+static void test_norm_rope(void)
+{
+    enum { N = 513, HD = 128 };
+    float x[N], w[N], y[N];
+    for (int i = 0; i < N; i++) {
+        x[i] = (float)nrand() * 3;
+        w[i] = (float)(1 + 0.1 * nrand());
+    }
+    l8_cpu_rmsnorm(x, w, N, 1e-5f, y);
+    double ss = 0, worst = 0;
+    for (int i = 0; i < N; i++)
+        ss += (double)x[i] * x[i];
+    double r = 1 / sqrt(ss / N + 1e-5);
+    for (int i = 0; i < N; i++) {
+        double ref = x[i] * r * w[i];
+        worst = fmax(worst, fabs(y[i] - ref) / (fabs(ref) + 1e-3));
+    }
+    CHECK(worst < 1e-6, "rmsnorm rel %.3g", worst);
+
+    /* RoPE at position 9000, theta 500000 (no scaling: the engine uses the
+     * model's inv_freq as given). */
+    float inv[HD / 2], cs[HD / 2], sn[HD / 2], q[2 * HD];
+    double qd[2 * HD];
+    for (int i = 0; i < HD / 2; i++)
+        inv[i] = (float)pow(500000.0, -2.0 * i / HD);
+    for (int i = 0; i < 2 * HD; i++)
+        qd[i] = q[i] = (float)nrand();
+    const uint32_t pos = 9000;
+    l8_cpu_rope_table(inv, HD, pos, cs, sn);
+    l8_cpu_rope_apply(q, 2, HD, cs, sn);
+    double num = 0, den = 0;
+    for (int h = 0; h < 2; h++)
+        for (int i = 0; i < HD / 2; i++) {
+            double a = (double)pos * (double)inv[i];
+            double x1 = qd[h * HD + i], x2 = qd[h * HD + i + HD / 2];
+            double o1 = x1 * cos(a) - x2 * sin(a), o2 = x2 * cos(a) + x1 * sin(a);
+            num += pow(q[h * HD + i] - o1, 2) + pow(q[h * HD + i + HD / 2] - o2, 2);
+            den += o1 * o1 + o2 * o2;
+        }
+    CHECK(sqrt(num / den) < 1e-6, "rope at 9000 rel %.3g", sqrt(num / den));
+}
+
+static void test_attention(bool bf16)
+{
+    enum { HD = 64, GQA = 4, NT = 5, POS0 = 37, CTX = POS0 + NT };
+    float *q = malloc(sizeof(float) * NT * GQA * HD);
+    float *kf = malloc(sizeof(float) * CTX * HD), *vf = malloc(sizeof(float) * CTX * HD);
+    uint16_t *kh = malloc(sizeof(uint16_t) * CTX * HD), *vh = malloc(sizeof(uint16_t) * CTX * HD);
+    const void *kr[CTX], *vr[CTX];
+    for (int i = 0; i < NT * GQA * HD; i++)
+        q[i] = (float)nrand();
+    for (int i = 0; i < CTX * HD; i++) {
+        kh[i] = l8_f32_to_bf16((float)nrand());
+        vh[i] = l8_f32_to_bf16((float)nrand());
+        kf[i] = l8_bf16_to_f32(kh[i]);
+        vf[i] = l8_bf16_to_f32(vh[i]);
+    }
+    /* Rows in reverse memory order: the kernel must follow the pointers. */
+    for (int j = 0; j < CTX; j++) {
+        int m = CTX - 1 - j;
+        kr[j] = bf16 ? (const void *)(kh + m * HD) : (const void *)(kf + m * HD);
+        vr[j] = bf16 ? (const void *)(vh + m * HD) : (const void *)(vf + m * HD);
+    }
+    float *scores = malloc(sizeof(float) * NT * GQA * CTX), *acc = malloc(sizeof(float) * NT * GQA * HD);
+    double sums[NT * GQA];
+    float kbuf[HD], out[NT * GQA * HD], out1[GQA * HD];
+    const float sc = 1.0f / sqrtf(HD);
+    l8_cpu_attention_tile(q, GQA * HD, NT, GQA, HD, POS0, kr, vr, bf16, sc, scores, acc, sums,
+                          kbuf, out, GQA * HD);
+    double num = 0, den = 0;
+    uint32_t tile_diff = 0;
+    for (int i = 0; i < NT; i++) {
+        for (int h = 0; h < GQA; h++) {
+            const float *qh = q + (i * GQA + h) * HD;
+            int n = POS0 + i + 1;
+            double s[CTX], mx = -INFINITY, z = 0;
+            for (int j = 0; j < n; j++) {
+                int m = CTX - 1 - j;
+                double d = 0;
+                for (int c = 0; c < HD; c++)
+                    d += (double)qh[c] * kf[m * HD + c];
+                s[j] = d / sqrt((double)HD);
+                mx = fmax(mx, s[j]);
+            }
+            for (int j = 0; j < n; j++)
+                z += exp(s[j] - mx);
+            for (int c = 0; c < HD; c++) {
+                double o = 0;
+                for (int j = 0; j < n; j++)
+                    o += exp(s[j] - mx) / z * vf[(CTX - 1 - j) * HD + c];
+                double e = out[(i * GQA + h) * HD + c] - o;
+                num += e * e;
+                den += o * o;
+            }
+        }
+        /* Token i alone (a tile of one) gives the same bits. */
+        l8_cpu_attention_tile(q + i * GQA * HD, GQA * HD, 1, GQA, HD, POS0 + i, kr, vr, bf16, sc,
+                              scores, acc, sums, kbuf, out1, GQA * HD);
+        tile_diff += memcmp(out1, out + i * GQA * HD, sizeof(out1)) != 0;
+    }
+    CHECK(sqrt(num / den) < 1e-5, "attention (%s) rel %.3g", bf16 ? "bf16" : "f32", sqrt(num / den));
+    CHECK(tile_diff == 0, "attention (%s): %u tokens differ alone vs in a tile", bf16 ? "bf16" : "f32",
+          tile_diff);
+    free(q); free(kf); free(vf); free(kh); free(vh); free(scores); free(acc);
+}
+
+int main(void)
+{
+    struct l8_tp *tp = l8_tp_new(2), *tp1 = l8_tp_new(1), *tp3 = l8_tp_new(3);
+    struct l8_cpu_ws ws, ws1, ws3;
+    if (!tp || !tp1 || !tp3 || l8_cpu_ws_init(&ws, 2, 1024) < 0 || l8_cpu_ws_init(&ws1, 1, 1024) < 0
+        || l8_cpu_ws_init(&ws3, 3, 1024) < 0) {
+        printf("setup failed\n");
+        return 1;
+    }
+    test_quantizer(tp);
+    static const uint32_t shapes[][3] = {   /* out, in, tokens */
+        { 1, 1, 1 }, { 7, 19, 3 }, { 19, 111, 17 }, { 111, 513, 5 }, { 989, 128, 2 },
+        { 64, 1024, 9 },
+    };
+    double worst_fp8 = 0, worst_exact = 0;
+    for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
+        worst_fp8 = fmax(worst_fp8, check_qmatmul(tp, &ws, shapes[i][0], shapes[i][1], shapes[i][2], true));
+        worst_exact = fmax(worst_exact, check_qmatmul(tp, &ws, shapes[i][0], shapes[i][1], shapes[i][2], false));
+    }
+    printf("qmatmul vs f64: worst relative L2 %.3g (fp8 x fp8), %.3g (f32 x fp8)\n",
+           worst_fp8, worst_exact);
+    test_threads_invariance(&ws1, &ws3, tp1, tp3);
+    test_dense(tp, &ws);
+    test_norm_rope();
+    test_attention(false);
+    test_attention(true);
+    l8_cpu_ws_free(&ws); l8_cpu_ws_free(&ws1); l8_cpu_ws_free(&ws3);
+    l8_tp_free(tp); l8_tp_free(tp1); l8_tp_free(tp3);
+    printf("%s\n", failures ? "FAILED" : "ok");
+    return failures ? 1 : 0;
+}
