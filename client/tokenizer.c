@@ -1498,7 +1498,8 @@ static int stream_run(l8tok_stream *s, const uint8_t *bytes, size_t n, bool fina
     if (grow(&s->in, &s->in_cap, total + 1) < 0 || grow(&s->out, &s->out_cap, 3 * total + 1) < 0)
         return -ENOMEM;
     memcpy(s->in, s->held, s->n_held);
-    memcpy(s->in + s->n_held, bytes, n);
+    if (n) /* flush passes no bytes (NULL) */
+        memcpy(s->in + s->n_held, bytes, n);
     size_t o = 0;
     size_t used = utf8_lossy(s->in, total, final, s->out, &o);
     s->n_held = total - used; /* < 4: only a truncated character is left */
