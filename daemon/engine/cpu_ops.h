@@ -18,6 +18,9 @@
  * the scalar tail). */
 float l8_cpu_dot(const float *a, const float *b, size_t n);
 
+/* E4M3 codes to f32 (vectorized; equal to l8_e4m3_lut for all 256 codes). */
+void l8_cpu_decode_e4m3(const uint8_t *w, size_t n, float *out);
+
 /* Per-thread scratch for the matmuls: nthreads buffers of `floats` each. */
 struct l8_cpu_ws {
     float **buf;        /* [nthreads][floats] */

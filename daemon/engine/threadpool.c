@@ -1,14 +1,23 @@
 /* threadpool.c - persistent workers woken per parallel-for. See threadpool.h.
  *
- * A job is published under the mutex with a new generation number; workers
- * wake on the condition variable, claim chunks with an atomic counter and
- * count themselves out. Sleeping (not spinning) between jobs: the machine
- * may be shared and a spinning pool would steal cores from the others. */
+ * A job is published by bumping an atomic generation number (release)
+ * after its fields are written; workers spin briefly on the generation
+ * (a step issues dozens of parallel-fors back to back, and a futex wake
+ * costs more than a small matmul), then sleep on a condition variable, so
+ * an idle engine does not burn cores on a machine it shares. Completion
+ * is counted down atomically; the last worker wakes the caller.
+ *
+ * Lost wake-ups: a sleeper re-checks the generation under the mutex, and
+ * the caller broadcasts under the same mutex after bumping it; likewise the
+ * caller re-checks `running` under the mutex before waiting, and the last
+ * worker signals under it. */
 #include "threadpool.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+
+#define SPIN_ITERS 4000
 
 struct l8_tp {
     int n;                      /* threads including the caller */
@@ -16,10 +25,11 @@ struct l8_tp {
     pthread_mutex_t mu;
     pthread_cond_t wake;        /* workers wait for a new generation */
     pthread_cond_t done;        /* caller waits for running == 0 */
-    unsigned long gen;          /* bumped per job (under mu) */
-    int running;                /* workers still inside the current job */
-    int quit;
-    /* The current job; written under mu before gen is bumped. */
+    atomic_ulong gen;           /* bumped per job */
+    atomic_int running;         /* workers still inside the current job */
+    atomic_int quit;
+    /* The current job: written before gen is bumped (release), read after
+     * gen is seen (acquire). */
     l8_tp_fn fn;
     void *ctx;
     size_t n_items, grain;
@@ -27,6 +37,13 @@ struct l8_tp {
 };
 
 struct worker_arg { struct l8_tp *tp; int tid; };
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
 
 static void run_chunks(struct l8_tp *tp, int tid)
 {
@@ -45,22 +62,29 @@ static void *worker(void *p)
     struct l8_tp *tp = a.tp;
     free(p);
     unsigned long seen = 0;
-    pthread_mutex_lock(&tp->mu);
     for (;;) {
-        while (!tp->quit && tp->gen == seen)
-            pthread_cond_wait(&tp->wake, &tp->mu);
-        if (tp->quit)
+        int i = 0;
+        while (atomic_load_explicit(&tp->gen, memory_order_acquire) == seen
+               && !atomic_load_explicit(&tp->quit, memory_order_relaxed) && i++ < SPIN_ITERS)
+            cpu_relax();
+        if (atomic_load_explicit(&tp->gen, memory_order_acquire) == seen) {
+            pthread_mutex_lock(&tp->mu);
+            while (!atomic_load(&tp->quit) && atomic_load(&tp->gen) == seen)
+                pthread_cond_wait(&tp->wake, &tp->mu);
+            pthread_mutex_unlock(&tp->mu);
+        }
+        if (atomic_load(&tp->quit))
             break;
-        seen = tp->gen;
-        pthread_mutex_unlock(&tp->mu);
+        seen = atomic_load_explicit(&tp->gen, memory_order_acquire);
         run_chunks(tp, a.tid);
-        pthread_mutex_lock(&tp->mu);
-        /* The mutex orders this worker's result stores before the
-         * caller's return from l8_tp_for. */
-        if (--tp->running == 0)
+        /* acq_rel: this worker's result stores happen before the caller,
+         * which reads running with acquire, returns. */
+        if (atomic_fetch_sub_explicit(&tp->running, 1, memory_order_acq_rel) == 1) {
+            pthread_mutex_lock(&tp->mu);
             pthread_cond_signal(&tp->done);
+            pthread_mutex_unlock(&tp->mu);
+        }
     }
-    pthread_mutex_unlock(&tp->mu);
     return NULL;
 }
 
@@ -75,6 +99,9 @@ struct l8_tp *l8_tp_new(int nthreads)
     pthread_mutex_init(&tp->mu, NULL);
     pthread_cond_init(&tp->wake, NULL);
     pthread_cond_init(&tp->done, NULL);
+    atomic_init(&tp->gen, 0);
+    atomic_init(&tp->running, 0);
+    atomic_init(&tp->quit, 0);
     atomic_init(&tp->next, 0);
     tp->th = calloc((size_t)nthreads, sizeof(pthread_t));
     if (!tp->th)
@@ -102,7 +129,7 @@ void l8_tp_free(struct l8_tp *tp)
     if (!tp)
         return;
     pthread_mutex_lock(&tp->mu);
-    tp->quit = 1;
+    atomic_store(&tp->quit, 1);
     pthread_cond_broadcast(&tp->wake);
     pthread_mutex_unlock(&tp->mu);
     for (int i = 1; i < tp->n; i++)
@@ -127,21 +154,26 @@ void l8_tp_for(struct l8_tp *tp, size_t n, size_t grain, l8_tp_fn fn, void *ctx)
         fn(ctx, 0, n, 0);
         return;
     }
-    pthread_mutex_lock(&tp->mu);
     tp->fn = fn;
     tp->ctx = ctx;
     tp->n_items = n;
     tp->grain = grain;
     atomic_store_explicit(&tp->next, 0, memory_order_relaxed);
-    tp->running = tp->n - 1;
-    tp->gen++;
+    atomic_store_explicit(&tp->running, tp->n - 1, memory_order_relaxed);
+    pthread_mutex_lock(&tp->mu);
+    atomic_fetch_add_explicit(&tp->gen, 1, memory_order_release);
     pthread_cond_broadcast(&tp->wake);
     pthread_mutex_unlock(&tp->mu);
 
     run_chunks(tp, 0);
 
-    pthread_mutex_lock(&tp->mu);
-    while (tp->running > 0)
-        pthread_cond_wait(&tp->done, &tp->mu);
-    pthread_mutex_unlock(&tp->mu);
+    for (int i = 0; atomic_load_explicit(&tp->running, memory_order_acquire) > 0
+                    && i < SPIN_ITERS; i++)
+        cpu_relax();
+    if (atomic_load_explicit(&tp->running, memory_order_acquire) > 0) {
+        pthread_mutex_lock(&tp->mu);
+        while (atomic_load_explicit(&tp->running, memory_order_acquire) > 0)
+            pthread_cond_wait(&tp->done, &tp->mu);
+        pthread_mutex_unlock(&tp->mu);
+    }
 }
