@@ -75,6 +75,7 @@ struct l8d_session {
     bool kick;               /* doorbell rang or a message came: scan the SQ */
     bool dirty;              /* events written, tail not yet published */
     bool violation;          /* broke the protocol: close after this pass */
+    bool cancel_sent;        /* closing: the doorbell read's cancel is queued */
 };
 
 enum l8d_state { L8D_RUNNING = 0, L8D_DRAINING, L8D_STOPPED };

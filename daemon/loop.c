@@ -361,13 +361,12 @@ static void reap_closed(struct l8d *d)
         struct l8d_session *s = d->sessions[i];
         if (!s || s->state != L8D_SESS_CLOSING)
             continue;
-        if (s->doorbell_armed && !s->violation) {
-            /* Cancel the doorbell read once; the flag is reused as "cancel
-             * sent" so it is not sent twice. */
+        if (s->doorbell_armed && !s->cancel_sent) {
+            /* The client may never ring again: cancel the read (once). */
             struct io_uring_sqe *sqe = get_sqe(d);
             io_uring_prep_cancel64(sqe, ud(OP_DOORBELL, s->slot, s->gen), 0);
             io_uring_sqe_set_data64(sqe, ud(OP_CANCEL, 0, 0));
-            s->violation = true;
+            s->cancel_sent = true;
         }
         if (s->ops_pending == 0)
             l8d_session_free(s);

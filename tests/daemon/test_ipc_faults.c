@@ -1,0 +1,446 @@
+/* test_ipc_faults: the daemon under abuse. Cancel mid-stream and SIGKILL of
+ * a client free their pages; bad input of every kind gets its defined
+ * error; a client that breaks the ring rules is disconnected alone; a
+ * connection flood is refused past max_clients; and all along an observer
+ * request streams exactly the tokens it streams on a quiet daemon.
+ * argv: llama8d model-dir */
+#include "ipc_helper.h"
+
+#include <stdatomic.h>
+#include <sys/mman.h>
+
+#include "llama8.pb-c.h"
+
+#define MAX_CTX 512
+#define MAX_REQ 4
+#define MAX_CLIENTS 8
+
+static const char *sock;
+
+/* ---------------------------------------------------------------- raw protocol */
+
+struct raw {
+    int fd, sq_efd, eq_efd;
+    uint8_t *map;
+    size_t size;
+    struct l8_shm_hdr h;
+    struct l8_ring_ctl *sq_ctl, *eq_ctl;
+    struct l8_sqe *sq;
+    struct l8_event *eq;
+    uint8_t *arena;
+    uint32_t tail, eq_head;
+};
+
+static int raw_socket(void)
+{
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    strcpy(sa.sun_path, sock);
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    REQUIRE(connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0, "connect");
+    return fd;
+}
+
+/* Receive one DaemonMessage (fds into fds[3] if given); NULL on hang-up. */
+static Llama8__DaemonMessage *raw_recv(int fd, int *fds, int timeout_ms)
+{
+    uint8_t buf[L8_MAX_CTL_MSG];
+    union { struct cmsghdr h; char b[CMSG_SPACE(sizeof(int) * 3)]; } cm;
+    struct iovec iov = { buf, sizeof(buf) };
+    struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.b,
+                         .msg_controllen = sizeof(cm.b) };
+    struct pollfd p = { fd, POLLIN, 0 };
+    if (poll(&p, 1, timeout_ms) <= 0)
+        return NULL;
+    ssize_t n = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
+    if (n <= 0)
+        return NULL;
+    struct cmsghdr *h = CMSG_FIRSTHDR(&mh);
+    if (fds && h && h->cmsg_type == SCM_RIGHTS)
+        memcpy(fds, CMSG_DATA(h), sizeof(int) * 3);
+    return llama8__daemon_message__unpack(NULL, (size_t)n, buf);
+}
+
+/* Expect an Error with this code, then the hang-up. */
+static void expect_error_and_hangup(int fd, int code, const char *what)
+{
+    Llama8__DaemonMessage *m = raw_recv(fd, NULL, 10000);
+    CHECK(m && m->msg_case == LLAMA8__DAEMON_MESSAGE__MSG_ERROR && (int)m->error->code == code,
+          "%s: expected error %s, got %s %d", what, l8c_err_name(code),
+          m ? "message" : "nothing", m && m->error ? (int)m->error->code : -1);
+    if (m)
+        llama8__daemon_message__free_unpacked(m, NULL);
+    char b[16];
+    struct pollfd p = { fd, POLLIN, 0 };
+    CHECK(poll(&p, 1, 10000) == 1 && recv(fd, b, sizeof(b), MSG_DONTWAIT) == 0,
+          "%s: not disconnected", what);
+}
+
+static void raw_hello(int fd, uint32_t version)
+{
+    uint8_t buf[256];
+    Llama8__Hello h = LLAMA8__HELLO__INIT;
+    h.protocol_version = version;
+    h.client_name = "raw";
+    Llama8__ClientMessage m = LLAMA8__CLIENT_MESSAGE__INIT;
+    m.msg_case = LLAMA8__CLIENT_MESSAGE__MSG_HELLO;
+    m.hello = &h;
+    size_t n = llama8__client_message__pack(&m, buf);
+    REQUIRE(send(fd, buf, n, 0) == (ssize_t)n, "send hello");
+}
+
+static void raw_connect(struct raw *r)
+{
+    memset(r, 0, sizeof(*r));
+    r->fd = raw_socket();
+    raw_hello(r->fd, L8_PROTO_VERSION);
+    int fds[3] = { -1, -1, -1 };
+    Llama8__DaemonMessage *m = raw_recv(r->fd, fds, 10000);
+    REQUIRE(m && m->msg_case == LLAMA8__DAEMON_MESSAGE__MSG_WELCOME && fds[0] >= 0, "welcome");
+    r->size = m->welcome->shm_size;
+    llama8__daemon_message__free_unpacked(m, NULL);
+    /* The memfd is sealed: it can be neither shrunk nor grown. */
+    CHECK(ftruncate(fds[0], 4096) < 0 && errno == EPERM, "memfd shrinkable");
+    CHECK(fcntl(fds[0], F_GET_SEALS) == (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL), "seals");
+    r->map = mmap(NULL, r->size, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
+    REQUIRE(r->map != MAP_FAILED, "mmap");
+    close(fds[0]);
+    r->sq_efd = fds[1];
+    r->eq_efd = fds[2];
+    memcpy(&r->h, r->map, sizeof(r->h));
+    REQUIRE(l8_shm_hdr_valid(&r->h, r->size), "header");
+    r->sq_ctl = (void *)(r->map + r->h.sq_ctl_off);
+    r->eq_ctl = (void *)(r->map + r->h.eq_ctl_off);
+    r->sq = (void *)(r->map + r->h.sq_off);
+    r->eq = (void *)(r->map + r->h.eq_off);
+    r->arena = r->map + r->h.arena_off;
+}
+
+static void raw_close(struct raw *r)
+{
+    munmap(r->map, r->size);
+    close(r->fd);
+    close(r->sq_efd);
+    close(r->eq_efd);
+}
+
+static void raw_ring(struct raw *r)
+{
+    uint64_t one = 1;
+    if (write(r->sq_efd, &one, 8) != 8) {
+    }
+}
+
+/* Publish one entry (kind, off, len) and ring. */
+static void raw_submit(struct raw *r, uint8_t kind, uint32_t off, uint32_t len)
+{
+    r->sq[r->tail & (r->h.sq_entries - 1)] = (struct l8_sqe){ .msg_off = off, .msg_len = len,
+                                                              .kind = kind };
+    r->tail++;
+    atomic_store_explicit(&r->sq_ctl->tail, r->tail, memory_order_release);
+    raw_ring(r);
+}
+
+/* Wait for one event on the raw client's ring. */
+static bool raw_event(struct raw *r, struct l8_event *ev, int timeout_ms)
+{
+    uint64_t end = t_now_ms() + (uint64_t)timeout_ms;
+    while (t_now_ms() < end) {
+        uint32_t t = atomic_load_explicit(&r->eq_ctl->tail, memory_order_acquire);
+        if (t != r->eq_head) {
+            *ev = r->eq[r->eq_head & (r->h.eq_entries - 1)];
+            r->eq_head++;
+            atomic_store_explicit(&r->eq_ctl->head, r->eq_head, memory_order_release);
+            return true;
+        }
+        usleep(1000);
+    }
+    return false;
+}
+
+static bool still_connected(int fd)
+{
+    struct pollfd p = { fd, POLLIN, 0 };
+    return poll(&p, 1, 50) == 0;
+}
+
+/* ---------------------------------------------------------------- library helpers */
+
+static struct l8c_client *lconnect(void)
+{
+    struct l8c_client *c;
+    char err[L8C_ERRLEN];
+    int rc = l8c_connect(sock, "faults", &c, err);
+    REQUIRE(rc == 0, "connect: %s", err);
+    return c;
+}
+
+static uint32_t prompt[1024];
+
+/* Submit and return the first event of that request (an error here). */
+static struct l8_event submit_expect_event(struct l8c_client *c, uint64_t id, uint32_t n,
+                                           const struct l8c_params *p)
+{
+    struct l8_event ev = {0};
+    REQUIRE(l8c_submit_id(c, id, prompt, n, p) == 0, "submit");
+    for (int tries = 0; tries < 1000; tries++) {
+        int k = l8c_wait_events(c, &ev, 1, 10000);
+        REQUIRE(k == 1, "no event");
+        if (ev.request_id == id)
+            return ev;
+    }
+    return ev;
+}
+
+static void expect_req_error(struct l8c_client *c, uint64_t id, uint32_t n,
+                             const struct l8c_params *p, int code, const char *what)
+{
+    struct l8_event ev = submit_expect_event(c, id, n, p);
+    CHECK(ev.kind == L8_EV_ERROR && ev.code == code, "%s: got kind %d code %s", what, ev.kind,
+          l8c_err_name(ev.code));
+}
+
+static struct l8c_status status_of(struct l8c_client *c)
+{
+    struct l8c_status s;
+    REQUIRE(l8c_status(c, &s, 10000) == 0, "status");
+    return s;
+}
+
+/* Wait until the pool holds no pages for anyone (and n clients remain). */
+static bool wait_quiet(struct l8c_client *probe, uint32_t clients)
+{
+    for (int i = 0; i < 500; i++) {
+        struct l8c_status s = status_of(probe);
+        if (s.pages_used == 0 && s.requests_running == 0 && s.requests_waiting == 0 &&
+            (clients == 0 || s.clients == clients))
+            return true;
+        usleep(10000);
+    }
+    return false;
+}
+
+/* The observer: one greedy request, 48 tokens, same every time. */
+static void observer_submit(struct l8c_client *c, uint64_t id)
+{
+    struct l8c_params p;
+    l8c_params_init(&p);
+    p.max_new_tokens = 48;
+    p.ignore_eos = true;
+    uint32_t op[40];
+    for (uint32_t i = 0; i < 40; i++)
+        op[i] = (i * 37 + 11) % 2048;
+    REQUIRE(l8c_submit_id(c, id, op, 40, &p) == 0, "observer submit");
+}
+
+int main(int argc, char **argv)
+{
+    REQUIRE(argc == 3, "usage: test_ipc_faults llama8d model");
+    struct tdaemon d;
+    char mc[16], mr[16], mx[16];
+    snprintf(mc, sizeof(mc), "%d", MAX_CTX);
+    snprintf(mr, sizeof(mr), "%d", MAX_REQ);
+    snprintf(mx, sizeof(mx), "%d", MAX_CLIENTS);
+    const char *extra[] = { "--max-ctx", mc, "--max-requests-per-client", mr,
+                            "--max-clients", mx, NULL };
+    tdaemon_start(&d, argv[1], argv[2], extra);
+    sock = d.sock;
+    for (uint32_t i = 0; i < 1024; i++)
+        prompt[i] = (i * 7 + 3) % 2048;
+    prompt[0] = 1;
+    struct l8c_client *probe = lconnect();
+    CHECK(l8c_info(probe)->context_length == MAX_CTX, "context %u", l8c_info(probe)->context_length);
+
+    /* The observer's tokens on a quiet daemon. */
+    struct l8c_client *obs = lconnect();
+    static struct tstream ref[2], got[5];
+    observer_submit(obs, 1);
+    REQUIRE(tcollect(obs, ref, 1, 1, 60000), "observer");
+    REQUIRE(ref[1].n == 48 && ref[1].done_reason == L8_DONE_LENGTH, "observer %u", ref[1].n);
+
+    /* Cancel mid-stream frees the request's pages. */
+    {
+        struct l8c_client *c = lconnect();
+        struct l8c_params p;
+        l8c_params_init(&p);
+        p.max_new_tokens = 400;
+        p.ignore_eos = true;
+        REQUIRE(l8c_submit_id(c, 7, prompt, 100, &p) == 0, "submit");
+        struct l8_event ev;
+        uint32_t toks = 0;
+        while (toks < 3 && l8c_wait_events(c, &ev, 1, 10000) == 1)
+            toks += ev.kind == L8_EV_TOKEN;
+        struct l8c_status s = status_of(probe);
+        CHECK(s.pages_used >= 7 && s.requests_running == 1, "pages %u running %u", s.pages_used,
+              s.requests_running);
+        REQUIRE(l8c_cancel(c, 7) == 0, "cancel");
+        bool cancelled = false;
+        while (!cancelled && l8c_wait_events(c, &ev, 1, 10000) == 1)
+            cancelled = ev.kind == L8_EV_DONE && ev.request_id == 7;
+        CHECK(cancelled && ev.reason == L8_DONE_CANCELLED, "no DONE cancelled (reason %d)", ev.reason);
+        CHECK(wait_quiet(probe, 0), "pages not freed after cancel");
+        /* Cancel of an id that is not live. */
+        REQUIRE(l8c_cancel(c, 7) == 0, "cancel");
+        CHECK(l8c_wait_events(c, &ev, 1, 10000) == 1 && ev.kind == L8_EV_ERROR &&
+              ev.code == L8_ERR_UNKNOWN_REQUEST && ev.request_id == 7, "unknown cancel: %d/%d",
+              ev.kind, ev.code);
+        l8c_close(c);
+    }
+
+    /* SIGKILL of a client mid-stream: the observer continues, pages freed. */
+    {
+        int pfd[2];
+        REQUIRE(pipe(pfd) == 0, "pipe");
+        pid_t kid = fork();
+        if (kid == 0) {
+            struct l8c_client *c = lconnect();
+            struct l8c_params p;
+            l8c_params_init(&p);
+            p.max_new_tokens = 450;
+            p.ignore_eos = true;
+            l8c_submit_id(c, 1, prompt, 50, &p);
+            struct l8_event ev;
+            while (l8c_wait_events(c, &ev, 1, 10000) == 1 && ev.kind != L8_EV_TOKEN)
+                ;
+            if (write(pfd[1], "x", 1) != 1)
+                _exit(1);
+            pause();
+            _exit(0);
+        }
+        char x;
+        REQUIRE(read(pfd[0], &x, 1) == 1, "child did not stream");
+        observer_submit(obs, 2);
+        CHECK(status_of(probe).pages_used > 0, "child holds no pages");
+        kill(kid, SIGKILL);
+        waitpid(kid, NULL, 0);
+        REQUIRE(tcollect(obs, got, 2, 1, 60000), "observer after SIGKILL");
+        CHECK(got[2].n == 48 && !memcmp(got[2].tokens, ref[1].tokens, 48 * 4),
+              "observer disturbed by SIGKILL");
+        CHECK(wait_quiet(probe, 2), "pages or client not freed after SIGKILL");
+        close(pfd[0]);
+        close(pfd[1]);
+    }
+
+    /* Per-request errors: the connection stays. */
+    {
+        struct l8c_client *c = lconnect();
+        struct l8c_params p;
+        l8c_params_init(&p);
+        p.max_new_tokens = 8;
+        observer_submit(obs, 3);   /* runs through all of this */
+        prompt[5] = 2048;
+        expect_req_error(c, 1, 10, &p, L8_ERR_BAD_TOKEN, "token id >= vocab");
+        prompt[5] = 5;
+        expect_req_error(c, 2, 600, &p, L8_ERR_PROMPT_TOO_LONG, "prompt > context");
+        p.max_new_tokens = 200;
+        expect_req_error(c, 3, 400, &p, L8_ERR_PROMPT_TOO_LONG, "prompt + new > context");
+        p.max_new_tokens = 0;
+        expect_req_error(c, 4, 10, &p, L8_ERR_BAD_PARAMS, "max_new_tokens 0");
+        p.max_new_tokens = 8;
+        expect_req_error(c, 5, 0, &p, L8_ERR_EMPTY_PROMPT, "empty prompt");
+        p.temperature = 1.0f;
+        p.top_p = 1.5f;
+        expect_req_error(c, 6, 10, &p, L8_ERR_BAD_PARAMS, "top_p 1.5");
+        l8c_params_init(&p);
+        p.max_new_tokens = 300;
+        p.ignore_eos = true;
+        for (uint64_t id = 10; id < 10 + MAX_REQ; id++)
+            REQUIRE(l8c_submit_id(c, id, prompt, 20, &p) == 0, "submit");
+        expect_req_error(c, 10, 20, &p, L8_ERR_DUPLICATE_REQUEST, "duplicate id");
+        expect_req_error(c, 99, 20, &p, L8_ERR_TOO_MANY_REQUESTS, "requests per client");
+        l8c_close(c);   /* with MAX_REQ requests running: all cancelled */
+    }
+
+    /* Raw clients breaking the protocol. */
+    {
+        struct raw r;
+        struct l8_event ev;
+        /* Malformed protobuf in the arena: an error event, still connected. */
+        raw_connect(&r);
+        memcpy(r.arena, "\xff\xff\xff\xff\x0f", 5);
+        raw_submit(&r, L8_SQE_GENERATE, 0, 5);
+        CHECK(raw_event(&r, &ev, 10000) && ev.kind == L8_EV_ERROR && ev.code == L8_ERR_BAD_MESSAGE,
+              "malformed protobuf: kind %d code %d", ev.kind, ev.code);
+        CHECK(still_connected(r.fd), "malformed protobuf disconnected");
+        /* A prompt pointing past the arena: BAD_MESSAGE for that request. */
+        {
+            Llama8__GenerateRequest g = LLAMA8__GENERATE_REQUEST__INIT;
+            g.request_id = 5;
+            g.max_new_tokens = 4;
+            g.prompt_offset = r.h.arena_size - 8;
+            g.prompt_count = 16;
+            size_t n = llama8__generate_request__pack(&g, r.arena + 4096);
+            raw_submit(&r, L8_SQE_GENERATE, 4096, (uint32_t)n);
+            CHECK(raw_event(&r, &ev, 10000) && ev.kind == L8_EV_ERROR &&
+                  ev.code == L8_ERR_BAD_MESSAGE && ev.request_id == 5,
+                  "prompt past the arena: kind %d code %d", ev.kind, ev.code);
+        }
+        /* A message past the end of the arena: disconnected. */
+        raw_submit(&r, L8_SQE_GENERATE, r.h.arena_size - 2, 100);
+        expect_error_and_hangup(r.fd, L8_ERR_RING_VIOLATION, "arena offset past the end");
+        raw_close(&r);
+
+        /* A submission tail far past the head. */
+        raw_connect(&r);
+        atomic_store_explicit(&r.sq_ctl->tail, r.h.sq_entries + 5, memory_order_release);
+        raw_ring(&r);
+        expect_error_and_hangup(r.fd, L8_ERR_RING_VIOLATION, "ring tail out of range");
+        raw_close(&r);
+
+        /* An unknown entry kind. */
+        raw_connect(&r);
+        raw_submit(&r, 77, 0, 4);
+        expect_error_and_hangup(r.fd, L8_ERR_RING_VIOLATION, "bad entry kind");
+        raw_close(&r);
+
+        /* An event-ring head out of range, seen when the daemon writes. */
+        raw_connect(&r);
+        atomic_store_explicit(&r.eq_ctl->head, 0x80000000u, memory_order_release);
+        raw_submit(&r, L8_SQE_GENERATE, 0, 0);   /* empty message: an error event */
+        expect_error_and_hangup(r.fd, L8_ERR_RING_VIOLATION, "event head out of range");
+        raw_close(&r);
+
+        /* Garbage instead of Hello; a Hello of another version. */
+        int fd = raw_socket();
+        REQUIRE(send(fd, "\xff\x01\x02", 3, 0) == 3, "send");
+        expect_error_and_hangup(fd, L8_ERR_BAD_MESSAGE, "garbage hello");
+        close(fd);
+        fd = raw_socket();
+        raw_hello(fd, L8_PROTO_VERSION + 1);
+        expect_error_and_hangup(fd, L8_ERR_BAD_VERSION, "hello version");
+        close(fd);
+    }
+    REQUIRE(tcollect(obs, got, 3, 1, 60000), "observer during bad input");
+    CHECK(got[3].n == 48 && !memcmp(got[3].tokens, ref[1].tokens, 48 * 4),
+          "observer disturbed by bad input");
+    CHECK(wait_quiet(probe, 2), "pages held after the bad-input clients left");
+
+    /* A flood of connections: max_clients, then TOO_MANY_CLIENTS. */
+    {
+        struct l8c_client *cs[MAX_CLIENTS];
+        int n = 0, rc = 0;
+        char err[L8C_ERRLEN];
+        for (int i = 0; i < MAX_CLIENTS + 4; i++) {
+            struct l8c_client *c;
+            rc = l8c_connect(sock, "flood", &c, err);
+            if (rc < 0)
+                break;
+            cs[n++] = c;
+        }
+        CHECK(rc == -EUSERS && n == MAX_CLIENTS - 2, "flood: rc %d after %d (%s)", rc, n, err);
+        for (int i = 0; i < n; i++)
+            l8c_close(cs[i]);
+    }
+    observer_submit(obs, 4);
+    static struct tstream last[5];
+    REQUIRE(tcollect(obs, last, 4, 1, 60000), "observer after the flood");
+    CHECK(last[4].n == 48 && !memcmp(last[4].tokens, ref[1].tokens, 48 * 4), "observer after flood");
+    CHECK(wait_quiet(probe, 2), "clients not freed after flood");
+    l8c_close(obs);
+    l8c_close(probe);
+    int rc = tdaemon_stop(&d);
+    CHECK(rc == 0, "llama8d exit %d", rc);
+    if (failures)
+        return 1;
+    printf("ok\n");
+    return 0;
+}
