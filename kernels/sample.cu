@@ -182,7 +182,9 @@ static __global__ __launch_bounds__(SAMPLE_THREADS) void sample_kernel(
         scr[v] = isnan(l) ? -INFINITY : l;
     }
     __syncthreads();
-    if (rq.rep_penalty != 1.0f && rq.n_hist > 0) {
+    /* sampler.c applies the penalty only when it is positive (and not 1):
+     * a penalty <= 0 means off there, so it must here too. */
+    if (rq.rep_penalty != 1.0f && rq.rep_penalty > 0.0f && rq.n_hist > 0) {
         for (int32_t j = (int32_t)t; j < rq.n_hist; j += (int32_t)blockDim.x) {
             int32_t id = history[rq.hist_off + j];
             if (id < 0 || (uint32_t)id >= V)

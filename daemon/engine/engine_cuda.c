@@ -723,6 +723,13 @@ static void *in_buf(const struct cuda_engine *e)
     return e->num == L8_NUMERICS_EXACT ? (void *)e->act : (void *)e->xq;
 }
 
+/* sampler.c applies a repetition penalty only when it is positive and not 1. */
+static bool uses_penalty(const struct l8_seq *q)
+{
+    return q->sample && q->n_history && q->sampling->repetition_penalty != 1.0f &&
+           q->sampling->repetition_penalty > 0.0f;
+}
+
 #define TRY(x)                     \
     do {                           \
         if ((rc = (x)) < 0)        \
@@ -821,7 +828,7 @@ static int cuda_step(void *impl, struct l8_seq *seqs, uint32_t n_seqs)
     /* Logits and sampling, in chunks of lch rows. */
     uint32_t hist_total = 0;
     for (uint32_t s = 0; s < n_seqs; s++)
-        if (seqs[s].sample && seqs[s].sampling->repetition_penalty != 1.0f)
+        if (uses_penalty(&seqs[s]))
             hist_total += seqs[s].n_history;
     if (hist_total) {
         if (grow_pair((void **)&e->h_hist, (void **)&e->d_hist, &e->hist_cap, hist_total, 4)) {
@@ -830,7 +837,7 @@ static int cuda_step(void *impl, struct l8_seq *seqs, uint32_t n_seqs)
         }
         uint32_t off = 0;
         for (uint32_t s = 0; s < n_seqs; s++)
-            if (seqs[s].sample && seqs[s].sampling->repetition_penalty != 1.0f) {
+            if (uses_penalty(&seqs[s])) {
                 for (uint32_t i = 0; i < seqs[s].n_history; i++)
                     e->h_hist[off + i] = (int32_t)seqs[s].history[i];
                 off += seqs[s].n_history;
@@ -863,7 +870,7 @@ static int cuda_step(void *impl, struct l8_seq *seqs, uint32_t n_seqs)
             uint32_t nrows_s = q->logits == L8_LOGITS_ALL ? q->n_tokens
                                : (q->logits == L8_LOGITS_LAST || q->sample) ? 1 : 0;
             uint32_t last = r + nrows_s - 1;
-            bool pen = q->sample && q->sampling->repetition_penalty != 1.0f;
+            bool pen = uses_penalty(q);
             if (q->sample && last >= r0 && last < r0 + nr) {
                 struct l8k_sample_req *rq = &e->h_req[ns++];
                 const struct l8_sampling *sp = q->sampling;

@@ -513,7 +513,8 @@ static void test_sample(void)
                                  .top_k = s % 3 == 0 ? 0 : 1 + s * 7,
                                  .top_p = s % 4 == 1 ? 0.9f : 1.0f,
                                  .min_p = s % 5 == 2 ? 0.05f : 0.0f,
-                                 .repetition_penalty = s % 2 ? 1.3f : 1.0f,
+                                 /* s = 6: a penalty of 0 is off in sampler.c */
+                                 .repetition_penalty = s % 2 ? 1.3f : s == 6 ? 0.0f : 1.0f,
                                  .seed = 1234 + s };
         sp[s] = p;
         req[s] = (struct l8k_sample_req){
