@@ -204,7 +204,7 @@ uint32_t l8_sample(struct l8_sampler *s, const float *logits,
             uint32_t n_keep = m;
             bool decided = (m == K);
             double run = 0.0;
-            const float wmin = p->min_p > 0.0f ? p->min_p * 1.0f : 0.0f; /* w_top = 1 */
+            const float wmin = p->min_p > 0.0f ? p->min_p : 0.0f; /* w_top = 1 */
             for (uint32_t i = 0; i < m; i++) {
                 float w = expf(z[c[i]] - ztop);
                 if (i > 0 && w < wmin) {
