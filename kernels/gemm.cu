@@ -11,6 +11,7 @@
  * that agrees: cuBLASLt's OUTER_VEC_32F scaling (CUDA 12.9+ on sm_90), FP8
  * at unit scale plus our scale epilogue, and the sm_80 path (codes decoded
  * exactly to bf16, bf16 GEMM, epilogue). */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <cublasLt.h>
@@ -18,12 +19,20 @@
 
 #define BLAS_WORKSPACE (32u << 20)
 #define BLAS_CACHE 64
+#define BLAS_MAX_ALIGN 256u    /* cuBLASLt's default assumption for every pointer */
+/* Probe acceptance, relative L2 error against l8k_gemv (exact products, f32
+ * sums). Hopper's FP8 tensor cores add within an instruction at reduced
+ * precision (about 14 bits before cuBLASLt promotes the partial sums), so an
+ * FP8 path lands near 1e-5..1e-4; a misapplied scale or a transposed
+ * operand is off by O(1). */
+#define PROBE_TOL 1e-3
 
 enum gemm_kind { GK_FP8_OUTER = 0, GK_FP8_UNIT = 1, GK_BF16 = 2 };
 
 struct algo_entry {
     int kind;
     uint32_t M, N, K;
+    uint32_t align[3];   /* of A, B, C/D: an algo chosen for 256 may need 256 */
     cublasLtMatmulAlgo_t algo;
     bool valid;
 };
@@ -33,6 +42,7 @@ struct l8k_blas {
     void *ws;
     enum l8k_fp8_path path;
     bool path_ok[3];
+    double probe_err[3];  /* measured relative error of each path (-1: refused) */
     uint16_t *scr;       /* bf16 scratch for the decode path: W then x */
     size_t scr_elems;
     struct algo_entry cache[BLAS_CACHE];
@@ -60,6 +70,16 @@ static __global__ void fp8_to_bf16_kernel(const uint8_t *__restrict__ in, uint16
 static int lt_status(cublasStatus_t s)
 {
     return s == CUBLAS_STATUS_SUCCESS ? 0 : -EIO;
+}
+
+/* The largest power of two up to 256 that divides the address. */
+static uint32_t ptr_align(const void *p)
+{
+    uintptr_t a = (uintptr_t)p;
+    uint32_t al = BLAS_MAX_ALIGN;
+    while (al > 1 && (a & (al - 1)))
+        al >>= 1;
+    return al;
 }
 
 /* One cuBLASLt product y = op(A) op(B) (+ scales), column-major as above. */
@@ -93,10 +113,15 @@ static int lt_matmul(struct l8k_blas *b, int kind, const void *w, const void *x,
         goto out;
 
     {
+        /* The heuristic assumes 256-byte aligned operands unless told
+         * otherwise, and its choice may fault or be refused on less: tell it
+         * the real alignment, and key the cache on it. */
+        const uint32_t al[3] = { ptr_align(w), ptr_align(x), ptr_align(y) };
         struct algo_entry *e = NULL;
         for (uint32_t i = 0; i < BLAS_CACHE; i++)
             if (b->cache[i].valid && b->cache[i].kind == kind && b->cache[i].M == M &&
-                b->cache[i].N == N && b->cache[i].K == K) {
+                b->cache[i].N == N && b->cache[i].K == K && b->cache[i].align[0] == al[0] &&
+                b->cache[i].align[1] == al[1] && b->cache[i].align[2] == al[2]) {
                 e = &b->cache[i];
                 break;
             }
@@ -106,7 +131,15 @@ static int lt_matmul(struct l8k_blas *b, int kind, const void *w, const void *x,
             size_t wsb = BLAS_WORKSPACE;
             if (cublasLtMatmulPreferenceCreate(&pref) ||
                 cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                     &wsb, sizeof wsb))
+                                                     &wsb, sizeof wsb) ||
+                cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                                     &al[0], sizeof al[0]) ||
+                cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                                     &al[1], sizeof al[1]) ||
+                cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                                     &al[2], sizeof al[2]) ||
+                cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                                     &al[2], sizeof al[2]))
                 goto out;
             if (cublasLtMatmulAlgoGetHeuristic(b->h, op, la, lb, lc, lc, pref, 1, &res, &found) ||
                 found < 1)
@@ -114,6 +147,7 @@ static int lt_matmul(struct l8k_blas *b, int kind, const void *w, const void *x,
             e = &b->cache[b->cache_next++ % BLAS_CACHE];
             e->kind = kind;
             e->M = M; e->N = N; e->K = K;
+            memcpy(e->align, al, sizeof al);
             e->algo = res.algo;
             e->valid = true;
         }
@@ -142,6 +176,35 @@ static int epilogue(float *y, const float *xs, const float *ws, uint32_t M, uint
     return l8k_launch_status();
 }
 
+/* bf16 scratch of the decode path: W [N, K], then x [M, K] from a 256-byte
+ * boundary (cuBLASLt's alignment assumption, see lt_matmul). */
+static size_t scr_x_off(uint32_t N, uint32_t K)
+{
+    const size_t per = BLAS_MAX_ALIGN / 2;
+    return ((size_t)N * K + per - 1) / per * per;
+}
+
+extern "C" int l8k_blas_reserve(struct l8k_blas *b, uint32_t M, uint32_t N, uint32_t K)
+{
+    if (!b)
+        return -EINVAL;
+    size_t need = scr_x_off(N, K) + (size_t)M * K;
+    if (need <= b->scr_elems)
+        return 0;
+    /* Grows only (cudaMalloc cannot be captured in a graph): the engine
+     * reserves its largest shape before any capture. */
+    if (b->scr && cudaFree(b->scr) != cudaSuccess)
+        return -EIO;
+    b->scr = NULL;
+    b->scr_elems = 0;
+    if (cudaMalloc((void **)&b->scr, need * 2) != cudaSuccess) {
+        cudaGetLastError();
+        return -ENOMEM;
+    }
+    b->scr_elems = need;
+    return 0;
+}
+
 static int gemm_fp8_path(struct l8k_blas *b, enum l8k_fp8_path p, const uint8_t *wq,
                          const float *ws, const uint8_t *xq, const float *xs, uint32_t M,
                          uint32_t N, uint32_t K, float *y, cudaStream_t st)
@@ -154,19 +217,9 @@ static int gemm_fp8_path(struct l8k_blas *b, enum l8k_fp8_path p, const uint8_t 
         rc = lt_matmul(b, GK_FP8_UNIT, wq, xq, NULL, NULL, M, N, K, y, st);
         return rc ? rc : epilogue(y, xs, ws, M, N, st);
     case L8K_FP8_BF16: {
-        size_t need = (size_t)N * K + (size_t)M * K;
-        if (need > b->scr_elems) {
-            /* Grows only: the engine's first prefill at its largest size
-             * settles it before any graph capture. */
-            if (b->scr && cudaFree(b->scr) != cudaSuccess)
-                return -EIO;
-            b->scr = NULL;
-            b->scr_elems = 0;
-            if (cudaMalloc((void **)&b->scr, need * 2) != cudaSuccess)
-                return -ENOMEM;
-            b->scr_elems = need;
-        }
-        uint16_t *wb = b->scr, *xb = b->scr + (size_t)N * K;
+        if ((rc = l8k_blas_reserve(b, M, N, K)))
+            return rc;
+        uint16_t *wb = b->scr, *xb = b->scr + scr_x_off(N, K);
         size_t nw = (size_t)N * K, nx = (size_t)M * K;
         fp8_to_bf16_kernel<<<(unsigned)((nw + 255) / 256), 256, 0, st>>>(wq, wb, nw);
         fp8_to_bf16_kernel<<<(unsigned)((nx + 255) / 256), 256, 0, st>>>(xq, xb, nx);
@@ -221,6 +274,7 @@ static int probe_paths(struct l8k_blas *b, cudaStream_t st)
     for (int p = L8K_FP8_OUTER_VEC; p <= L8K_FP8_BF16; p++) {
         cudaMemsetAsync(dy, 0xff, sizeof ref, st); /* NaN poison */
         int r = gemm_fp8_path(b, (enum l8k_fp8_path)p, dw, dws, dx, dxs, PM, PN, PK, dy, st);
+        b->probe_err[p] = -1.0;
         if (r == 0 && cudaStreamSynchronize(st) == cudaSuccess &&
             cudaMemcpy(got, dy, sizeof got, cudaMemcpyDeviceToHost) == cudaSuccess) {
             double num = 0, den = 0;
@@ -229,8 +283,10 @@ static int probe_paths(struct l8k_blas *b, cudaStream_t st)
                 num += d * d;
                 den += (double)ref[i] * ref[i];
             }
+            double e = den > 0 ? sqrt(num / den) : INFINITY;
+            b->probe_err[p] = e == e ? e : INFINITY;
             /* NaN fails the comparison too. */
-            b->path_ok[p] = num <= 1e-10 * den && den > 0;
+            b->path_ok[p] = e <= PROBE_TOL;
         }
         cudaGetLastError(); /* a refused mode must not poison later launches */
     }
@@ -294,6 +350,11 @@ extern "C" void l8k_blas_destroy(struct l8k_blas *b)
 extern "C" enum l8k_fp8_path l8k_blas_fp8_path(const struct l8k_blas *b)
 {
     return b->path;
+}
+
+extern "C" double l8k_blas_probe_err(const struct l8k_blas *b, enum l8k_fp8_path p)
+{
+    return (unsigned)p <= L8K_FP8_BF16 ? b->probe_err[p] : -1.0;
 }
 
 extern "C" int l8k_blas_set_fp8_path(struct l8k_blas *b, enum l8k_fp8_path p)

@@ -87,10 +87,15 @@ void l8k_blas_destroy(struct l8k_blas *b);
 enum l8k_fp8_path l8k_blas_fp8_path(const struct l8k_blas *b);
 /* Force a path (tests); -ENOTSUP when that path failed its probe. */
 int  l8k_blas_set_fp8_path(struct l8k_blas *b, enum l8k_fp8_path p);
+/* The probe's relative error for path p (-1: the library refused it). */
+double l8k_blas_probe_err(const struct l8k_blas *b, enum l8k_fp8_path p);
+/* Make l8k_gemm_fp8 of up to [M, N, K] allocation-free on every path (the
+ * bf16 decode path's scratch), so it can be captured in a CUDA graph. */
+int  l8k_blas_reserve(struct l8k_blas *b, uint32_t M, uint32_t N, uint32_t K);
 
 /* y [M, N] f32 = x_scale[m] * w_scale[n] * (xq [M, K] . wq [N, K]^T), FP8 codes.
  * K % 16 == 0. The BF16 path grows a scratch buffer (not graph-capturable
- * on first use at a new size). */
+ * on first use at a new size: see l8k_blas_reserve). */
 int l8k_gemm_fp8(struct l8k_blas *b, const uint8_t *wq, const float *w_scale,
                  const uint8_t *xq, const float *x_scale, uint32_t M, uint32_t N, uint32_t K,
                  float *y, cudaStream_t st);
