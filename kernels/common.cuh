@@ -35,7 +35,9 @@ __device__ __forceinline__ float l8k_warp_max(float v)
 }
 
 /* Block-wide reductions; red has >= 32 floats of shared memory. All threads
- * get the result. Starts and ends with a barrier so red can be reused. */
+ * get the result. blockDim.x must be a multiple of 32 (full-warp shuffles).
+ * Starts with a barrier, so red can be reused by the next reduction (every
+ * thread's read of it precedes that barrier). */
 __device__ __forceinline__ float l8k_block_sum(float v, float *red)
 {
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
@@ -46,6 +48,24 @@ __device__ __forceinline__ float l8k_block_sum(float v, float *red)
     __syncthreads();
     float r = lane < nw ? red[lane] : 0.0f;
     r = l8k_warp_sum(r);
+    return r;
+}
+
+/* l8k_block_sum in f64 (red: >= 32 doubles of shared memory). */
+__device__ __forceinline__ double l8k_block_sum_d(double v, double *red)
+{
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    __syncthreads();
+    if (lane == 0)
+        red[warp] = v;
+    __syncthreads();
+    double r = lane < nw ? red[lane] : 0.0;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        r += __shfl_xor_sync(0xffffffffu, r, o);
     return r;
 }
 

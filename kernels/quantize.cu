@@ -56,22 +56,25 @@ static __global__ void rmsnorm_kernel(float *__restrict__ x, const float *__rest
                                       void *__restrict__ out, float *__restrict__ out_scale)
 {
     __shared__ float red[32];
+    __shared__ double redd[32];
     uint32_t j = blockIdx.x;
     size_t r = rows ? (size_t)rows[j] : j;
     float *xr = x + r * H;
-    float ss = 0.0f;
-    /* Each thread re-reads only elements it wrote itself: no barrier needed
+    /* Sum of squares in f64 and the factor rounded once, as l8_cpu_rmsnorm:
+     * the two engines then agree to the last bit but for the sum's order.
+     * Each thread re-reads only elements it wrote itself: no barrier needed
      * between the residual update and the later passes. */
+    double ss = 0.0;
     for (uint32_t i = threadIdx.x; i < H; i += blockDim.x) {
         float v = xr[i];
         if (add) {
             v += add[r * H + i];
             xr[i] = v;
         }
-        ss += v * v;
+        ss += (double)v * (double)v;
     }
-    ss = l8k_block_sum(ss, red);
-    float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fdiv_rn(ss, (float)H) + eps));
+    ss = l8k_block_sum_d(ss, redd);
+    const float inv = (float)(1.0 / sqrt(ss / (double)H + (double)eps));
     store_row([&](uint32_t i) { return w[i] * (xr[i] * inv); }, H, out_dt,
               (char *)out + row_bytes(out_dt, H) * j, out_scale + j, red);
 }

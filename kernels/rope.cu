@@ -1,7 +1,7 @@
 /* rope.cu - RoPE on q and k (rotate_half, llama3-scaled inv_freq from the
  * host) and the append of k and v to the paged KV pool, fused: one block
- * per token, the sine and cosine of each frequency computed once (f64, so
- * positions past 8192 keep full f32 accuracy) and applied to every head. */
+ * per token; the angle and its sine and cosine in f64 (so positions past
+ * 8192 keep full f32 accuracy), the rotation in f32 as the CPU engine does. */
 #include "common.cuh"
 
 #define ROPE_THREADS 128
@@ -29,10 +29,14 @@ static __global__ void rope_kv_kernel(float *__restrict__ qkv, uint32_t ldq,
         uint32_t h = e / half, i = e % half;
         double s, c;
         sincos(p * (double)inv_freq[i], &s, &c);
+        /* The CPU engine's arithmetic (l8_cpu_rope_table / _apply): the
+         * angle's cosine and sine rounded to f32, the rotation in f32
+         * without contraction, so both engines store the same K. */
+        const float cf = (float)c, sf = (float)s;
         float *x = row + (size_t)h * D;
         float a = x[i], b = x[i + half];
-        x[i] = (float)((double)a * c - (double)b * s);
-        x[i + half] = (float)((double)b * c + (double)a * s);
+        x[i] = __fsub_rn(__fmul_rn(a, cf), __fmul_rn(b, sf));
+        x[i + half] = __fadd_rn(__fmul_rn(b, cf), __fmul_rn(a, sf));
     }
     int32_t sm = slot_map[t];
     if (sm < 0)
