@@ -47,6 +47,7 @@
 #define DEFAULT_KV_BYTES (1ull << 30)     /* pool when opts give no size */
 #define FREE_MEM_RESERVE (512ull << 20)   /* left free for cuBLASLt and the driver */
 #define GEMV_MAX_M_DEFAULT 8u             /* crossover to cuBLASLt (tests/gpu/bench_kernels) */
+#define ATTN_MAX_ROWS 65535u              /* l8k_attention: rows are grid.y */
 
 struct gw {                 /* an FP8 projection on the GPU */
     uint8_t *w;             /* [n, k] E4M3 codes */
@@ -398,6 +399,11 @@ static int cuda_create(const struct l8_model *m, const struct l8_engine_opts *o,
     const uint32_t H = c->hidden, I = c->inter, D = c->head_dim, nh = c->n_heads,
                    nkv = c->n_kv_heads, V = c->vocab, NL = c->n_layers;
     const uint32_t QKV = (nh + 2 * nkv) * D;
+    if (e->max_tokens > ATTN_MAX_ROWS) {
+        snprintf(err, L8_ERRLEN, "cuda engine: at most %u tokens per step", ATTN_MAX_ROWS);
+        free(e);
+        return -EINVAL;
+    }
     if (H % 16 || I % 16 || (nh * D) % 16 || (D != 64 && D != 128) || nh / nkv > 8) {
         snprintf(err, L8_ERRLEN,
                  "cuda engine needs hidden, inter, heads*head_dim multiples of 16, "
@@ -744,8 +750,14 @@ static int cuda_step(void *impl, struct l8_seq *seqs, uint32_t n_seqs)
                    nkv = c->n_kv_heads, V = c->vocab, QKV = (nh + 2 * nkv) * D;
     int rc = 0;
 
-    /* Shapes of this step. */
+    /* Shapes of this step (engine.c has checked each sequence; the totals
+     * are checked again here before e->rows, sized max_tokens, is written). */
     uint32_t T = 0, pt_stride = 1, max_kv = 0, n_rows = 0;
+    for (uint32_t s = 0; s < n_seqs; s++)
+        T += seqs[s].n_tokens;
+    if (T > e->max_tokens || n_seqs > e->max_seqs)
+        return -EINVAL;
+    T = 0;
     for (uint32_t s = 0; s < n_seqs; s++) {
         const struct l8_seq *q = &seqs[s];
         uint32_t end = q->pos + q->n_tokens;
@@ -766,8 +778,6 @@ static int cuda_step(void *impl, struct l8_seq *seqs, uint32_t n_seqs)
         }
         T += q->n_tokens;
     }
-    if (T > e->max_tokens || n_seqs > e->max_seqs)
-        return -EINVAL;
 
     struct meta_layout ml;
     meta_plan(e, T, n_seqs, pt_stride, n_rows, &ml);
