@@ -1,0 +1,194 @@
+/* test_ipc_lifecycle: llama8d's life under a service manager.
+ *  - sd_notify through a test NOTIFY_SOCKET: STATUS= while loading, READY=1,
+ *    STOPPING=1 on SIGTERM;
+ *  - SIGTERM drains: a running request finishes, a new one is refused with
+ *    SHUTTING_DOWN, exit 0; past the grace period running requests are cut
+ *    with SHUTTING_DOWN;
+ *  - permissions: a uid outside the allowed group is refused, one with the
+ *    group as a supplementary group is let in (needs root, else skipped);
+ *  - socket activation through systemd-socket-activate (skipped if absent).
+ * argv: llama8d model-dir */
+#include "ipc_helper.h"
+
+#include <grp.h>
+
+static const char *bin, *model;
+
+static void test_notify_and_drain(void)
+{
+    struct tdaemon d;
+    const char *extra[] = { "--drain-timeout-ms", "20000", NULL };
+    tdaemon_start(&d, bin, model, extra);
+    CHECK(strstr(d.notes, "STATUS=loading"), "no loading STATUS: %s", d.notes);
+    CHECK(strstr(d.notes, "STATUS=warming up"), "no warm-up STATUS: %s", d.notes);
+    struct l8c_client *c;
+    char err[L8C_ERRLEN];
+    REQUIRE(l8c_connect(d.sock, "drain", &c, err) == 0, "%s", err);
+    uint32_t prompt[16];
+    for (int i = 0; i < 16; i++)
+        prompt[i] = (uint32_t)(i * 3 + 1);
+    struct l8c_params p;
+    l8c_params_init(&p);
+    p.max_new_tokens = 60;
+    p.ignore_eos = true;
+    REQUIRE(l8c_submit_id(c, 1, prompt, 16, &p) == 0, "submit");
+    struct l8_event ev;
+    while (l8c_wait_events(c, &ev, 1, 10000) == 1 && ev.kind != L8_EV_TOKEN)
+        ;
+    kill(d.pid, SIGTERM);
+    CHECK(tdaemon_notify_wait(&d, "STOPPING=1", 10000), "no STOPPING=1: %s", d.notes);
+    REQUIRE(l8c_submit_id(c, 2, prompt, 16, &p) == 0, "submit during drain");
+    static struct tstream st[3];
+    st[1].n = 1;   /* the token read above */
+    CHECK(tcollect(c, st, 2, 2, 60000), "drain did not finish the streams");
+    CHECK(st[1].done_reason == L8_DONE_LENGTH && st[1].n == 60, "running request: reason %d n %u",
+          st[1].done_reason, st[1].n);
+    CHECK(st[2].error == L8_ERR_SHUTTING_DOWN, "new request during drain: error %d", st[2].error);
+    l8c_close(c);
+    int rc = tdaemon_stop(&d);
+    CHECK(rc == 0, "exit status %d after drain", rc);
+}
+
+static void test_drain_timeout(void)
+{
+    struct tdaemon d;
+    const char *extra[] = { "--drain-timeout-ms", "300", NULL };
+    tdaemon_start(&d, bin, model, extra);
+    struct l8c_client *c;
+    char err[L8C_ERRLEN];
+    REQUIRE(l8c_connect(d.sock, "cut", &c, err) == 0, "%s", err);
+    uint32_t prompt[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
+    struct l8c_params p;
+    l8c_params_init(&p);
+    p.max_new_tokens = 100000;
+    p.ignore_eos = true;
+    REQUIRE(l8c_submit_id(c, 1, prompt, 8, &p) == 0, "submit");
+    struct l8_event ev;
+    while (l8c_wait_events(c, &ev, 1, 10000) == 1 && ev.kind != L8_EV_TOKEN)
+        ;
+    uint64_t t0 = t_now_ms();
+    kill(d.pid, SIGTERM);
+    static struct tstream st[2];
+    CHECK(tcollect(c, st, 1, 1, 30000), "no end of the cut stream");
+    CHECK(st[1].error == L8_ERR_SHUTTING_DOWN, "cut request: error %d reason %d", st[1].error,
+          st[1].done_reason);
+    CHECK(t_now_ms() - t0 < 10000, "cut took %llu ms", (unsigned long long)(t_now_ms() - t0));
+    l8c_close(c);
+    int rc = tdaemon_stop(&d);
+    CHECK(rc == 0, "exit status %d after a cut drain", rc);
+}
+
+/* Connect as uid/gid 65534 with the given supplementary groups; returns
+ * l8c_connect's result from a child process. */
+static int connect_as_nobody(const char *sock, const gid_t *groups, int n)
+{
+    pid_t kid = fork();
+    if (kid == 0) {
+        if (setgroups((size_t)n, groups) < 0 || setgid(65534) < 0 || setuid(65534) < 0)
+            _exit(100);
+        struct l8c_client *c;
+        char err[L8C_ERRLEN];
+        int rc = l8c_connect(sock, "nobody", &c, err);
+        if (rc == 0)
+            l8c_close(c);
+        _exit(rc == 0 ? 0 : rc == -EPERM ? 1 : 2);
+    }
+    int st;
+    waitpid(kid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 3;
+}
+
+static void test_permissions(void)
+{
+    if (geteuid() != 0) {
+        fprintf(stderr, "permissions: not root, skipped\n");
+        return;
+    }
+    struct group *g = getgrnam("daemon");
+    gid_t gid = g ? g->gr_gid : 1;
+    char gname[64];
+    snprintf(gname, sizeof(gname), "%s", g ? g->gr_name : "daemon");
+    struct tdaemon d;
+    const char *extra[] = { "--allowed-group", gname, "--socket-mode", "0666", NULL };
+    tdaemon_start(&d, bin, model, extra);
+    int r = connect_as_nobody(d.sock, NULL, 0);
+    CHECK(r == 1, "uid 65534 outside group %s: expected PERMISSION_DENIED, got %d", gname, r);
+    r = connect_as_nobody(d.sock, &gid, 1);
+    CHECK(r == 0, "uid 65534 with supplementary group %s refused (%d)", gname, r);
+    struct l8c_client *c;
+    char err[L8C_ERRLEN];
+    CHECK(l8c_connect(d.sock, "root", &c, err) == 0, "root refused: %s", err);
+    l8c_close(c);
+    CHECK(tdaemon_stop(&d) == 0, "exit");
+}
+
+static void test_socket_activation(void)
+{
+    const char *sa = NULL;
+    static const char *const cands[] = { "/usr/bin/systemd-socket-activate",
+                                         "/lib/systemd/systemd-socket-activate",
+                                         "/usr/lib/systemd/systemd-socket-activate" };
+    for (size_t i = 0; i < sizeof(cands) / sizeof(cands[0]); i++)
+        if (access(cands[i], X_OK) == 0)
+            sa = cands[i];
+    if (!sa) {
+        fprintf(stderr, "socket activation: systemd-socket-activate absent, skipped\n");
+        return;
+    }
+    /* systemd-socket-activate listens itself and starts llama8d on the
+     * first connection, so READY comes only after we connect. */
+    struct tdaemon d;
+    memset(&d, 0, sizeof(d));
+    snprintf(d.dir, sizeof(d.dir), "/tmp/l8ipc-XXXXXX");
+    REQUIRE(mkdtemp(d.dir), "mkdtemp");
+    snprintf(d.sock, sizeof(d.sock), "%s/act.sock", d.dir);
+    char listen_arg[160];
+    snprintf(listen_arg, sizeof(listen_arg), "--listen=%s", d.sock);
+    d.pid = fork();
+    if (d.pid == 0) {
+        /* The daemon's own socket path is elsewhere: it must use the
+         * passed one. */
+        execl(sa, sa, "--seqpacket", listen_arg, bin, "--model", model, "--socket",
+              "/nonexistent/dir/x.sock", "--config", "/dev/null", "--threads", "1",
+              "--allowed-group", "", (char *)NULL);
+        _exit(127);
+    }
+    struct stat st;
+    for (int i = 0; i < 500 && stat(d.sock, &st) < 0; i++)
+        usleep(10000);
+    struct l8c_client *c;
+    char err[L8C_ERRLEN];
+    int rc = l8c_connect(d.sock, "activated", &c, err);
+    CHECK(rc == 0, "connect through socket activation: %s", err);
+    if (rc == 0) {
+        uint32_t prompt[4] = { 1, 9, 8, 7 };
+        struct l8c_params p;
+        l8c_params_init(&p);
+        p.max_new_tokens = 5;
+        p.ignore_eos = true;
+        static struct tstream s[2];
+        CHECK(l8c_submit_id(c, 1, prompt, 4, &p) == 0 && tcollect(c, s, 1, 1, 30000) &&
+              s[1].n == 5, "generate through socket activation");
+        l8c_close(c);
+    }
+    kill(d.pid, SIGTERM);
+    int wst;
+    waitpid(d.pid, &wst, 0);
+    unlink(d.sock);
+    rmdir(d.dir);
+}
+
+int main(int argc, char **argv)
+{
+    REQUIRE(argc == 3, "usage: test_ipc_lifecycle llama8d model");
+    bin = argv[1];
+    model = argv[2];
+    test_notify_and_drain();
+    test_drain_timeout();
+    test_permissions();
+    test_socket_activation();
+    if (failures)
+        return 1;
+    printf("ok\n");
+    return 0;
+}
