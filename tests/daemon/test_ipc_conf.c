@@ -1,0 +1,57 @@
+/* test_ipc_conf: llama8d.conf parsing and flag precedence. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "conf.h"
+
+static int failures;
+#define CHECK(c, ...) do { if (!(c)) { fprintf(stderr, "FAIL %d: %s: ", __LINE__, #c); \
+    fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); failures++; } } while (0)
+
+int main(void)
+{
+    struct l8d_conf c;
+    char err[L8D_ERRLEN] = "";
+    l8d_conf_defaults(&c);
+    const char *text = "# comment\n\nmodel = /m\n  kv_pages=128\nmax_batch = 8 \n"
+                       "numerics = fp8\nlog_level = debug\nsocket_mode = 0600\nbackend = cpu\n";
+    CHECK(l8d_conf_parse_text(&c, text, "t.conf", err) == 0, "%s", err);
+    CHECK(!strcmp(c.model, "/m") && c.kv_pages == 128 && c.max_batch == 8, "values");
+    CHECK(c.numerics == L8_NUMERICS_FP8 && c.log_level == L8_LOG_DEBUG, "enums");
+    CHECK(c.socket_mode == 0600 && c.backend == L8_BACKEND_CPU && !c.backend_auto, "mode/backend");
+
+    l8d_conf_defaults(&c);
+    CHECK(l8d_conf_parse_text(&c, "model = /m\nkv_pagez = 3\n", "x.conf", err) == -EINVAL, "unknown");
+    CHECK(!strcmp(err, "x.conf:2: unknown key 'kv_pagez'"), "message: %s", err);
+    CHECK(l8d_conf_parse_text(&c, "\n\nmax_batch = -1\n", "x.conf", err) == -EINVAL, "negative");
+    CHECK(strncmp(err, "x.conf:3: max_batch: bad value '-1'", 34) == 0, "message: %s", err);
+    CHECK(l8d_conf_parse_text(&c, "max_batch\n", "x.conf", err) == -EINVAL, "no '='");
+    CHECK(!strcmp(err, "x.conf:1: expected 'key = value'"), "message: %s", err);
+    CHECK(l8d_conf_parse_text(&c, "numerics = fast\n", "x.conf", err) == -EINVAL, "bad enum");
+
+    /* File then flags: flags win; --config must exist when given. */
+    FILE *f = fopen("/tmp/l8ipc-test.conf", "w");
+    fputs("model = /from-file\nmax_batch = 4\npage_size = 32\n", f);
+    fclose(f);
+    char *argv1[] = { "llama8d", "--config", "/tmp/l8ipc-test.conf", "--max-batch", "16",
+                      "--max-step-tokens=64", NULL };
+    CHECK(l8d_conf_from_args(&c, 6, argv1, err) == 0, "%s", err);
+    CHECK(!strcmp(c.model, "/from-file") && c.max_batch == 16 && c.page_size == 32 &&
+          c.max_step_tokens == 64, "precedence");
+    char *argv2[] = { "llama8d", "--config", "/tmp/l8ipc-test.conf", "--bogus", "1", NULL };
+    CHECK(l8d_conf_from_args(&c, 5, argv2, err) == -EINVAL, "bogus flag");
+    CHECK(strstr(err, "unknown option '--bogus'"), "message: %s", err);
+    char *argv3[] = { "llama8d", "--config", "/nonexistent/llama8d.conf", "--model", "/m", NULL };
+    CHECK(l8d_conf_from_args(&c, 5, argv3, err) == -EINVAL, "missing config");
+    char *argv4[] = { "llama8d", "--config", "/dev/null", NULL };
+    CHECK(l8d_conf_from_args(&c, 3, argv4, err) == -EINVAL && strstr(err, "no model"), "no model");
+    char *argv5[] = { "llama8d", "--config", "/dev/null", "--model", "/m", "--max-batch", "64",
+                      "--max-step-tokens", "32", NULL };
+    CHECK(l8d_conf_from_args(&c, 9, argv5, err) == -EINVAL, "step budget < batch");
+    remove("/tmp/l8ipc-test.conf");
+    if (failures)
+        return 1;
+    printf("ok\n");
+    return 0;
+}
