@@ -429,6 +429,76 @@ static void test_tiny(const char *tmp, const char *tokenizer)
     t_rm_rf(d);
 }
 
+/* The presets' shapes (one layer and a small vocabulary to stay fast; the
+ * overrides replace only what they name), and tied embeddings. */
+static void test_presets(const char *tmp)
+{
+    static const struct {
+        const char *preset;
+        uint32_t hidden, inter, heads, kv_heads, head_dim;
+    } cases[] = {
+        { "1b", 2048, 8192, 32, 8, 64 },
+        { "llama-3.1-8b", 4096, 1024, 32, 8, 128 },   /* inter overridden below */
+    };
+    char err[L8_ERRLEN] = "";
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char *d = t_path(tmp, cases[i].preset);
+        if (i == 0)
+            CHECK(RUN("--out", d, "--preset", cases[i].preset, "--layers", "1", "--vocab",
+                      "1024", "--quiet") == 0);
+        else   /* the 8B's 14336-wide MLP is 176 MB even for one layer */
+            CHECK(RUN("--out", d, "--preset", cases[i].preset, "--layers", "1", "--vocab",
+                      "1024", "--inter", "1024", "--quiet") == 0);
+        struct l8_model *m = NULL;
+        int rc = l8_model_load(d, 2, &m, err);
+        CHECK_ERR(rc, 0, err, "");
+        if (rc == 0) {
+            const struct l8_config *c = &m->cfg;
+            CHECK(c->hidden == cases[i].hidden && c->inter == cases[i].inter &&
+                  c->n_heads == cases[i].heads && c->n_kv_heads == cases[i].kv_heads &&
+                  c->head_dim == cases[i].head_dim && c->n_layers == 1 && c->vocab == 1024);
+            CHECK(m->layers[0].wq.out == cases[i].heads * cases[i].head_dim &&
+                  m->layers[0].wk.out == cases[i].kv_heads * cases[i].head_dim);
+            l8_model_free(m);
+        }
+        t_rm_rf(d);
+    }
+
+    /* --tie: no lm_head tensor, the loader serves the embedding for it;
+     * the shared matrix is sized for the logits (std 4/sqrt(hidden)). */
+    char *d = t_path(tmp, "tied");
+    CHECK(RUN("--out", d, "--tie", "--vocab", "4096", "--quiet") == 0);
+    struct l8_tensor_set *ts = NULL;
+    int rc = l8_st_open_dir(d, &ts, err);
+    CHECK_ERR(rc, 0, err, "");
+    if (rc == 0) {
+        CHECK(l8_st_find(ts, "lm_head.weight") == NULL);
+        CHECK(l8_st_find(ts, "model.embed_tokens.weight") != NULL);
+        l8_st_close(ts);
+    }
+    struct l8_model *m = NULL;
+    rc = l8_model_load(d, 2, &m, err);
+    CHECK_ERR(rc, 0, err, "");
+    if (rc == 0) {
+        CHECK(m->cfg.tie_embeddings);
+        float *a = malloc(m->cfg.hidden * sizeof(float)), *b = malloc(m->cfg.hidden * sizeof(float));
+        double ss = 0;
+        for (uint32_t r = 0; r < m->cfg.vocab; r++) {
+            l8_dense_row(&m->embed, r, a);
+            l8_dense_row(&m->lm_head, r, b);
+            CHECK(memcmp(a, b, m->cfg.hidden * sizeof(float)) == 0);
+            for (uint32_t k = 0; k < m->cfg.hidden; k++)
+                ss += (double)a[k] * a[k];
+        }
+        double sd = sqrt(ss / ((double)m->cfg.vocab * m->cfg.hidden));
+        CHECK(fabs(sd - 4.0 / sqrt(m->cfg.hidden)) < 0.02 * 4.0 / sqrt(m->cfg.hidden));
+        free(a);
+        free(b);
+        l8_model_free(m);
+    }
+    t_rm_rf(d);
+}
+
 /* Clear errors, exit status 2, nothing written. */
 static void test_errors(const char *tmp, const char *tokenizer)
 {
@@ -493,6 +563,7 @@ int main(int argc, char **argv)
     if (fp8_dir)
         test_dtypes(tmp, fp8_dir);
     test_tiny(tmp, argv[2]);
+    test_presets(tmp);
     test_errors(tmp, argv[2]);
     t_rm_rf(fp8_dir);
     t_rm_rf(tmp);
