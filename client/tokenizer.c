@@ -35,7 +35,7 @@
 #define MAX_TOKENIZER_FILE (256u << 20)
 /* Word cache: entries, and bytes of keys and ids it may hold before it is cleared.  Words
  * longer than WORD_CACHE_MAX_LEN bytes are not cached (as the reference's 256). */
-#define WORD_CACHE_SLOTS (1u << 17)
+#define WORD_CACHE_SLOTS (1u << 16)
 #define WORD_CACHE_MAX_ENTRIES (WORD_CACHE_SLOTS / 2)
 #define WORD_CACHE_ARENA (4u << 20)
 #define WORD_CACHE_MAX_LEN 256
@@ -70,12 +70,14 @@ struct added_token {
 };
 
 struct cache_slot {
-    uint64_t hash;   /* 0: empty (real hashes are forced non-zero) */
+    uint32_t tag;     /* high half of the key's hash, | 1; 0: empty */
     uint32_t key_off; /* into key_arena */
-    uint32_t key_len;
     uint32_t ids_off; /* into ids_arena */
-    uint32_t n_ids;
+    uint16_t key_len; /* <= WORD_CACHE_MAX_LEN */
+    uint16_t n_ids;   /* <= key_len */
 };
+_Static_assert(sizeof(struct cache_slot) == 16, "four slots a cache line");
+_Static_assert(WORD_CACHE_MAX_LEN <= UINT16_MAX, "key_len and n_ids are 16 bits");
 
 struct word_cache {
     struct cache_slot *slots; /* (WORD_CACHE_SLOTS) */
@@ -984,11 +986,12 @@ bool l8tok_is_special(const l8tok *t, uint32_t id)
 static bool cache_get(const struct word_cache *c, const uint8_t *s, size_t n, uint64_t h,
                       const uint32_t **ids, uint32_t *n_ids)
 {
+    uint32_t tag = (uint32_t)(h >> 32) | 1;
     for (uint32_t i = (uint32_t)h & (WORD_CACHE_SLOTS - 1);; i = (i + 1) & (WORD_CACHE_SLOTS - 1)) {
         const struct cache_slot *sl = &c->slots[i];
-        if (!sl->hash)
+        if (!sl->tag)
             return false;
-        if (sl->hash == h && sl->key_len == n && memcmp(c->key_arena + sl->key_off, s, n) == 0) {
+        if (sl->tag == tag && sl->key_len == n && memcmp(c->key_arena + sl->key_off, s, n) == 0) {
             *ids = c->ids_arena + sl->ids_off;
             *n_ids = sl->n_ids;
             return true;
@@ -1008,12 +1011,13 @@ static void cache_put(struct word_cache *c, const uint8_t *s, size_t n, uint64_t
         c->n_entries = c->key_used = c->ids_used = 0;
     }
     uint32_t i = (uint32_t)h & (WORD_CACHE_SLOTS - 1);
-    while (c->slots[i].hash)
+    while (c->slots[i].tag)
         i = (i + 1) & (WORD_CACHE_SLOTS - 1);
     memcpy(c->key_arena + c->key_used, s, n);
     memcpy(c->ids_arena + c->ids_used, ids, n_ids * sizeof(uint32_t));
-    c->slots[i] = (struct cache_slot){.hash = h, .key_off = c->key_used, .key_len = (uint32_t)n,
-                                      .ids_off = c->ids_used, .n_ids = (uint32_t)n_ids};
+    c->slots[i] = (struct cache_slot){.tag = (uint32_t)(h >> 32) | 1, .key_off = c->key_used,
+                                      .ids_off = c->ids_used, .key_len = (uint16_t)n,
+                                      .n_ids = (uint16_t)n_ids};
     c->key_used += (uint32_t)n;
     c->ids_used += (uint32_t)n_ids;
     c->n_entries++;
@@ -1029,8 +1033,9 @@ struct bpe_sym {
 
 struct bpe_cand {
     uint32_t rank;
-    uint32_t pos; /* the left symbol */
-    uint32_t id;  /* the token the merge makes */
+    uint32_t pos;         /* the left symbol */
+    uint32_t left, right; /* the pair's ids when pushed */
+    uint32_t id;          /* the token the merge makes */
 };
 
 static inline bool cand_less(const struct bpe_cand *a, const struct bpe_cand *b)
@@ -1079,7 +1084,8 @@ static inline void push_pair(const l8tok *t, struct bpe_sym *sym, struct bpe_can
         return;
     const struct merge_slot *m = merge_find(t, sym[pos].id, sym[nx].id);
     if (m)
-        heap_push(heap, nh, (struct bpe_cand){.rank = m->rank, .pos = pos, .id = m->id});
+        heap_push(heap, nh, (struct bpe_cand){.rank = m->rank, .pos = pos, .left = sym[pos].id,
+                                              .right = sym[nx].id, .id = m->id});
 }
 
 /* BPE of one pre-token of n >= 2 bytes; appends its ids to out. */
@@ -1106,6 +1112,11 @@ static int bpe_word(const l8tok *t, const uint8_t *w, size_t n, l8tok_ids *out)
     for (size_t i = 0; i < n; i++)
         sym[i] = (struct bpe_sym){.id = t->byte_id[w[i]], .prev = (int32_t)i - 1,
                                   .next = i + 1 < n ? (int32_t)i + 1 : -1};
+    /* The merge table is larger than the caches and each lookup a likely miss: start
+     * fetching every initial pair's slot before the dependent lookups. */
+    for (size_t i = 0; i + 1 < n; i++)
+        __builtin_prefetch(&t->merges[(uint32_t)mix64(merge_key(sym[i].id, sym[i + 1].id)) &
+                                      t->merge_mask]);
     size_t nh = 0;
     for (size_t i = 0; i + 1 < n; i++)
         push_pair(t, sym, heap, &nh, (uint32_t)i);
@@ -1113,12 +1124,10 @@ static int bpe_word(const l8tok *t, const uint8_t *w, size_t n, l8tok_ids *out)
     while (nh) {
         struct bpe_cand c = heap_pop(heap, &nh);
         struct bpe_sym *l = &sym[c.pos];
-        if (l->gone || l->next < 0)
-            continue;
-        /* Stale if either side changed since it was pushed: the pair must still merge
-         * into the same token. */
-        const struct merge_slot *m = merge_find(t, l->id, sym[l->next].id);
-        if (!m || m->id != c.id)
+        /* Stale if either side changed since it was pushed.  The reference instead checks
+         * that the pair at pos still merges into the same token: the same test, since
+         * symbols only grow, so a changed pair spans more bytes and makes another token. */
+        if (l->gone || l->next < 0 || l->id != c.left || sym[l->next].id != c.right)
             continue;
         struct bpe_sym *r = &sym[l->next];
         l->id = c.id;
@@ -1164,7 +1173,7 @@ static int encode_word(struct enc *e, const uint8_t *w, size_t n)
         if (v)
             return l8tok_ids_push(e->out, v - 1);
     }
-    uint64_t ch = h | 1; /* 0 marks an empty cache slot */
+    uint64_t ch = h;
     if (e->cache) {
         const uint32_t *ids;
         uint32_t k;
