@@ -10,7 +10,16 @@
  *   fp8 numerics: mean relative error <= 0.12 and argmax agreement >= 80%
  *     over all positions (the CPU engine's band);
  *   sampling: the same seed gives the same tokens, run to run.
- * usage: test_engine GOLDEN_DIR. Exits 77 without a CUDA device. */
+ * With MODEL_DIR (the synthetic 8B of llama8-mkmodel: real head sizes, 8 KV
+ * heads, 128k vocabulary), instead: a 40-token prompt in two chunks and 4
+ * decode steps through cpu exact, cpu fp8, cuda exact and cuda fp8, every
+ * engine fed the cpu exact run's tokens:
+ *   cuda exact vs cpu exact: relative L2 per position <= 1e-3 and the same
+ *     greedy token wherever the cpu's top-2 margin is >= 1e-3;
+ *   cuda fp8 vs cpu exact inside the cpu fp8 engine's band: mean relative
+ *     error <= 1.5 x the cpu fp8's + 0.01, argmax agreement >= the cpu
+ *     fp8's - 0.15 (44 positions: a coarse band, printed in full).
+ * usage: test_engine GOLDEN_DIR [MODEL_DIR]. Exits 77 without a CUDA device. */
 #include <stdbool.h>
 #include <time.h>
 
@@ -256,6 +265,178 @@ static void run_decode_and_batch(const struct l8_model *m, const struct l8_tenso
     l8_engine_destroy(e);
 }
 
+/* ---- the synthetic 8B: cuda against cpu on the real shapes ----------------- */
+
+#define BIG_PROMPT 40u
+#define BIG_CHUNK 24u
+#define BIG_DECODE 4u
+#define BIG_ROWS (BIG_PROMPT + BIG_DECODE)
+#define BAND_FACTOR 1.5
+#define BAND_SLACK 0.01
+#define BAND_ARGMAX_DROP 0.15
+
+/* Runs the prompt (two chunks, logits of every position) and BIG_DECODE
+ * greedy decode steps. tok[BIG_ROWS] holds the prompt; when `lead` the
+ * engine's own greedy tokens are appended to it, otherwise it is fed the
+ * tokens already there and its own choices go to `own`. logits
+ * [BIG_ROWS, V]: the prompt positions, then the logits each decode step's
+ * input produced. Returns 0 or the failing step's error. */
+static int big_run(const struct l8_model *m, enum l8_backend be, enum l8_numerics num,
+                   uint32_t *tok, bool lead, uint32_t *own, float *logits, double *secs)
+{
+    const uint32_t V = m->cfg.vocab, n_pages = (BIG_ROWS + PS) / PS + 1;
+    struct l8_engine_opts o = { .numerics = num, .page_size = PS, .n_pages = n_pages,
+                                .max_step_tokens = BIG_CHUNK, .max_seqs = 1 };
+    struct l8_engine *e = NULL;
+    char err[L8_ERRLEN];
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int r = l8_engine_create(m, be, &o, &e, err);
+    if (r < 0) {
+        printf("FAIL: %s engine: %s (%d)\n", l8_backend_name(be), err, r);
+        return r;
+    }
+    uint32_t pages[16];
+    for (uint32_t i = 0; i < n_pages; i++)
+        pages[i] = n_pages - 1 - i;
+    struct l8_sampling greedy = { .temperature = 0, .top_p = 1, .repetition_penalty = 1 };
+    for (uint32_t p = 0; p < BIG_PROMPT && r == 0; p += BIG_CHUNK) {
+        uint32_t n = BIG_PROMPT - p < BIG_CHUNK ? BIG_PROMPT - p : BIG_CHUNK;
+        bool last = p + n == BIG_PROMPT;
+        struct l8_seq s = { .tokens = tok + p, .n_tokens = n, .pos = p, .pages = pages,
+                            .n_pages = n_pages, .logits = L8_LOGITS_ALL,
+                            .logits_out = logits + (size_t)p * V, .sample = last,
+                            .sampling = &greedy, .history = tok, .n_history = p + n };
+        r = l8_engine_step(e, &s, 1);
+        if (r == 0 && last) {
+            if (lead)
+                tok[BIG_PROMPT] = s.token_out;
+            own[0] = s.token_out;
+        }
+    }
+    for (uint32_t k = 0; k < BIG_DECODE && r == 0; k++) {
+        uint32_t p = BIG_PROMPT + k;
+        struct l8_seq s = { .tokens = tok + p, .n_tokens = 1, .pos = p, .pages = pages,
+                            .n_pages = n_pages, .logits = L8_LOGITS_LAST,
+                            .logits_out = logits + (size_t)p * V, .sample = true,
+                            .sampling = &greedy, .history = tok, .n_history = p + 1,
+                            .sample_index = k + 1 };
+        r = l8_engine_step(e, &s, 1);
+        if (r == 0 && k + 1 < BIG_DECODE) {
+            if (lead)
+                tok[p + 1] = s.token_out;
+            own[k + 1] = s.token_out;
+        }
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    *secs = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    if (r < 0)
+        printf("FAIL: %s step failed: %d\n", l8_backend_name(be), r);
+    l8_engine_destroy(e);
+    return r;
+}
+
+struct cmp { double max_rel, mean_rel, agree; };
+
+static struct cmp compare_rows(const float *a, const float *ref, uint32_t rows, uint32_t V)
+{
+    struct cmp c = { 0, 0, 0 };
+    for (uint32_t i = 0; i < rows; i++) {
+        double er = rel_l2f(a + (size_t)i * V, ref + (size_t)i * V, V);
+        c.max_rel = er > c.max_rel ? er : c.max_rel;
+        c.mean_rel += er / rows;
+        c.agree += (argmax(a + (size_t)i * V, V) == argmax(ref + (size_t)i * V, V)) / (double)rows;
+    }
+    return c;
+}
+
+/* top-1 minus top-2 logit */
+static float margin(const float *x, uint32_t n)
+{
+    uint32_t b = argmax(x, n);
+    float second = -INFINITY;
+    for (uint32_t i = 0; i < n; i++)
+        if (i != b && x[i] > second)
+            second = x[i];
+    return x[b] - second;
+}
+
+static void run_big(const char *dir)
+{
+    char err[L8_ERRLEN];
+    struct l8_model *m = NULL;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    if (l8_model_load(dir, 0, &m, err) < 0) {
+        printf("FAIL: load %s: %s\n", dir, err);
+        g_failures++;
+        return;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    const struct l8_config *c = &m->cfg;
+    const uint32_t V = c->vocab;
+    printf("model %s: hidden %u, %u layers, %u heads, %u kv heads, head_dim %u, vocab %u "
+           "(loaded in %.1f s)\n", dir, c->hidden, c->n_layers, c->n_heads, c->n_kv_heads,
+           c->head_dim, V, (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9);
+    uint32_t tok[BIG_ROWS], own[4][BIG_DECODE];
+    /* A fixed prompt of ids spread over the vocabulary (none special). */
+    for (uint32_t i = 0; i < BIG_PROMPT; i++)
+        tok[i] = (uint32_t)(((uint64_t)i * 2654435761u + 12345u) % (V > 1024 ? V - 1024 : V));
+    float *lg[4];
+    const char *names[4] = { "cpu exact", "cpu fp8", "cuda exact", "cuda fp8" };
+    const enum l8_backend be[4] = { L8_BACKEND_CPU, L8_BACKEND_CPU, L8_BACKEND_CUDA, L8_BACKEND_CUDA };
+    const enum l8_numerics nu[4] = { L8_NUMERICS_EXACT, L8_NUMERICS_FP8, L8_NUMERICS_EXACT,
+                                     L8_NUMERICS_FP8 };
+    bool ok[4];
+    for (int i = 0; i < 4; i++) {
+        lg[i] = malloc((size_t)BIG_ROWS * V * 4);
+        for (size_t j = 0; j < (size_t)BIG_ROWS * V; j++)
+            lg[i][j] = NAN;
+        double secs = 0;
+        ok[i] = big_run(m, be[i], nu[i], tok, i == 0, own[i], lg[i], &secs) == 0;
+        printf("%-10s %s in %.1f s\n", names[i], ok[i] ? "ran" : "FAILED", secs);
+        CHECK(ok[i], "%s run failed", names[i]);
+        if (i == 0 && !ok[0])
+            break;
+    }
+    if (ok[0] && ok[2]) {
+        struct cmp x = compare_rows(lg[2], lg[0], BIG_ROWS, V);
+        printf("cuda exact vs cpu exact: max_rel %.3g mean_rel %.3g argmax %.3f\n", x.max_rel,
+               x.mean_rel, x.agree);
+        CHECK(x.max_rel <= EXACT_TOL, "8B: cuda exact vs cpu exact max rel %.3g", x.max_rel);
+        uint32_t cmp = 0, eq = 0;
+        for (uint32_t k = 0; k < BIG_DECODE; k++) {
+            const float *row = lg[0] + (size_t)(BIG_PROMPT - 1 + k) * V;
+            if (margin(row, V) < MARGIN_MIN)
+                continue;
+            cmp++;
+            eq += own[2][k] == tok[BIG_PROMPT + k];
+        }
+        printf("cuda exact greedy tokens: %u/%u equal to the cpu's (margin >= %g)\n", eq, cmp,
+               MARGIN_MIN);
+        CHECK(eq == cmp, "8B: cuda exact greedy differs at %u of %u steps", cmp - eq, cmp);
+    }
+    if (ok[0] && ok[1] && ok[3]) {
+        struct cmp cf = compare_rows(lg[1], lg[0], BIG_ROWS, V);
+        struct cmp gf = compare_rows(lg[3], lg[0], BIG_ROWS, V);
+        struct cmp gc = compare_rows(lg[3], lg[1], BIG_ROWS, V);
+        printf("cpu fp8  vs cpu exact: max_rel %.3g mean_rel %.3g argmax %.3f\n", cf.max_rel,
+               cf.mean_rel, cf.agree);
+        printf("cuda fp8 vs cpu exact: max_rel %.3g mean_rel %.3g argmax %.3f\n", gf.max_rel,
+               gf.mean_rel, gf.agree);
+        printf("cuda fp8 vs cpu fp8:   max_rel %.3g mean_rel %.3g argmax %.3f\n", gc.max_rel,
+               gc.mean_rel, gc.agree);
+        CHECK(gf.mean_rel <= BAND_FACTOR * cf.mean_rel + BAND_SLACK,
+              "8B: cuda fp8 mean rel %.3g outside the cpu fp8 band (%.3g)", gf.mean_rel,
+              cf.mean_rel);
+        CHECK(gf.agree >= cf.agree - BAND_ARGMAX_DROP,
+              "8B: cuda fp8 argmax agreement %.3f vs the cpu fp8's %.3f", gf.agree, cf.agree);
+    }
+    for (int i = 0; i < 4; i++)
+        free(lg[i]);
+    l8_model_free(m);
+}
+
 /* Sampled generation twice with one seed: identical tokens. */
 static void run_determinism(const struct l8_model *m, const struct l8_tensor_set *ref)
 {
@@ -296,10 +477,15 @@ static void run_determinism(const struct l8_model *m, const struct l8_tensor_set
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: %s GOLDEN_DIR\n", argv[0]);
+        fprintf(stderr, "usage: %s GOLDEN_DIR [MODEL_DIR]\n", argv[0]);
         return 2;
     }
     require_gpu();
+    if (argc > 2) {
+        run_big(argv[2]);
+        printf("%s (%d failures)\n", g_failures ? "FAILED" : "ok", g_failures);
+        return g_failures ? 1 : 0;
+    }
     char path[4096], err[L8_ERRLEN];
     snprintf(path, sizeof path, "%s/tiny-llama31-fp8", argv[1]);
     struct l8_model *m = NULL;
