@@ -345,10 +345,12 @@ int l8c_connect(const char *path, const char *name, struct l8c_client **out,
     Llama8__ClientMessage cm = LLAMA8__CLIENT_MESSAGE__INIT;
     cm.msg_case = LLAMA8__CLIENT_MESSAGE__MSG_HELLO;
     cm.hello = &hello;
-    if ((rc = send_ctl(c, &cm)) < 0)
-        goto err;
+    /* If the send fails the daemon may already have refused us (too many
+     * clients, permissions) and hung up: its Error is still queued. */
+    bool sent = send_ctl(c, &cm) == 0;
+    c->dead = false;
     /* Loading can take a while under socket activation: wait long. */
-    dm = recv_ctl(c, 120000, fds, &nfds, &rc);
+    dm = recv_ctl(c, sent ? 120000 : 1000, fds, &nfds, &rc);
     if (!dm) {
         for (int k = 0; k < nfds; k++)
             close(fds[k]);
