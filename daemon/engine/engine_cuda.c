@@ -48,6 +48,8 @@
 #define FREE_MEM_RESERVE (512ull << 20)   /* left free for cuBLASLt and the driver */
 #define GEMV_MAX_M_DEFAULT 8u             /* crossover to cuBLASLt (tests/gpu/bench_kernels) */
 #define ATTN_MAX_ROWS 65535u              /* l8k_attention: rows are grid.y */
+#define GRAPH_MAX 64u                     /* captured decode graphs kept */
+#define GRAPH_MIN_KV 1024u                /* smallest kv bucket of a decode graph */
 
 struct gw {                 /* an FP8 projection on the GPU */
     uint8_t *w;             /* [n, k] E4M3 codes */
@@ -65,6 +67,13 @@ struct glayer {
 
 struct meta_layout {        /* offsets (in int32 units) into the metadata block */
     size_t tok, pos, slot, row_seq, kv_len, logit_rows, pt, total;
+};
+
+struct dgraph {             /* a decode step captured for (B rows, kv bucket) */
+    uint32_t B, kvb;
+    bool warm;              /* ran once eagerly: the next use captures */
+    bool failed;            /* capture failed: this key stays eager */
+    cudaGraphExec_t exec;
 };
 
 struct cuda_engine {
@@ -119,7 +128,16 @@ struct cuda_engine {
 
     /* Host scratch. */
     uint32_t *rows;               /* [max_tokens] logit rows of the step */
-    int32_t *row_src;             /* [max_tokens] which seq a logit row came from */
+    int32_t *rm_first;            /* [max_seqs] each sequence's first logit row */
+    uint32_t *rm_cnt;             /* [max_seqs] and how many it has */
+
+    /* Decode graphs. */
+    bool use_graphs;
+    uint32_t graph_max_b, graph_max_kv;
+    struct dgraph graphs[GRAPH_MAX];
+    uint32_t n_graphs;
+    uint64_t graph_launches;
+    int32_t *h_gmeta, *d_gmeta;   /* the graphs' metadata, pinned / device */
 };
 
 /* ---- helpers ------------------------------------------------------------ */
@@ -570,8 +588,9 @@ static int cuda_create(const struct l8_model *m, const struct l8_engine_opts *o,
         CK(cudaHostAlloc((void **)&e->h_tok, (size_t)e->lch * 4, cudaHostAllocDefault));
         CK(cudaHostAlloc((void **)&e->h_lp, (size_t)e->lch * 4, cudaHostAllocDefault));
         e->rows = malloc((size_t)T * sizeof *e->rows);
-        e->row_src = malloc((size_t)T * sizeof *e->row_src);
-        if (!e->rows || !e->row_src) {
+        e->rm_first = malloc((size_t)e->max_seqs * sizeof *e->rm_first);
+        e->rm_cnt = malloc((size_t)e->max_seqs * sizeof *e->rm_cnt);
+        if (!e->rows || !e->rm_first || !e->rm_cnt) {
             rc = -ENOMEM;
             snprintf(err, L8_ERRLEN, "out of memory");
             goto err;
@@ -613,16 +632,34 @@ static int cuda_create(const struct l8_model *m, const struct l8_engine_opts *o,
         if (ctx > c->max_pos)
             ctx = c->max_pos;
         e->max_pages_seq = (uint32_t)((ctx + e->ps - 1) / e->ps);
+
+        /* Decode graphs: batches up to max_seqs (and the step budget), kv
+         * buckets up to the longest context the pool allows. */
+        const char *gv = getenv("L8_CUDA_GRAPHS");
+        e->use_graphs = !(gv && strcmp(gv, "0") == 0);
+        e->graph_max_b = e->max_seqs < e->max_tokens ? e->max_seqs : e->max_tokens;
+        e->graph_max_kv = (uint32_t)ctx;
+        if (e->use_graphs) {
+            struct meta_layout gl;
+            meta_plan(e, e->graph_max_b, e->graph_max_b,
+                      (e->graph_max_kv + e->ps - 1) / e->ps, e->graph_max_b, &gl);
+            if (dmalloc((void **)&e->d_gmeta, gl.total * 4, &abytes)) {
+                rc = -ENOMEM;
+                snprintf(err, L8_ERRLEN, "out of GPU memory for the graph metadata");
+                goto err;
+            }
+            CK(cudaHostAlloc((void **)&e->h_gmeta, gl.total * 4, cudaHostAllocDefault));
+        }
         CK(cudaMemGetInfo(&free_b, &total_b));
         fprintf(stderr,
                 "llama8 cuda: weights %.2f GiB uploaded in %.2f s (%.1f GB/s); activations "
                 "%.1f MiB; KV pool %u pages of %u (%.1f MiB, %s); fp8 GEMM path %d; "
-                "%.1f GiB free of %.1f\n",
+                "decode graphs %s; %.1f GiB free of %.1f\n",
                 (double)wbytes / 1073741824.0, up_s, up_s > 0 ? (double)up.bytes / up_s / 1e9 : 0,
                 (double)(abytes - (size_t)e->n_pages * page_bytes) / 1048576.0, e->n_pages,
                 e->ps, (double)e->n_pages * page_bytes / 1048576.0,
                 e->kv_dt == L8K_F32 ? "f32" : "bf16", (int)l8k_blas_fp8_path(e->blas),
-                (double)free_b / 1073741824.0, (double)total_b / 1073741824.0);
+                e->use_graphs ? "on" : "off (L8_CUDA_GRAPHS=0)", (double)free_b / 1073741824.0, (double)total_b / 1073741824.0);
     }
     free(up.jobs);
     *impl = e;
@@ -673,8 +710,14 @@ static void cuda_destroy(void *impl)
     l8k_blas_destroy(e->blas);
     if (e->st)
         cudaStreamDestroy(e->st);
+    for (uint32_t i = 0; i < e->n_graphs; i++)
+        if (e->graphs[i].exec)
+            cudaGraphExecDestroy(e->graphs[i].exec);
+    cudaFree(e->d_gmeta);
+    cudaFreeHost(e->h_gmeta);
     free(e->rows);
-    free(e->row_src);
+    free(e->rm_first);
+    free(e->rm_cnt);
     free(e);
 }
 
@@ -742,21 +785,357 @@ static bool uses_penalty(const struct l8_seq *q)
             goto out;              \
     } while (0)
 
+/* One forward pass's shapes and its metadata on the device (meta_plan's
+ * layout at d): what the kernels of the pass read, and all they read from
+ * the host's side, so a captured pass replays with new metadata. */
+struct fwd {
+    uint32_t T, pt_stride, max_kv;
+    const int32_t *tok, *pos, *slot, *rseq, *kvl, *lrows, *pt;
+};
+
+static void fwd_at(struct fwd *f, const int32_t *d, const struct meta_layout *ml, uint32_t T,
+                   uint32_t pt_stride, uint32_t max_kv)
+{
+    f->T = T;
+    f->pt_stride = pt_stride;
+    f->max_kv = max_kv;
+    f->tok = d + ml->tok;
+    f->pos = d + ml->pos;
+    f->slot = d + ml->slot;
+    f->rseq = d + ml->row_seq;
+    f->kvl = d + ml->kv_len;
+    f->lrows = d + ml->logit_rows;
+    f->pt = d + ml->pt;
+}
+
+/* Embedding and every layer; the last layer's down output stays in e->y
+ * (joined to the residual by fwd_logits, for the rows that need it). */
+static int fwd_layers(struct cuda_engine *e, const struct fwd *f)
+{
+    const struct l8_config *c = e->c;
+    const uint32_t H = c->hidden, I = c->inter, D = c->head_dim, nh = c->n_heads,
+                   nkv = c->n_kv_heads, V = c->vocab, QKV = (nh + 2 * nkv) * D, T = f->T;
+    const enum l8k_dtype idt = in_dt(e);
+    void *ib = in_buf(e);
+    const float sm_scale = 1.0f / sqrtf((float)D);
+    const size_t kv_elt = e->kv_dt == L8K_F32 ? 4 : 2;
+    int rc;
+    if ((rc = l8k_embed(e->embed, e->embed_dt, V, H, f->tok, T, e->x, e->st)))
+        return rc;
+    for (uint32_t l = 0; l < c->n_layers; l++) {
+        const struct glayer *g = &e->L[l];
+        uint8_t *kb = (uint8_t *)e->kv + (size_t)l * 2 * e->kv_half * kv_elt;
+        uint8_t *vb = kb + e->kv_half * kv_elt;
+        if ((rc = l8k_rmsnorm(e->x, l ? e->y : NULL, g->attn_norm, c->rms_eps, H, NULL, T, idt,
+                              ib, e->xs, e->st)) ||
+            (rc = project(e, &g->qkv, T, NULL, e->qkv)) ||
+            (rc = l8k_rope_kv(e->qkv, QKV, f->pos, e->inv_freq, T, nh, nkv, D, kb, vb, e->kv_dt,
+                              e->ps, f->slot, e->st)) ||
+            (rc = l8k_attention(e->qkv, QKV, kb, vb, e->kv_dt, e->ps, f->pt, f->pt_stride, f->rseq,
+                                f->kvl, T, nh, nkv, D, sm_scale, f->max_kv, e->attn_work, e->att,
+                                nh * D, e->st)))
+            return rc;
+        if (e->num == L8_NUMERICS_FP8 &&
+            (rc = l8k_quantize_rows(e->att, T, nh * D, e->xq, e->xs, e->st)))
+            return rc;
+        if ((rc = project(e, &g->o, T, e->att, e->y)) ||
+            (rc = l8k_rmsnorm(e->x, e->y, g->mlp_norm, c->rms_eps, H, NULL, T, idt, ib, e->xs,
+                              e->st)) ||
+            (rc = project(e, &g->gu, T, NULL, e->gu)) ||
+            (rc = l8k_silu_mul(e->gu, T, I, idt, ib, e->xs, e->st)) ||
+            (rc = project(e, &g->down, T, NULL, e->y)))
+            return rc;
+    }
+    return 0;
+}
+
+/* Logit rows lrows[r0, r0 + nr) (nr <= lch): the last residual add, the
+ * final norm, lm_head, into e->logits [nr, V]. */
+static int fwd_logits(struct cuda_engine *e, const struct fwd *f, uint32_t r0, uint32_t nr)
+{
+    const struct l8_config *c = e->c;
+    const uint32_t H = c->hidden, V = c->vocab;
+    int rc;
+    if (e->num == L8_NUMERICS_FP8 && nr > e->gemv_max_m && e->lm_dt == L8K_BF16) {
+        if ((rc = l8k_rmsnorm(e->x, e->y, e->final_norm, c->rms_eps, H, f->lrows + r0, nr,
+                              L8K_BF16, e->fin16, NULL, e->st)))
+            return rc;
+        return l8k_gemm_bf16(e->blas, e->lm_head, e->fin16, nr, V, H, e->logits, e->st);
+    }
+    if ((rc = l8k_rmsnorm(e->x, e->y, e->final_norm, c->rms_eps, H, f->lrows + r0, nr, L8K_F32,
+                          e->fin, NULL, e->st)))
+        return rc;
+    return l8k_gemv(e->lm_head, e->lm_dt, NULL, e->fin, L8K_F32, NULL, nr, V, H, e->logits, V,
+                    e->st);
+}
+
+/* Which logit rows each sequence owns: rows [first[s], first[s] + cnt[s]),
+ * in step order; its sample row (when sampling) is the last of them. */
+struct rowmap {
+    int32_t *first;   /* [n_seqs] */
+    uint32_t *cnt;    /* [n_seqs] */
+};
+
+/* The history of every penalized sequence, concatenated, on the device. */
+static int upload_history(struct cuda_engine *e, const struct l8_seq *seqs, uint32_t n_seqs)
+{
+    uint32_t total = 0;
+    for (uint32_t s = 0; s < n_seqs; s++)
+        if (uses_penalty(&seqs[s]))
+            total += seqs[s].n_history;
+    if (!total)
+        return 0;
+    if (grow_pair((void **)&e->h_hist, (void **)&e->d_hist, &e->hist_cap, total, 4))
+        return -ENOMEM;
+    uint32_t off = 0;
+    for (uint32_t s = 0; s < n_seqs; s++)
+        if (uses_penalty(&seqs[s])) {
+            for (uint32_t i = 0; i < seqs[s].n_history; i++)
+                e->h_hist[off + i] = (int32_t)seqs[s].history[i];
+            off += seqs[s].n_history;
+        }
+    return cudaMemcpyAsync(e->d_hist, e->h_hist, (size_t)total * 4, cudaMemcpyHostToDevice,
+                           e->st) == cudaSuccess ? 0 : -EIO;
+}
+
+/* After e->logits holds rows [r0, r0 + nr) of the step: sample on the
+ * device for the sequences whose sample row is among them, copy back the
+ * tokens and the requested logits, synchronize, and hand them out. The
+ * pinned buffers are rewritten only after this synchronization. */
+static int sample_and_copy(struct cuda_engine *e, struct l8_seq *seqs, uint32_t n_seqs,
+                           const struct rowmap *rm, uint32_t r0, uint32_t nr)
+{
+    const uint32_t V = e->c->vocab;
+    uint32_t ns = 0, hoff = 0;
+    bool want = false;
+    int64_t hi = r0;    /* rows [r0, hi) hold every requested logit row of the chunk */
+    for (uint32_t s = 0; s < n_seqs; s++) {
+        const struct l8_seq *q = &seqs[s];
+        const bool pen = uses_penalty(q);
+        const int64_t first = rm->first[s], last = first + (int64_t)rm->cnt[s] - 1;
+        if (rm->cnt[s] && q->logits != L8_LOGITS_NONE && first < (int64_t)(r0 + nr) &&
+            last >= (int64_t)r0) {
+            want = true;
+            int64_t end = last + 1 < (int64_t)(r0 + nr) ? last + 1 : (int64_t)(r0 + nr);
+            hi = end > hi ? end : hi;
+        }
+        if (q->sample && rm->cnt[s] && last >= r0 && last < (int64_t)(r0 + nr)) {
+            struct l8k_sample_req *rq = &e->h_req[ns++];
+            const struct l8_sampling *sp = q->sampling;
+            rq->temperature = sp->temperature;
+            rq->top_k = sp->top_k;
+            rq->top_p = sp->top_p;
+            rq->min_p = sp->min_p;
+            rq->rep_penalty = sp->repetition_penalty;
+            rq->u = sp->temperature > 0.0f ? l8_philox_uniform(sp->seed, q->sample_index) : 0.0f;
+            rq->logits_row = (int32_t)(last - r0);
+            rq->hist_off = (int32_t)hoff;
+            rq->n_hist = pen ? (int32_t)q->n_history : 0;
+            rq->pad_ = (int32_t)s;
+        }
+        if (pen)
+            hoff += q->n_history;
+    }
+    if (ns) {
+        int rc;
+        if (cudaMemcpyAsync(e->d_req, e->h_req, ns * sizeof *e->h_req, cudaMemcpyHostToDevice,
+                            e->st) != cudaSuccess)
+            return -EIO;
+        if ((rc = l8k_sample(e->logits, V, e->d_req, ns, e->d_hist, e->samp_scr, e->d_tok,
+                             e->d_lp, e->st)))
+            return rc;
+        if (cudaMemcpyAsync(e->h_tok, e->d_tok, ns * 4, cudaMemcpyDeviceToHost, e->st) ||
+            cudaMemcpyAsync(e->h_lp, e->d_lp, ns * 4, cudaMemcpyDeviceToHost, e->st))
+            return -EIO;
+    }
+    if (want && cudaMemcpyAsync(e->h_logits, e->logits, (size_t)(hi - r0) * V * 4,
+                                cudaMemcpyDeviceToHost, e->st) != cudaSuccess)
+        return -EIO;
+    if (cudaStreamSynchronize(e->st) != cudaSuccess)
+        return -EIO;
+    for (uint32_t i = 0; i < ns; i++) {
+        struct l8_seq *q = &seqs[e->h_req[i].pad_];
+        q->token_out = (uint32_t)e->h_tok[i];
+        q->logprob_out = e->h_lp[i];
+    }
+    if (!want)
+        return 0;
+    for (uint32_t s = 0; s < n_seqs; s++) {
+        struct l8_seq *q = &seqs[s];
+        if (q->logits == L8_LOGITS_NONE || !rm->cnt[s])
+            continue;
+        /* LAST: one row, written at logits_out; ALL: row i of the sequence
+         * at logits_out + i * V. */
+        for (uint32_t i = 0; i < rm->cnt[s]; i++) {
+            uint32_t r = (uint32_t)rm->first[s] + i;
+            if (r < r0 || r >= r0 + nr)
+                continue;
+            memcpy(q->logits_out + (size_t)i * V, e->h_logits + (size_t)(r - r0) * V,
+                   (size_t)V * 4);
+        }
+    }
+    return 0;
+}
+
+/* ---- CUDA graphs for decode steps --------------------------------------- */
+
+/* A decode step (one token per sequence, logits of the last row at most)
+ * of B sequences runs as a graph captured for (bucket(B), kv bucket): the
+ * rows past B are padding (token 0, no KV store, kv_len 0: the kernels keep
+ * rows independent, see l8_kernels.h), and the attention's split plan is
+ * made for the kv bucket, a power of two >= the longest sequence. The
+ * metadata lives at a fixed device address (d_gmeta), uploaded before each
+ * launch; sampling and the copies back run outside the graph. A key is
+ * first run eagerly (warming cuBLASLt's heuristic cache and scratch), then
+ * captured on its second use. L8_CUDA_GRAPHS=0 disables graphs. */
+
+static uint32_t graph_batch(const struct cuda_engine *e, uint32_t B)
+{
+    uint32_t b = 1;
+    while (b < B)
+        b <<= 1;
+    return b < e->graph_max_b ? b : e->graph_max_b;
+}
+
+static uint32_t graph_kv(const struct cuda_engine *e, uint32_t max_kv)
+{
+    uint32_t k = GRAPH_MIN_KV;
+    while (k < max_kv)
+        k <<= 1;
+    return k < e->graph_max_kv ? k : e->graph_max_kv;
+}
+
+static bool graph_eligible(const struct cuda_engine *e, const struct l8_seq *seqs, uint32_t n)
+{
+    if (!e->use_graphs || n > e->graph_max_b)
+        return false;
+    for (uint32_t s = 0; s < n; s++)
+        if (seqs[s].n_tokens != 1 || seqs[s].logits == L8_LOGITS_ALL)
+            return false;
+    return true;
+}
+
+static int graph_capture(struct cuda_engine *e, struct dgraph *g, const struct fwd *f)
+{
+    cudaGraph_t graph = NULL;
+    int rc;
+    if (cudaStreamBeginCapture(e->st, cudaStreamCaptureModeThreadLocal) != cudaSuccess)
+        return -EIO;
+    rc = fwd_layers(e, f);
+    if (rc == 0)
+        rc = fwd_logits(e, f, 0, f->T);
+    /* Always end the capture: the stream must leave capture mode. */
+    cudaError_t ce = cudaStreamEndCapture(e->st, &graph);
+    if (rc == 0 && ce != cudaSuccess)
+        rc = -EIO;
+    if (rc == 0 && cudaGraphInstantiate(&g->exec, graph, 0) != cudaSuccess) {
+        g->exec = NULL;
+        rc = -EIO;
+    }
+    if (graph)
+        cudaGraphDestroy(graph);
+    if (rc) {
+        cudaGetLastError();
+        g->failed = true;
+        fprintf(stderr, "llama8 cuda: graph capture for batch %u, kv %u failed (%d); "
+                        "that shape runs eagerly\n", g->B, g->kvb, rc);
+    }
+    return rc;
+}
+
+static struct dgraph *graph_find(struct cuda_engine *e, uint32_t B, uint32_t kvb)
+{
+    for (uint32_t i = 0; i < e->n_graphs; i++)
+        if (e->graphs[i].B == B && e->graphs[i].kvb == kvb)
+            return &e->graphs[i];
+    if (e->n_graphs == GRAPH_MAX)
+        return NULL;
+    struct dgraph *g = &e->graphs[e->n_graphs++];
+    memset(g, 0, sizeof *g);
+    g->B = B;
+    g->kvb = kvb;
+    return g;
+}
+
+static int graph_step(struct cuda_engine *e, struct l8_seq *seqs, uint32_t n_seqs)
+{
+    uint32_t max_kv = 0;
+    for (uint32_t s = 0; s < n_seqs; s++)
+        if (seqs[s].pos + 1 > max_kv)
+            max_kv = seqs[s].pos + 1;
+    const uint32_t Bb = graph_batch(e, n_seqs), kvb = graph_kv(e, max_kv);
+    const uint32_t pt_stride = (kvb + e->ps - 1) / e->ps;
+    struct meta_layout ml;
+    meta_plan(e, Bb, Bb, pt_stride, Bb, &ml);
+    int32_t *hm = e->h_gmeta;
+    for (uint32_t s = 0; s < Bb; s++) {
+        int32_t *pt = hm + ml.pt + (size_t)s * pt_stride;
+        hm[ml.logit_rows + s] = (int32_t)s;
+        if (s >= n_seqs) {           /* padding row */
+            hm[ml.tok + s] = 0;
+            hm[ml.pos + s] = 0;
+            hm[ml.slot + s] = -1;
+            hm[ml.row_seq + s] = (int32_t)s;
+            hm[ml.kv_len + s] = 0;
+            memset(pt, 0, (size_t)pt_stride * 4);
+            continue;
+        }
+        const struct l8_seq *q = &seqs[s];
+        const uint32_t p = q->pos, np = (p + 1 + e->ps - 1) / e->ps;
+        for (uint32_t i = 0; i < pt_stride; i++)
+            pt[i] = i < np ? (int32_t)q->pages[i] : 0;
+        hm[ml.tok + s] = (int32_t)q->tokens[0];
+        hm[ml.pos + s] = (int32_t)p;
+        hm[ml.slot + s] = (int32_t)(q->pages[p / e->ps] * e->ps + p % e->ps);
+        hm[ml.row_seq + s] = (int32_t)s;
+        hm[ml.kv_len + s] = (int32_t)(p + 1);
+    }
+    int rc = 0;
+    if (cudaMemcpyAsync(e->d_gmeta, hm, ml.total * 4, cudaMemcpyHostToDevice, e->st) !=
+        cudaSuccess)
+        return -EIO;
+    struct fwd f;
+    fwd_at(&f, e->d_gmeta, &ml, Bb, pt_stride, kvb);
+    struct dgraph *g = graph_find(e, Bb, kvb);
+    if (g && g->warm && !g->exec && !g->failed)
+        graph_capture(e, g, &f);   /* on failure: eager below, from now on */
+    if (g && g->exec) {
+        if (cudaGraphLaunch(g->exec, e->st) != cudaSuccess)
+            TRY(-EIO);
+        e->graph_launches++;
+    } else {
+        TRY(fwd_layers(e, &f));
+        TRY(fwd_logits(e, &f, 0, Bb));
+        if (g)
+            g->warm = true;
+    }
+    TRY(upload_history(e, seqs, n_seqs));
+    for (uint32_t s = 0; s < n_seqs; s++) {
+        e->rm_first[s] = (int32_t)s;
+        e->rm_cnt[s] = seqs[s].logits == L8_LOGITS_LAST || seqs[s].sample ? 1 : 0;
+    }
+    struct rowmap rm = { e->rm_first, e->rm_cnt };
+    TRY(sample_and_copy(e, seqs, n_seqs, &rm, 0, Bb));
+out:
+    return rc;
+}
+
 static int cuda_step(void *impl, struct l8_seq *seqs, uint32_t n_seqs)
 {
     struct cuda_engine *e = impl;
-    const struct l8_config *c = e->c;
-    const uint32_t H = c->hidden, I = c->inter, D = c->head_dim, nh = c->n_heads,
-                   nkv = c->n_kv_heads, V = c->vocab, QKV = (nh + 2 * nkv) * D;
     int rc = 0;
 
     /* Shapes of this step (engine.c has checked each sequence; the totals
-     * are checked again here before e->rows, sized max_tokens, is written). */
+     * are checked again here before the max_tokens-sized tables are written). */
     uint32_t T = 0, pt_stride = 1, max_kv = 0, n_rows = 0;
     for (uint32_t s = 0; s < n_seqs; s++)
         T += seqs[s].n_tokens;
     if (T > e->max_tokens || n_seqs > e->max_seqs)
         return -EINVAL;
+    if (graph_eligible(e, seqs, n_seqs)) {
+        rc = graph_step(e, seqs, n_seqs);
+        goto out;
+    }
     T = 0;
     for (uint32_t s = 0; s < n_seqs; s++) {
         const struct l8_seq *q = &seqs[s];
@@ -767,14 +1146,15 @@ static int cuda_step(void *impl, struct l8_seq *seqs, uint32_t n_seqs)
         if (end > max_kv)
             max_kv = end;
         /* Logit rows: requested ones, and the last row when sampling. */
+        e->rm_first[s] = (int32_t)n_rows;
+        e->rm_cnt[s] = 0;
         if (q->logits == L8_LOGITS_ALL) {
-            for (uint32_t i = 0; i < q->n_tokens; i++) {
-                e->rows[n_rows] = T + i;
-                e->row_src[n_rows++] = (int32_t)s;
-            }
+            for (uint32_t i = 0; i < q->n_tokens; i++)
+                e->rows[n_rows++] = T + i;
+            e->rm_cnt[s] = q->n_tokens;
         } else if (q->logits == L8_LOGITS_LAST || q->sample) {
-            e->rows[n_rows] = T + q->n_tokens - 1;
-            e->row_src[n_rows++] = (int32_t)s;
+            e->rows[n_rows++] = T + q->n_tokens - 1;
+            e->rm_cnt[s] = 1;
         }
         T += q->n_tokens;
     }
@@ -804,148 +1184,16 @@ static int cuda_step(void *impl, struct l8_seq *seqs, uint32_t n_seqs)
         hm[ml.logit_rows + r] = (int32_t)e->rows[r];
     if (cudaMemcpyAsync(e->d_meta, hm, ml.total * 4, cudaMemcpyHostToDevice, e->st) != cudaSuccess)
         return -EIO;
-    const int32_t *d_tok = e->d_meta + ml.tok, *d_pos = e->d_meta + ml.pos,
-                  *d_slot = e->d_meta + ml.slot, *d_rseq = e->d_meta + ml.row_seq,
-                  *d_kvl = e->d_meta + ml.kv_len, *d_lrows = e->d_meta + ml.logit_rows,
-                  *d_pt = e->d_meta + ml.pt;
-
-    /* Layers. */
-    const enum l8k_dtype idt = in_dt(e);
-    void *ib = in_buf(e);
-    const float sm_scale = 1.0f / sqrtf((float)D);
-    const size_t kv_elt = e->kv_dt == L8K_F32 ? 4 : 2;
-    TRY(l8k_embed(e->embed, e->embed_dt, V, H, d_tok, T, e->x, e->st));
-    for (uint32_t l = 0; l < c->n_layers; l++) {
-        const struct glayer *g = &e->L[l];
-        uint8_t *kb = (uint8_t *)e->kv + (size_t)l * 2 * e->kv_half * kv_elt;
-        uint8_t *vb = kb + e->kv_half * kv_elt;
-        TRY(l8k_rmsnorm(e->x, l ? e->y : NULL, g->attn_norm, c->rms_eps, H, NULL, T, idt, ib,
-                        e->xs, e->st));
-        TRY(project(e, &g->qkv, T, NULL, e->qkv));
-        TRY(l8k_rope_kv(e->qkv, QKV, d_pos, e->inv_freq, T, nh, nkv, D, kb, vb, e->kv_dt, e->ps,
-                        d_slot, e->st));
-        TRY(l8k_attention(e->qkv, QKV, kb, vb, e->kv_dt, e->ps, d_pt, pt_stride, d_rseq, d_kvl, T,
-                          nh, nkv, D, sm_scale, max_kv, e->attn_work, e->att, nh * D, e->st));
-        if (e->num == L8_NUMERICS_FP8)
-            TRY(l8k_quantize_rows(e->att, T, nh * D, e->xq, e->xs, e->st));
-        TRY(project(e, &g->o, T, e->att, e->y));
-        TRY(l8k_rmsnorm(e->x, e->y, g->mlp_norm, c->rms_eps, H, NULL, T, idt, ib, e->xs, e->st));
-        TRY(project(e, &g->gu, T, NULL, e->gu));
-        TRY(l8k_silu_mul(e->gu, T, I, idt, ib, e->xs, e->st));
-        TRY(project(e, &g->down, T, NULL, e->y));
-    }
-
+    struct fwd f;
+    fwd_at(&f, e->d_meta, &ml, T, pt_stride, max_kv);
+    TRY(fwd_layers(e, &f));
+    TRY(upload_history(e, seqs, n_seqs));
     /* Logits and sampling, in chunks of lch rows. */
-    uint32_t hist_total = 0;
-    for (uint32_t s = 0; s < n_seqs; s++)
-        if (uses_penalty(&seqs[s]))
-            hist_total += seqs[s].n_history;
-    if (hist_total) {
-        if (grow_pair((void **)&e->h_hist, (void **)&e->d_hist, &e->hist_cap, hist_total, 4)) {
-            rc = -ENOMEM;
-            goto out;
-        }
-        uint32_t off = 0;
-        for (uint32_t s = 0; s < n_seqs; s++)
-            if (uses_penalty(&seqs[s])) {
-                for (uint32_t i = 0; i < seqs[s].n_history; i++)
-                    e->h_hist[off + i] = (int32_t)seqs[s].history[i];
-                off += seqs[s].n_history;
-            }
-        if (cudaMemcpyAsync(e->d_hist, e->h_hist, (size_t)hist_total * 4, cudaMemcpyHostToDevice,
-                            e->st) != cudaSuccess) {
-            rc = -EIO;
-            goto out;
-        }
-    }
+    struct rowmap rm = { e->rm_first, e->rm_cnt };
     for (uint32_t r0 = 0; r0 < n_rows; r0 += e->lch) {
         uint32_t nr = n_rows - r0 < e->lch ? n_rows - r0 : e->lch;
-        bool blas_lm = e->num == L8_NUMERICS_FP8 && nr > e->gemv_max_m && e->lm_dt == L8K_BF16;
-        /* The last layer's down output joins the residual here, for these rows only. */
-        if (blas_lm) {
-            TRY(l8k_rmsnorm(e->x, e->y, e->final_norm, c->rms_eps, H, d_lrows + r0, nr, L8K_BF16,
-                            e->fin16, NULL, e->st));
-            TRY(l8k_gemm_bf16(e->blas, e->lm_head, e->fin16, nr, V, H, e->logits, e->st));
-        } else {
-            TRY(l8k_rmsnorm(e->x, e->y, e->final_norm, c->rms_eps, H, d_lrows + r0, nr, L8K_F32,
-                            e->fin, NULL, e->st));
-            TRY(l8k_gemv(e->lm_head, e->lm_dt, NULL, e->fin, L8K_F32, NULL, nr, V, H, e->logits, V,
-                         e->st));
-        }
-        /* Sampling requests whose row is in this chunk: a sequence's sample
-         * row is its last logit row. */
-        uint32_t ns = 0, hoff = 0;
-        for (uint32_t s = 0, r = 0; s < n_seqs; s++) {
-            const struct l8_seq *q = &seqs[s];
-            uint32_t nrows_s = q->logits == L8_LOGITS_ALL ? q->n_tokens
-                               : (q->logits == L8_LOGITS_LAST || q->sample) ? 1 : 0;
-            uint32_t last = r + nrows_s - 1;
-            bool pen = uses_penalty(q);
-            if (q->sample && last >= r0 && last < r0 + nr) {
-                struct l8k_sample_req *rq = &e->h_req[ns++];
-                const struct l8_sampling *sp = q->sampling;
-                rq->temperature = sp->temperature;
-                rq->top_k = sp->top_k;
-                rq->top_p = sp->top_p;
-                rq->min_p = sp->min_p;
-                rq->rep_penalty = sp->repetition_penalty;
-                rq->u = sp->temperature > 0.0f ? l8_philox_uniform(sp->seed, q->sample_index) : 0.0f;
-                rq->logits_row = (int32_t)(last - r0);
-                rq->hist_off = (int32_t)hoff;
-                rq->n_hist = pen ? (int32_t)q->n_history : 0;
-                rq->pad_ = (int32_t)s;
-            }
-            if (pen)
-                hoff += q->n_history;
-            r += nrows_s;
-        }
-        if (ns) {
-            if (cudaMemcpyAsync(e->d_req, e->h_req, ns * sizeof *e->h_req, cudaMemcpyHostToDevice,
-                                e->st) != cudaSuccess) {
-                rc = -EIO;
-                goto out;
-            }
-            TRY(l8k_sample(e->logits, V, e->d_req, ns, e->d_hist, e->samp_scr, e->d_tok, e->d_lp,
-                           e->st));
-            if (cudaMemcpyAsync(e->h_tok, e->d_tok, ns * 4, cudaMemcpyDeviceToHost, e->st) ||
-                cudaMemcpyAsync(e->h_lp, e->d_lp, ns * 4, cudaMemcpyDeviceToHost, e->st)) {
-                rc = -EIO;
-                goto out;
-            }
-        }
-        /* Requested logits back to the host. */
-        bool want = false;
-        for (uint32_t r = r0; r < r0 + nr; r++)
-            if (seqs[e->row_src[r]].logits != L8_LOGITS_NONE)
-                want = true;
-        if (want && cudaMemcpyAsync(e->h_logits, e->logits, (size_t)nr * V * 4,
-                                    cudaMemcpyDeviceToHost, e->st) != cudaSuccess) {
-            rc = -EIO;
-            goto out;
-        }
-        if (cudaStreamSynchronize(e->st) != cudaSuccess) {
-            rc = -EIO;
-            goto out;
-        }
-        for (uint32_t i = 0; i < ns; i++) {
-            struct l8_seq *q = &seqs[e->h_req[i].pad_];
-            q->token_out = (uint32_t)e->h_tok[i];
-            q->logprob_out = e->h_lp[i];
-        }
-        if (want) {
-            /* Row r of the step belongs to seq row_src[r]; its index among
-             * that sequence's logit rows is r minus the sequence's first. */
-            for (uint32_t r = r0; r < r0 + nr; r++) {
-                struct l8_seq *q = &seqs[e->row_src[r]];
-                if (q->logits == L8_LOGITS_NONE)
-                    continue;
-                uint32_t first = r;
-                while (first > 0 && e->row_src[first - 1] == e->row_src[r])
-                    first--;
-                memcpy(q->logits_out + (size_t)(r - first) * V, e->h_logits + (size_t)(r - r0) * V,
-                       (size_t)V * 4);
-            }
-        }
+        TRY(fwd_logits(e, &f, r0, nr));
+        TRY(sample_and_copy(e, seqs, n_seqs, &rm, r0, nr));
     }
     if (n_rows == 0 && cudaStreamSynchronize(e->st) != cudaSuccess)
         rc = -EIO;

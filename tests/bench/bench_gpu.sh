@@ -5,7 +5,9 @@
 #              of copy bandwidth, GEMV/cuBLASLt crossover, prefill FP8 GEMM)
 #   single:    llama8-run, cuda fp8, 512-token prompt, 128 new, batch 1
 #              (TTFT = prefill step incl. the first token, decode tok/s, load
-#              time; peak GPU memory sampled by nvidia-smi every 50 ms)
+#              time; peak GPU memory sampled by nvidia-smi every 50 ms): run 1
+#              cold, run 2 warm (both with decode graphs), run 3 with
+#              L8_CUDA_GRAPHS=0 (eager decode, for the graphs' gain)
 #   serving:   llama8d (cuda fp8) + llama8ctl bench: 256 requests, prompts
 #              128-512, 128 new, 64 in flight
 # Each stage has its own timeout; a failed stage becomes a row with "error".
@@ -31,12 +33,14 @@ echo "kernels rc=$?"; cat "$OUT/kernels.log"
 
 echo "== single stream"
 python3 -c 'import random; r=random.Random(0); print(",".join(["128000"]+[str(r.randrange(1000,120000)) for _ in range(511)]))' >"$OUT/prompt512.txt"
-for run in 1 2; do
+for run in 1 2 3; do
     peak_start "$OUT/mem_single$run.txt"
-    timeout 180 "$BIN/llama8-run" --model "$MODEL" --backend cuda --numerics fp8 \
+    graphs=1
+    [ $run = 3 ] && graphs=0
+    L8_CUDA_GRAPHS=$graphs timeout 180 "$BIN/llama8-run" --model "$MODEL" --backend cuda --numerics fp8 \
         --tokens-file "$OUT/prompt512.txt" --max-new 128 --ignore-eos --json \
         >"$OUT/single$run.json" 2>"$OUT/single$run.log"
-    echo "single run $run rc=$? $(cat "$OUT/single$run.json")"
+    echo "single run $run (graphs $graphs) rc=$? $(cat "$OUT/single$run.json")"
     echo "$(peak_stop "$OUT/mem_single$run.txt")" >"$OUT/peak_single$run.txt"
     tail -3 "$OUT/single$run.log"
 done
@@ -48,7 +52,11 @@ peak_start "$OUT/mem_serve.txt"
     --kv_mib 12288 --max_batch 64 --max_step_tokens 2048 --max_requests 256 \
     --max_requests_per_client 256 --log_level notice >"$OUT/llama8d.log" 2>&1 &
 DPID=$!
-for i in $(seq 1 120); do [ -S "$SOCK" ] && break; sleep 0.5; done
+for i in $(seq 1 120); do
+    [ -S "$SOCK" ] && break
+    kill -0 "$DPID" 2>/dev/null || { echo "llama8d exited before listening"; break; }
+    sleep 0.5
+done
 # Ready means the socket answers; llama8ctl status waits for the model.
 timeout 60 "$BIN/llama8ctl" status --socket "$SOCK" >"$OUT/status.txt" 2>&1
 timeout 300 "$BIN/llama8ctl" bench --socket "$SOCK" -n 256 -c 64 --prompt-min 128 \
@@ -83,8 +91,14 @@ if s:
          "load_s": (s1 or s).get("load_s"), "load_s_warm": s.get("load_s"),
          "peak_vram_mib": peak("peak_single2.txt") or peak("peak_single1.txt")}
 rows.append({"method": "llama8 cuda fp8 (llama8-run, in-process)", "kind": "llama8", "metrics": m,
-             "notes": "512-token prompt, 128 new, batch 1; ttft = prefill step incl. first token; peak = nvidia-smi used minus idle",
+             "notes": "512-token prompt, 128 new, batch 1, decode graphs on; ttft = prefill step incl. first token; peak = nvidia-smi used minus idle",
              "error": None if s else "llama8-run failed (see single*.log)"})
+s3 = load("single3.json")
+rows.append({"method": "llama8 cuda fp8 eager decode (llama8-run, L8_CUDA_GRAPHS=0)", "kind": "llama8",
+             "metrics": {"ttft_ms": s3.get("prefill_ms"), "decode_tok_s": s3.get("decode_tokens_per_s"),
+                         "peak_vram_mib": peak("peak_single3.txt")} if s3 else {},
+             "notes": "as above without CUDA graphs: the graphs' share of decode speed",
+             "error": None if s3 else "llama8-run failed (see single3.log)"})
 v = load("serve.json")
 rows.append({"method": "llama8 cuda fp8 (llama8d + llama8ctl bench)", "kind": "llama8",
              "metrics": dict(v, peak_vram_mib=peak("peak_serve.txt")) if isinstance(v, dict) else {},

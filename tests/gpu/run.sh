@@ -31,6 +31,7 @@ mkdir -p "$W/logs" "$W/bin"
 exec > >(tee "$OUT/run.log") 2>&1
 T0=$(date +%s)
 BUDGET=${L8_RUN_BUDGET_S:-470}
+JOBS=${L8_RUN_JOBS:-16}
 stamp() { echo "== [$(( $(date +%s) - T0 ))s] $*"; }
 SUMMARY="$OUT/summary.txt"
 : >"$SUMMARY"
@@ -99,7 +100,7 @@ if [ ${#MESON[@]} -gt 0 ]; then
        timeout "$(tmo 90 300)" "${MESON[@]}" setup build-gpu -Dcuda=enabled -Dgpu_archs=90a \
            --buildtype=release >"$W/logs/build.log" 2>&1; then
         # mkmodel first (plain C, seconds): the checkpoint is written while nvcc works.
-        if timeout 60 ninja -C build-gpu -j16 daemon/tools/llama8-mkmodel >>"$W/logs/build.log" 2>&1; then
+        if timeout 60 ninja -C build-gpu -j"$JOBS" daemon/tools/llama8-mkmodel >>"$W/logs/build.log" 2>&1; then
             ln -sf "$ROOT/build-gpu/daemon/tools/llama8-mkmodel" "$W/bin/llama8-mkmodel"
         fi
     fi
@@ -116,7 +117,7 @@ start_mkmodel() {
     MK_PID=$!
 }
 start_mkmodel
-if [ -d build-gpu ] && timeout "$(tmo 240 200)" ninja -C build-gpu -j16 >>"$W/logs/build.log" 2>&1; then
+if [ -d build-gpu ] && timeout "$(tmo 240 200)" ninja -C build-gpu -j"$JOBS" >>"$W/logs/build.log" 2>&1; then
     BIN=build-gpu
     say "build: native ok ($(( $(date +%s) - T0 ))s)"
 elif [ -x .gpucarry/bin/test_gpu_kernels ]; then
@@ -150,6 +151,8 @@ timeout "$(tmo 150 240)" "$W/bin/test_gpu_engine" tests/golden >"$OUT/test_engin
 say "test_gpu_engine (golden tiny) rc=$? $(tail -1 "$OUT/test_engine.log")"
 head -60 "$OUT/test_engine.log"
 
+grep -h "graph capture" "$OUT"/test_*.log 2>/dev/null | head -3 | tee -a "$SUMMARY"
+
 stamp "5. synthetic 8B checkpoint"
 if [ -n "${MK_PID:-}" ]; then
     # wait for it, but not past what the stages after it need
@@ -175,6 +178,7 @@ if [ -f "$MODEL/config.json" ]; then
     timeout "$(tmo 400 10)" bash tests/bench/bench_gpu.sh "$W/bin" "$MODEL" "$W/bench" 2>&1 | tee "$W/logs/bench.log"
     cp "$W/bench/bench-gpu.json" "$W/bench/kernels.json" "$OUT/" 2>/dev/null
     grep -E "^llama8 " "$W/logs/bench.log" >>"$SUMMARY"
+    grep -h "graph capture" "$W"/bench/*.log 2>/dev/null | head -3 | tee -a "$SUMMARY"
 else
     say "benchmarks skipped: no checkpoint"
 fi
