@@ -65,6 +65,22 @@ void l8d_send_error(int fd, int code, uint64_t request_id, const char *msg)
         log_debug("error reply on fd %d not sent: %s", fd, strerror(errno));
 }
 
+/* Answer a connection we will not serve with an Error, then hang up so
+ * the client can still read it. A Unix socket closed with unread data in
+ * its receive queue makes the peer's next recv fail with ECONNRESET before
+ * it sees the queued Error; so shut our receiving side first (the client's
+ * later sends fail with EPIPE instead of queueing; the client library then
+ * reads the Error), drop what was already queued (its Hello), and close. */
+static void refuse(int fd, int code, const char *msg)
+{
+    uint8_t sink[L8_MAX_CTL_MSG];
+    l8d_send_error(fd, code, 0, msg);
+    shutdown(fd, SHUT_RD);
+    while (recv(fd, sink, sizeof(sink), MSG_DONTWAIT) > 0)
+        ;
+    close(fd);
+}
+
 static int send_daemon_msg(int fd, const Llama8__DaemonMessage *m, const int *fds, int nfds)
 {
     uint8_t buf[L8_MAX_CTL_MSG];
@@ -137,13 +153,11 @@ int l8d_session_accept(struct l8d *d, int fd)
     if (!peer_allowed(d, fd, &cr)) {
         log_notice("refused pid %d uid %u: not root and not in group '%s'",
                    (int)cr.pid, (unsigned)cr.uid, d->conf.allowed_group);
-        l8d_send_error(fd, L8_ERR_PERMISSION_DENIED, 0, "not a member of the allowed group");
-        close(fd);
+        refuse(fd, L8_ERR_PERMISSION_DENIED, "not a member of the allowed group");
         return 0;
     }
     if (d->state != L8D_RUNNING) {
-        l8d_send_error(fd, L8_ERR_SHUTTING_DOWN, 0, "the daemon is shutting down");
-        close(fd);
+        refuse(fd, L8_ERR_SHUTTING_DOWN, "the daemon is shutting down");
         return 0;
     }
     uint32_t slot = d->n_slots;
@@ -155,14 +169,12 @@ int l8d_session_accept(struct l8d *d, int fd)
     if (slot == d->n_slots) {
         log_warn("refused pid %d: %u clients connected (max_clients)", (int)cr.pid,
                  d->n_sessions);
-        l8d_send_error(fd, L8_ERR_TOO_MANY_CLIENTS, 0, "too many clients");
-        close(fd);
+        refuse(fd, L8_ERR_TOO_MANY_CLIENTS, "too many clients");
         return 0;
     }
     struct l8d_session *s = calloc(1, sizeof(*s));
     if (!s) {
-        l8d_send_error(fd, L8_ERR_INTERNAL, 0, "out of memory");
-        close(fd);
+        refuse(fd, L8_ERR_INTERNAL, "out of memory");
         return -ENOMEM;
     }
     s->d = d;
