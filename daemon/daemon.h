@@ -14,7 +14,7 @@
 #include "engine/engine.h"
 #include "engine_thread.h"
 #include "l8_shm.h"
-#include "sched.h"
+#include "scheduler.h"
 
 struct l8d;
 

@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "kvpool.h"
-#include "sched.h"
+#include "scheduler.h"
 
 static int failures;
 #define CHECK(c) do { if (!(c)) { fprintf(stderr, "%s:%d: CHECK(%s) failed\n", \

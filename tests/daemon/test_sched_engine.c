@@ -18,7 +18,7 @@
 #include "engine.h"
 #include "kvpool.h"
 #include "model.h"
-#include "sched.h"
+#include "scheduler.h"
 
 #define N_REQ 12
 #define MAX_NEW 40

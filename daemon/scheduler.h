@@ -1,4 +1,4 @@
-/* sched.h - the request scheduler: continuous batching over the paged KV pool.
+/* scheduler.h - the request scheduler: continuous batching over the paged KV pool.
  *
  * Pure logic, no I/O, no clocks, no threads: the event loop owns it and
  * calls it from one thread. The loop's cycle is

@@ -1,7 +1,7 @@
-/* sched.c - continuous batching, chunked prefill, prefix reuse, preemption.
- * The policy is described in sched.h; the reasons for the order of
+/* scheduler.c - continuous batching, chunked prefill, prefix reuse, preemption.
+ * The policy is described in scheduler.h; the reasons for the order of
  * things are here. */
-#include "sched.h"
+#include "scheduler.h"
 
 #include <errno.h>
 #include <math.h>
