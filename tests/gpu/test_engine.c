@@ -21,7 +21,8 @@
  *     greedy token wherever the cpu's top-2 margin is >= 1e-3;
  *   cuda fp8 vs cpu exact inside the cpu fp8 engine's band: mean relative
  *     error <= 1.5 x the cpu fp8's + 0.01, argmax agreement >= the cpu
- *     fp8's - 0.15 (44 positions: a coarse band, printed in full).
+ *     fp8's - 0.25 (44 positions, ~3 standard deviations: a coarse band,
+ *     printed in full).
  * usage: test_engine GOLDEN_DIR [MODEL_DIR]. Exits 77 without a CUDA device. */
 #include <stdbool.h>
 #include <time.h>
@@ -277,7 +278,7 @@ static void run_decode_and_batch(const struct l8_model *m, const struct l8_tenso
 #define BIG_ROWS (BIG_PROMPT + BIG_DECODE)
 #define BAND_FACTOR 1.5
 #define BAND_SLACK 0.01
-#define BAND_ARGMAX_DROP 0.15
+#define BAND_ARGMAX_DROP 0.25
 
 /* Runs the prompt (two chunks, logits of every position) and BIG_DECODE
  * greedy decode steps. tok[BIG_ROWS] holds the prompt; when `lead` the

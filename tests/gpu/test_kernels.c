@@ -324,11 +324,19 @@ static void test_gemm(struct l8k_blas *b)
         uint8_t *dx16 = dalloc((size_t)M * K + 16);
         float *dy16 = dalloc((size_t)M * N * 4 + 16);
         CU(cudaMemcpy(dx16 + 16, x, (size_t)M * K, cudaMemcpyHostToDevice));
-        KOK(l8k_gemm_fp8(b, dw, dws, dx16 + 16, dxs, M, N, K, (float *)((uint8_t *)dy16 + 16), 0));
-        to_host(y, (uint8_t *)dy16 + 16, (size_t)M * N * 4);
-        double e = rel_err(y, ref, (size_t)M * N);
-        const double tol = chosen == L8K_FP8_BF16 ? TOL_TC : TOL_FP8_TC;
-        CHECK(e <= tol, "gemm fp8 path %d, 16-byte aligned operands: rel err %.3g", chosen, e);
+        /* A refusal here must not end the test (KOK would): later kernels still run. */
+        int r = l8k_gemm_fp8(b, dw, dws, dx16 + 16, dxs, M, N, K,
+                             (float *)((uint8_t *)dy16 + 16), 0);
+        CU(cudaStreamSynchronize(0));
+        CHECK(r == 0, "gemm fp8 path %d, 16-byte aligned operands: returned %d", chosen, r);
+        if (r == 0) {
+            to_host(y, (uint8_t *)dy16 + 16, (size_t)M * N * 4);
+            double e = rel_err(y, ref, (size_t)M * N);
+            const double tol = chosen == L8K_FP8_BF16 ? TOL_TC : TOL_FP8_TC;
+            printf("  fp8 path %d, 16-byte aligned operands: rel err %.3g\n", chosen, e);
+            CHECK(e <= tol, "gemm fp8 path %d, 16-byte aligned operands: rel err %.3g", chosen, e);
+        }
+        cudaGetLastError();
         cudaFree(dx16);
         cudaFree(dy16);
     }
