@@ -14,7 +14,8 @@
 #include "l8_kernels.h"
 
 #define REPS 20
-#define ROT 4            /* weight copies rotated through */
+#define ROT_MAX 16        /* weight copies rotated through, at most */
+#define ROT_BYTES (256u << 20) /* ... enough of them to cover 4x the 60 MB L2 */
 
 static int cmp_f(const void *a, const void *b)
 {
@@ -58,7 +59,8 @@ static int do_copy(void *c_, int i)
 }
 
 struct prod_ctx {
-    uint8_t *w[ROT];
+    uint8_t *w[ROT_MAX];
+    int rot;
     float *ws;
     void *x;
     float *xs;
@@ -72,8 +74,8 @@ static int do_prod(void *c_, int i)
 {
     struct prod_ctx *c = c_;
     if (c->use_blas)
-        return l8k_gemm_fp8(c->blas, c->w[i % ROT], c->ws, c->x, c->xs, c->M, c->N, c->K, c->y, 0);
-    return l8k_gemv(c->w[i % ROT], c->w_dt, c->w_dt == L8K_FP8 ? c->ws : NULL, c->x, c->x_dt,
+        return l8k_gemm_fp8(c->blas, c->w[i % c->rot], c->ws, c->x, c->xs, c->M, c->N, c->K, c->y, 0);
+    return l8k_gemv(c->w[i % c->rot], c->w_dt, c->w_dt == L8K_FP8 ? c->ws : NULL, c->x, c->x_dt,
                     c->x_dt == L8K_FP8 ? c->xs : NULL, c->M, c->N, c->K, c->y, c->N, 0);
 }
 
@@ -94,7 +96,14 @@ static void prod_init(struct prod_ctx *c, uint32_t M, uint32_t N, uint32_t K, en
 {
     memset(c, 0, sizeof *c);
     size_t wb = (size_t)N * K * (w_dt == L8K_BF16 ? 2 : 1);
-    for (int r = 0; r < ROT; r++) {
+    /* Each timed call reads a different copy, so the weights come from HBM,
+     * not from the L2 a smaller set would sit in. */
+    c->rot = (int)((ROT_BYTES + wb - 1) / wb);
+    if (c->rot < 2)
+        c->rot = 2;
+    if (c->rot > ROT_MAX)
+        c->rot = ROT_MAX;
+    for (int r = 0; r < c->rot; r++) {
         c->w[r] = dalloc(wb);
         if (w_dt == L8K_FP8)
             fill_random(c->w[r], wb, 1);
@@ -131,7 +140,7 @@ static void prod_init(struct prod_ctx *c, uint32_t M, uint32_t N, uint32_t K, en
 
 static void prod_free(struct prod_ctx *c)
 {
-    for (int r = 0; r < ROT; r++)
+    for (int r = 0; r < c->rot; r++)
         cudaFree(c->w[r]);
     cudaFree(c->ws); cudaFree(c->xs); cudaFree(c->x); cudaFree(c->y);
 }
