@@ -710,9 +710,15 @@ static void cuda_destroy(void *impl)
     l8k_blas_destroy(e->blas);
     if (e->st)
         cudaStreamDestroy(e->st);
+    uint32_t captured = 0;
     for (uint32_t i = 0; i < e->n_graphs; i++)
-        if (e->graphs[i].exec)
+        if (e->graphs[i].exec) {
             cudaGraphExecDestroy(e->graphs[i].exec);
+            captured++;
+        }
+    if (e->use_graphs && e->graph_launches)
+        fprintf(stderr, "llama8 cuda: %llu decode steps ran as graphs (%u shapes captured)\n",
+                (unsigned long long)e->graph_launches, captured);
     cudaFree(e->d_gmeta);
     cudaFreeHost(e->h_gmeta);
     free(e->rows);
