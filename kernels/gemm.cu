@@ -371,7 +371,9 @@ extern "C" int l8k_gemm_fp8(struct l8k_blas *b, const uint8_t *wq, const float *
                             const uint8_t *xq, const float *x_scale, uint32_t M, uint32_t N,
                             uint32_t K, float *y, cudaStream_t st)
 {
-    if (!b || !wq || !w_scale || !xq || !x_scale || !y || N == 0 || K == 0 || K % 16 ||
+    /* FP8 products need 16-byte leading dimensions: K for the codes, and
+     * N for the f32 output (N % 4). */
+    if (!b || !wq || !w_scale || !xq || !x_scale || !y || N == 0 || K == 0 || K % 16 || N % 4 ||
         !l8k_aligned16(wq) || !l8k_aligned16(xq) || !l8k_aligned16(y))
         return -EINVAL;
     if (M == 0)

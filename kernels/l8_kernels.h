@@ -94,7 +94,7 @@ double l8k_blas_probe_err(const struct l8k_blas *b, enum l8k_fp8_path p);
 int  l8k_blas_reserve(struct l8k_blas *b, uint32_t M, uint32_t N, uint32_t K);
 
 /* y [M, N] f32 = x_scale[m] * w_scale[n] * (xq [M, K] . wq [N, K]^T), FP8 codes.
- * K % 16 == 0. The BF16 path grows a scratch buffer (not graph-capturable
+ * K % 16 == 0, N % 4 == 0 (16-byte leading dimensions). The BF16 path grows a scratch buffer (not graph-capturable
  * on first use at a new size: see l8k_blas_reserve). */
 int l8k_gemm_fp8(struct l8k_blas *b, const uint8_t *wq, const float *w_scale,
                  const uint8_t *xq, const float *x_scale, uint32_t M, uint32_t N, uint32_t K,

@@ -598,7 +598,7 @@ static void test_sample(void)
 
 /* ---- shape checks: bad arguments are refused, not launched -------------- */
 
-static void test_refusals(void)
+static void test_refusals(struct l8k_blas *b)
 {
     float *d = dalloc(1024);
     CHECK(l8k_gemv(d, L8K_FP8, d, d, L8K_F32, NULL, 1, 4, 8, d, 4, 0) == -EINVAL, "gemv K%%16");
@@ -609,6 +609,8 @@ static void test_refusals(void)
           "attention G > 8");
     CHECK(l8k_rmsnorm(d, NULL, d, 1e-5f, 16, NULL, 1, L8K_FP8, d, NULL, 0) == -EINVAL,
           "rmsnorm fp8 without scale");
+    CHECK(l8k_gemm_fp8(b, (uint8_t *)d, d, (uint8_t *)d, d, 1, 6, 16, d, 0) == -EINVAL,
+          "gemm fp8 N %% 4");
     cudaFree(d);
 }
 
@@ -648,7 +650,7 @@ int main(void)
         test_attention(L8K_F32, 64, 8, 8, 19, mixed, 400);
     }
     test_sample();
-    test_refusals();
+    test_refusals(b);
     l8k_blas_destroy(b);
     printf("%s (%d failures)\n", g_failures ? "FAILED" : "ok", g_failures);
     return g_failures ? 1 : 0;
