@@ -48,15 +48,17 @@ main_job() {
             --tokenizer tests/golden/tokenizer/tokenizer.json
     fi
     local sock=${XDG_RUNTIME_DIR:-/tmp}/llama8d-quickstart.sock
-    echo "== starting llama8d on $sock"
-    "$BUILD/daemon/llama8d" --model "$model" --socket "$sock" &
-    local pid=$!
-    trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null' EXIT
+    local log=$BUILD/llama8d-quickstart.log
+    echo "== starting llama8d on $sock (log: $log)"
+    "$BUILD/daemon/llama8d" --model "$model" --socket "$sock" 2>"$log" &
+    daemon_pid=$!
+    trap 'kill $daemon_pid 2>/dev/null; wait $daemon_pid 2>/dev/null' EXIT
     for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.1; done
-    echo "== llama8ctl generate"
+    echo "== llama8ctl generate (the synthetic model's weights are random: expect word salad)"
     LLAMA8_SOCKET=$sock "$BUILD/client/llama8ctl" generate --max-new 48 \
         "Write a haiku about shared memory."
     echo
+    echo "== llama8ctl status"
     LLAMA8_SOCKET=$sock "$BUILD/client/llama8ctl" status
 }
 
