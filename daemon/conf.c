@@ -41,7 +41,7 @@ static const struct key keys[] = {
     { "eq_entries", K_U32, F(eq_entries), "N event ring entries per client (power of two)" },
     { "log_level", K_LEVEL, F(log_level), "LEVEL err|warning|notice|info|debug" },
     { "threads", K_INT, F(threads), "N engine threads (0: all cores)" },
-    { "numerics", K_NUMERICS, F(numerics), "exact|fp8" },
+    { "numerics", K_NUMERICS, F(numerics), "auto|exact|fp8" },
     { "backend", K_BACKEND, F(backend), "auto|cpu|cuda (auto: cuda when it works here)" },
     { "no_warmup", K_BOOL, F(no_warmup), "BOOL skip the warm-up step" },
 };
@@ -69,6 +69,7 @@ void l8d_conf_defaults(struct l8d_conf *c)
     c->drain_timeout_ms = 10000;
     c->eq_entries = 4096;
     c->numerics = L8_NUMERICS_EXACT;
+    c->numerics_auto = true;
     c->backend = L8_BACKEND_CPU;
     c->backend_auto = true;
     c->log_level = L8_LOG_INFO;
@@ -132,6 +133,9 @@ int l8d_conf_set(struct l8d_conf *c, const char *key, const char *value,
             goto bad;
         return 0;
     case K_NUMERICS:
+        c->numerics_auto = !strcmp(value, "auto");
+        if (c->numerics_auto)
+            return 0;
         if (!strcmp(value, "exact"))
             *(enum l8_numerics *)p = L8_NUMERICS_EXACT;
         else if (!strcmp(value, "fp8"))

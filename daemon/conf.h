@@ -32,6 +32,7 @@ struct l8d_conf {
     int threads;               /* engine threads (0 = all cores) */
     enum l8_numerics numerics;
     enum l8_backend backend;
+    bool numerics_auto;        /* numerics = auto: fp8 on cuda (its fast path), exact on cpu */
     bool backend_auto;         /* backend = auto: cuda if it works here, else cpu */
     enum l8_log_level log_level;
     bool no_warmup;            /* skip the warm-up step (tests) */

@@ -199,18 +199,23 @@ static int setup(struct l8d *d, int argc, char **argv)
     };
     if (d->conf.backend_auto) {
         d->conf.backend = L8_BACKEND_CUDA;
+        if (d->conf.numerics_auto)
+            eo.numerics = L8_NUMERICS_FP8;
         if (!L8_HAVE_CUDA || l8_engine_create(d->model, L8_BACKEND_CUDA, &eo, &d->engine, lerr) < 0) {
             if (L8_HAVE_CUDA)
                 log_notice("cuda engine unavailable (%s): using cpu", lerr);
             d->conf.backend = L8_BACKEND_CPU;
         }
     }
+    if (!d->engine && d->conf.numerics_auto)
+        eo.numerics = d->conf.backend == L8_BACKEND_CUDA ? L8_NUMERICS_FP8 : L8_NUMERICS_EXACT;
     if (!d->engine &&
         (rc = l8_engine_create(d->model, d->conf.backend, &eo, &d->engine, lerr)) < 0) {
         log_err("creating the %s engine: %s", l8_backend_name(d->conf.backend), lerr);
         return rc;
     }
 
+    d->conf.numerics = eo.numerics;
     d->vocab = cfg->vocab;
     d->max_ctx = cfg->max_pos;
     if (d->conf.max_ctx && d->conf.max_ctx < d->max_ctx)
@@ -276,8 +281,10 @@ static int setup(struct l8d *d, int argc, char **argv)
         d->watchdog_usec = 0;
     sd_notifyf(0, "READY=1\nSTATUS=serving %s on %s", d->model_name,
                l8_backend_name(d->conf.backend));
-    log_notice("ready: %s on %s (%.2f s since start)", d->model_name,
-               l8_backend_name(d->conf.backend), (double)(l8d_now_ns() - d->start_ns) / 1e9);
+    log_notice("ready: %s on %s, %s numerics (%.2f s since start)", d->model_name,
+               l8_backend_name(d->conf.backend),
+               d->conf.numerics == L8_NUMERICS_FP8 ? "fp8" : "exact",
+               (double)(l8d_now_ns() - d->start_ns) / 1e9);
     return 0;
 }
 
