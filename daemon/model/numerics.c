@@ -158,9 +158,14 @@ uint16_t l8_f32_to_f16(float f)
 
 float l8_quantize_act_row(const float *x, size_t n, uint8_t *q)
 {
+    /* The ternary is fmaxf here (a NaN element compares false and is
+     * skipped, as fmaxf skips it; amax itself is never NaN) without the
+     * libm call, so the loop vectorizes to maxps. */
     float amax = 0.0f;
-    for (size_t i = 0; i < n; i++)
-        amax = fmaxf(amax, fabsf(x[i]));
+    for (size_t i = 0; i < n; i++) {
+        float a = fabsf(x[i]);
+        amax = a > amax ? a : amax;
+    }
     float scale = fmaxf(amax / L8_FP8_MAX, L8_FP8_MIN_ACT_SCALE);
     for (size_t i = 0; i < n; i++)
         q[i] = l8_f32_to_e4m3(x[i] / scale);
@@ -170,8 +175,10 @@ float l8_quantize_act_row(const float *x, size_t n, uint8_t *q)
 uint16_t l8_quantize_weight_row(const float *w, size_t n, uint8_t *q)
 {
     float amax = 0.0f;
-    for (size_t i = 0; i < n; i++)
-        amax = fmaxf(amax, fabsf(w[i]));
+    for (size_t i = 0; i < n; i++) {
+        float a = fabsf(w[i]);
+        amax = a > amax ? a : amax;      /* fmaxf without libm: see above */
+    }
     /* compressed-tensors clamps the scale at f32 epsilon, then stores it
      * in the checkpoint's dtype (BF16); the weights divide by the stored
      * value so that dequantization (q * s) is consistent. */
