@@ -3,6 +3,7 @@
  * Every rejection names the file and the key, so that a user pointing the
  * daemon at the wrong directory learns what is wrong without a debugger. */
 #include "config.h"
+#include "errors.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -29,18 +30,6 @@
 
 #define L8_DEFAULT_ROPE_THETA 10000.0
 
-/* Messages may be cut at L8_ERRLEN; vsnprintf keeps that legal. */
-static int fail_code(char err[L8_ERRLEN], int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int fail_code(char err[L8_ERRLEN], int code, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, L8_ERRLEN, fmt, ap);
-    va_end(ap);
-    return code;
-}
-#define fail(err, ...) fail_code(err, -EINVAL, __VA_ARGS__)
 
 static struct json_object *get(struct json_object *o, const char *key)
 {
@@ -59,14 +48,14 @@ static int get_u32(struct json_object *o, const char *path, const char *key,
     struct json_object *v = get(o, key);
     if (!v) {
         if (required)
-            return fail(err, "%s: missing key \"%s\"", path, key);
+            return l8_fail(err, "%s: missing key \"%s\"", path, key);
         return 0;
     }
     if (!json_object_is_type(v, json_type_int))
-        return fail(err, "%s: \"%s\" must be an integer", path, key);
+        return l8_fail(err, "%s: \"%s\" must be an integer", path, key);
     int64_t x = json_object_get_int64(v);
     if (x < (int64_t)lo || x > (int64_t)hi)
-        return fail(err, "%s: \"%s\" = %lld out of range [%u, %u]", path, key,
+        return l8_fail(err, "%s: \"%s\" = %lld out of range [%u, %u]", path, key,
                     (long long)x, lo, hi);
     *out = (uint32_t)x;
     return 0;
@@ -76,10 +65,10 @@ static int get_num(struct json_object *v, const char *path, const char *key,
                    double *out, char err[L8_ERRLEN])
 {
     if (!json_object_is_type(v, json_type_int) && !json_object_is_type(v, json_type_double))
-        return fail(err, "%s: \"%s\" must be a number", path, key);
+        return l8_fail(err, "%s: \"%s\" must be a number", path, key);
     double d = json_object_get_double(v);
     if (!isfinite(d))
-        return fail(err, "%s: \"%s\" must be finite", path, key);
+        return l8_fail(err, "%s: \"%s\" must be finite", path, key);
     *out = d;
     return 0;
 }
@@ -91,7 +80,7 @@ static int get_bool(struct json_object *o, const char *path, const char *key,
     if (!v)
         return 0;
     if (!json_object_is_type(v, json_type_boolean))
-        return fail(err, "%s: \"%s\" must be true or false", path, key);
+        return l8_fail(err, "%s: \"%s\" must be true or false", path, key);
     *out = json_object_get_boolean(v);
     return 0;
 }
@@ -100,11 +89,11 @@ static int token_id(struct json_object *v, const char *path, const char *key,
                     uint32_t vocab, int32_t *out, char err[L8_ERRLEN])
 {
     if (!json_object_is_type(v, json_type_int))
-        return fail(err, "%s: \"%s\" must be an integer token id or a list of them",
+        return l8_fail(err, "%s: \"%s\" must be an integer token id or a list of them",
                     path, key);
     int64_t x = json_object_get_int64(v);
     if (x < 0 || x >= (int64_t)vocab)
-        return fail(err, "%s: \"%s\" = %lld outside the vocabulary [0, %u)", path, key,
+        return l8_fail(err, "%s: \"%s\" = %lld outside the vocabulary [0, %u)", path, key,
                     (long long)x, vocab);
     *out = (int32_t)x;
     return 0;
@@ -122,18 +111,18 @@ static int parse_rope_scaling(struct json_object *rs, const char *path,
     if (!rs)
         return 0;
     if (!json_object_is_type(rs, json_type_object))
-        return fail(err, "%s: \"rope_scaling\" must be an object or null", path);
+        return l8_fail(err, "%s: \"rope_scaling\" must be an object or null", path);
     struct json_object *t = get(rs, "rope_type");
     if (!t)
         t = get(rs, "type");   /* older transformers spell it "type" */
     if (!t || !json_object_is_type(t, json_type_string))
-        return fail(err, "%s: \"rope_scaling.rope_type\" missing or not a string", path);
+        return l8_fail(err, "%s: \"rope_scaling.rope_type\" missing or not a string", path);
     const char *ty = json_object_get_string(t);
     /* "default" is how newer transformers spell "no scaling". */
     if (strcmp(ty, "default") == 0)
         return 0;
     if (strcmp(ty, "llama3") != 0)
-        return fail(err, "%s: unsupported rope_scaling type \"%s\" in \"rope_scaling.rope_type\""
+        return l8_fail(err, "%s: unsupported rope_scaling type \"%s\" in \"rope_scaling.rope_type\""
                     " (only llama3 or null)", path, ty);
 
     static const char *const keys[3] = { "factor", "low_freq_factor", "high_freq_factor" };
@@ -141,15 +130,15 @@ static int parse_rope_scaling(struct json_object *rs, const char *path,
     for (int i = 0; i < 3; i++) {
         struct json_object *x = get(rs, keys[i]);
         if (!x)
-            return fail(err, "%s: missing key \"rope_scaling.%s\"", path, keys[i]);
+            return l8_fail(err, "%s: missing key \"rope_scaling.%s\"", path, keys[i]);
         int r = get_num(x, path, keys[i], &v[i], err);
         if (r)
             return r;
         if (v[i] <= 0)
-            return fail(err, "%s: \"rope_scaling.%s\" must be positive", path, keys[i]);
+            return l8_fail(err, "%s: \"rope_scaling.%s\" must be positive", path, keys[i]);
     }
     if (v[2] <= v[1])
-        return fail(err, "%s: \"rope_scaling.high_freq_factor\" must exceed low_freq_factor",
+        return l8_fail(err, "%s: \"rope_scaling.high_freq_factor\" must exceed low_freq_factor",
                     path);
     uint32_t orig = 0;
     int r = get_u32(rs, path, "original_max_position_embeddings", true, 1, L8_CFG_MAX_POS,
@@ -158,7 +147,7 @@ static int parse_rope_scaling(struct json_object *rs, const char *path,
         /* Prefix the key with its parent so the message is unambiguous. */
         char tmp[L8_ERRLEN];
         memcpy(tmp, err, L8_ERRLEN);
-        return fail_code(err, r, "%s (in \"rope_scaling\")", tmp);
+        return l8_fail_code(err, r, "%s (in \"rope_scaling\")", tmp);
     }
     c->rope_type = L8_ROPE_LLAMA3;
     c->rope_factor = (float)v[0];
@@ -174,26 +163,26 @@ static int check_scheme(struct json_object *s, const char *path, const char *gro
                         char err[L8_ERRLEN])
 {
     if (!s || !json_object_is_type(s, json_type_object))
-        return fail(err, "%s: \"quantization_config.config_groups.%s.%s\" missing",
+        return l8_fail(err, "%s: \"quantization_config.config_groups.%s.%s\" missing",
                     path, group, which);
     struct json_object *nb = get(s, "num_bits");
     if (!nb || !json_object_is_type(nb, json_type_int) || json_object_get_int(nb) != 8)
-        return fail(err, "%s: \"quantization_config.config_groups.%s.%s.num_bits\" must be 8",
+        return l8_fail(err, "%s: \"quantization_config.config_groups.%s.%s.num_bits\" must be 8",
                     path, group, which);
     if (!str_is(get(s, "type"), "float"))
-        return fail(err, "%s: \"quantization_config.config_groups.%s.%s.type\" must be"
+        return l8_fail(err, "%s: \"quantization_config.config_groups.%s.%s.type\" must be"
                     " \"float\" (only FP8 is supported)", path, group, which);
     if (!str_is(get(s, "strategy"), want_strategy))
-        return fail(err, "%s: \"quantization_config.config_groups.%s.%s.strategy\" must be"
+        return l8_fail(err, "%s: \"quantization_config.config_groups.%s.%s.strategy\" must be"
                     " \"%s\"", path, group, which, want_strategy);
     struct json_object *d = get(s, "dynamic");
     bool dyn = d && json_object_is_type(d, json_type_boolean) && json_object_get_boolean(d);
     if (dyn != want_dynamic)
-        return fail(err, "%s: \"quantization_config.config_groups.%s.%s.dynamic\" must be %s",
+        return l8_fail(err, "%s: \"quantization_config.config_groups.%s.%s.dynamic\" must be %s",
                     path, group, which, want_dynamic ? "true" : "false");
     struct json_object *sym = get(s, "symmetric");
     if (sym && !(json_object_is_type(sym, json_type_boolean) && json_object_get_boolean(sym)))
-        return fail(err, "%s: \"quantization_config.config_groups.%s.%s.symmetric\" must be true",
+        return l8_fail(err, "%s: \"quantization_config.config_groups.%s.%s.symmetric\" must be true",
                     path, group, which);
     return 0;
 }
@@ -204,27 +193,27 @@ static int parse_quant(struct json_object *q, const char *path, struct l8_config
     if (!q)
         return 0;
     if (!json_object_is_type(q, json_type_object))
-        return fail(err, "%s: \"quantization_config\" must be an object", path);
+        return l8_fail(err, "%s: \"quantization_config\" must be an object", path);
     struct json_object *m = get(q, "quant_method");
     if (!str_is(m, "compressed-tensors"))
-        return fail(err, "%s: unsupported \"quantization_config.quant_method\" \"%s\""
+        return l8_fail(err, "%s: unsupported \"quantization_config.quant_method\" \"%s\""
                     " (only compressed-tensors FP8-dynamic)", path,
                     m ? json_object_get_string(m) : "(missing)");
     struct json_object *f = get(q, "format");
     if (!str_is(f, "float-quantized") && !str_is(f, "naive-quantized"))
-        return fail(err, "%s: unsupported \"quantization_config.format\" \"%s\""
+        return l8_fail(err, "%s: unsupported \"quantization_config.format\" \"%s\""
                     " (only float-quantized or naive-quantized)", path,
                     f ? json_object_get_string(f) : "(missing)");
     if (get(q, "kv_cache_scheme"))
-        return fail(err, "%s: \"quantization_config.kv_cache_scheme\" is not supported", path);
+        return l8_fail(err, "%s: \"quantization_config.kv_cache_scheme\" is not supported", path);
 
     struct json_object *groups = get(q, "config_groups");
     if (!groups || !json_object_is_type(groups, json_type_object) ||
         json_object_object_length(groups) == 0)
-        return fail(err, "%s: \"quantization_config.config_groups\" missing or empty", path);
+        return l8_fail(err, "%s: \"quantization_config.config_groups\" missing or empty", path);
     json_object_object_foreach(groups, gname, g) {
         if (!g || !json_object_is_type(g, json_type_object))
-            return fail(err, "%s: \"quantization_config.config_groups.%s\" must be an object",
+            return l8_fail(err, "%s: \"quantization_config.config_groups.%s\" must be an object",
                         path, gname);
         int r = check_scheme(get(g, "weights"), path, gname, "weights", false, "channel", err);
         if (!r)
@@ -233,30 +222,30 @@ static int parse_quant(struct json_object *q, const char *path, struct l8_config
         if (r)
             return r;
         if (get(g, "output_activations"))
-            return fail(err, "%s: \"quantization_config.config_groups.%s.output_activations\""
+            return l8_fail(err, "%s: \"quantization_config.config_groups.%s.output_activations\""
                         " is not supported", path, gname);
     }
 
     struct json_object *ig = get(q, "ignore");
     if (ig) {
         if (!json_object_is_type(ig, json_type_array))
-            return fail(err, "%s: \"quantization_config.ignore\" must be a list", path);
+            return l8_fail(err, "%s: \"quantization_config.ignore\" must be a list", path);
         size_t n = json_object_array_length(ig);
         if (n > L8_MAX_IGNORE)
-            return fail(err, "%s: \"quantization_config.ignore\" has %zu entries (at most %d)",
+            return l8_fail(err, "%s: \"quantization_config.ignore\" has %zu entries (at most %d)",
                         path, n, L8_MAX_IGNORE);
         for (size_t i = 0; i < n; i++) {
             struct json_object *e = json_object_array_get_idx(ig, i);
             if (!e || !json_object_is_type(e, json_type_string) ||
                 json_object_get_string_len(e) == 0 ||
                 (size_t)json_object_get_string_len(e) >= sizeof c->ignore[0])
-                return fail(err, "%s: \"quantization_config.ignore\"[%zu] must be a module"
+                return l8_fail(err, "%s: \"quantization_config.ignore\"[%zu] must be a module"
                             " name shorter than %zu bytes", path, i, sizeof c->ignore[0]);
             const char *s = json_object_get_string(e);
             if (strncmp(s, "re:", 3) == 0) {
                 regex_t re;
                 if (regcomp(&re, s + 3, REG_EXTENDED | REG_NOSUB))
-                    return fail(err, "%s: \"quantization_config.ignore\"[%zu]: bad regex \"%s\"",
+                    return l8_fail(err, "%s: \"quantization_config.ignore\"[%zu]: bad regex \"%s\"",
                                 path, i, s);
                 regfree(&re);
             }
@@ -276,7 +265,7 @@ static int parse_obj(struct json_object *o, const char *path, struct l8_config *
     c->bos = -1;
 
     if (!json_object_is_type(o, json_type_object))
-        return fail(err, "%s: top level is not a JSON object", path);
+        return l8_fail(err, "%s: top level is not a JSON object", path);
 
     struct json_object *arch = get(o, "architectures");
     bool llama = false;
@@ -284,7 +273,7 @@ static int parse_obj(struct json_object *o, const char *path, struct l8_config *
         for (size_t i = 0; i < json_object_array_length(arch); i++)
             llama |= str_is(json_object_array_get_idx(arch, i), "LlamaForCausalLM");
     if (!llama)
-        return fail(err, "%s: unsupported architecture in \"architectures\" (%s); need"
+        return l8_fail(err, "%s: unsupported architecture in \"architectures\" (%s); need"
                     " LlamaForCausalLM", path,
                     arch ? json_object_to_json_string_ext(arch, JSON_C_TO_STRING_PLAIN)
                          : "missing");
@@ -302,7 +291,7 @@ static int parse_obj(struct json_object *o, const char *path, struct l8_config *
                      &c->n_kv_heads, err)))
         return r;
     if (c->n_heads % c->n_kv_heads)
-        return fail(err, "%s: \"num_attention_heads\" (%u) is not a multiple of"
+        return l8_fail(err, "%s: \"num_attention_heads\" (%u) is not a multiple of"
                     " \"num_key_value_heads\" (%u)", path, c->n_heads, c->n_kv_heads);
 
     if (get(o, "head_dim")) {
@@ -312,34 +301,34 @@ static int parse_obj(struct json_object *o, const char *path, struct l8_config *
         /* Only when head_dim is derived must hidden split evenly into heads;
          * an explicit head_dim may differ from hidden / heads (Mistral-style). */
         if (c->hidden % c->n_heads)
-            return fail(err, "%s: \"hidden_size\" (%u) is not a multiple of"
+            return l8_fail(err, "%s: \"hidden_size\" (%u) is not a multiple of"
                         " \"num_attention_heads\" (%u) and \"head_dim\" is absent",
                         path, c->hidden, c->n_heads);
         c->head_dim = c->hidden / c->n_heads;
         if (c->head_dim > L8_CFG_MAX_HEAD_DIM)
-            return fail(err, "%s: derived \"head_dim\" %u too large", path, c->head_dim);
+            return l8_fail(err, "%s: derived \"head_dim\" %u too large", path, c->head_dim);
     }
     if (c->head_dim % 2)
-        return fail(err, "%s: \"head_dim\" (%u) must be even for RoPE", path, c->head_dim);
+        return l8_fail(err, "%s: \"head_dim\" (%u) must be even for RoPE", path, c->head_dim);
     if ((uint64_t)c->n_heads * c->head_dim > L8_CFG_MAX_WIDTH)
-        return fail(err, "%s: \"num_attention_heads\" * \"head_dim\" = %llu too large", path,
+        return l8_fail(err, "%s: \"num_attention_heads\" * \"head_dim\" = %llu too large", path,
                     (unsigned long long)c->n_heads * c->head_dim);
 
     struct json_object *v;
     double d;
     if (!(v = get(o, "rms_norm_eps")))
-        return fail(err, "%s: missing key \"rms_norm_eps\"", path);
+        return l8_fail(err, "%s: missing key \"rms_norm_eps\"", path);
     if ((r = get_num(v, path, "rms_norm_eps", &d, err)))
         return r;
     if (d <= 0 || d >= 1)
-        return fail(err, "%s: \"rms_norm_eps\" = %g out of range (0, 1)", path, d);
+        return l8_fail(err, "%s: \"rms_norm_eps\" = %g out of range (0, 1)", path, d);
     c->rms_eps = (float)d;
 
     d = L8_DEFAULT_ROPE_THETA;
     if ((v = get(o, "rope_theta")) && (r = get_num(v, path, "rope_theta", &d, err)))
         return r;
     if (d <= 1)
-        return fail(err, "%s: \"rope_theta\" = %g must exceed 1", path, d);
+        return l8_fail(err, "%s: \"rope_theta\" = %g must exceed 1", path, d);
     c->rope_theta = (float)d;
     if ((r = parse_rope_scaling(get(o, "rope_scaling"), path, c, err)))
         return r;
@@ -352,13 +341,13 @@ static int parse_obj(struct json_object *o, const char *path, struct l8_config *
     if ((r = get_bool(o, path, "attention_bias", &bias, err)))
         return r;
     if (bias)
-        return fail(err, "%s: \"attention_bias\" true is not supported", path);
+        return l8_fail(err, "%s: \"attention_bias\" true is not supported", path);
     if ((r = get_bool(o, path, "mlp_bias", &bias, err)))
         return r;
     if (bias)
-        return fail(err, "%s: \"mlp_bias\" true is not supported", path);
+        return l8_fail(err, "%s: \"mlp_bias\" true is not supported", path);
     if ((v = get(o, "hidden_act")) && !str_is(v, "silu"))
-        return fail(err, "%s: \"hidden_act\" must be \"silu\"", path);
+        return l8_fail(err, "%s: \"hidden_act\" must be \"silu\"", path);
 
     if ((v = get(o, "bos_token_id")) && (r = token_id(v, path, "bos_token_id", c->vocab,
                                                        &c->bos, err)))
@@ -367,7 +356,7 @@ static int parse_obj(struct json_object *o, const char *path, struct l8_config *
         if (json_object_is_type(v, json_type_array)) {
             size_t n = json_object_array_length(v);
             if (n > L8_MAX_EOS)
-                return fail(err, "%s: \"eos_token_id\" has %zu entries (at most %d)", path, n,
+                return l8_fail(err, "%s: \"eos_token_id\" has %zu entries (at most %d)", path, n,
                             L8_MAX_EOS);
             for (size_t i = 0; i < n; i++)
                 if ((r = token_id(json_object_array_get_idx(v, i), path, "eos_token_id",
@@ -395,7 +384,7 @@ int l8_config_parse(const char *json, const char *path, struct l8_config *out,
     enum json_tokener_error je = json_tokener_get_error(tok);
     int r;
     if (!o || je != json_tokener_success) {
-        r = fail(err, "%s: malformed JSON at byte %zu: %s", path,
+        r = l8_fail(err, "%s: malformed JSON at byte %zu: %s", path,
                  json_tokener_get_parse_end(tok),
                  je == json_tokener_continue ? "unexpected end of input"
                                              : json_tokener_error_desc(je));
@@ -403,7 +392,7 @@ int l8_config_parse(const char *json, const char *path, struct l8_config *out,
     }
     for (size_t i = json_tokener_get_parse_end(tok); i < len; i++)
         if (!strchr(" \t\r\n", json[i])) {
-            r = fail(err, "%s: malformed JSON: trailing data at byte %zu", path, i);
+            r = l8_fail(err, "%s: malformed JSON: trailing data at byte %zu", path, i);
             goto out;
         }
     r = parse_obj(o, path, &c, err);
@@ -417,50 +406,17 @@ out:
 
 int l8_config_load(const char *dir, struct l8_config *out, char err[L8_ERRLEN])
 {
-    char path[4200];
+    char path[4200], *buf;
+    size_t len;
     snprintf(path, sizeof path, "%s/config.json", dir);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        int e = errno;
-        return fail_code(err, -e, "%s: %s", path, strerror(e));
-    }
-    struct stat st;
-    char *buf = NULL;
-    int r;
-    if (fstat(fd, &st) < 0) {
-        r = fail_code(err, -errno, "%s: %s", path, strerror(errno));
-        goto out;
-    }
-    if (!S_ISREG(st.st_mode) || st.st_size > L8_CFG_MAX_FILE) {
-        r = fail(err, "%s: not a regular file of at most %u bytes", path, L8_CFG_MAX_FILE);
-        goto out;
-    }
-    buf = malloc((size_t)st.st_size + 1);
-    if (!buf) {
-        r = fail_code(err, -ENOMEM, "%s: out of memory", path);
-        goto out;
-    }
-    size_t got = 0;
-    while (got < (size_t)st.st_size) {
-        ssize_t n = read(fd, buf + got, (size_t)st.st_size - got);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0) {
-            int e = n < 0 ? errno : EIO;
-            r = fail_code(err, -e, "%s: read failed: %s", path, strerror(e));
-            goto out;
-        }
-        got += (size_t)n;
-    }
-    buf[got] = 0;
-    if (strlen(buf) != got) {
-        r = fail(err, "%s: malformed JSON: contains a NUL byte", path);
-        goto out;
-    }
-    r = l8_config_parse(buf, path, out, err);
-out:
+    int r = l8_read_file(path, L8_CFG_MAX_FILE, &buf, &len, err);
+    if (r)
+        return r;
+    if (strlen(buf) != len)
+        r = l8_fail(err, "%s: malformed JSON: contains a NUL byte", path);
+    else
+        r = l8_config_parse(buf, path, out, err);
     free(buf);
-    close(fd);
     return r;
 }
 

@@ -20,22 +20,12 @@
 #include <string.h>
 
 #include "numerics.h"
+#include "errors.h"
 
 #define ARENA_ALIGN 64          /* cache line: engines stream these rows */
 #define QUANT_ROWS_PER_TASK 64  /* load-time quantization work unit */
 #define MAX_LOAD_THREADS 256
 
-static int fail_code(char err[L8_ERRLEN], int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int fail_code(char err[L8_ERRLEN], int code, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, L8_ERRLEN, fmt, ap);
-    va_end(ap);
-    return code;
-}
-#define fail(err, ...) fail_code(err, -EINVAL, __VA_ARGS__)
 
 static bool is_dense_dtype(enum l8_dtype t)
 {
@@ -126,7 +116,7 @@ static int need(struct loader *L, const char *name, uint32_t n_want, const uint6
 {
     const struct l8_tensor *t = l8_st_find(L->ts, name);
     if (!t)
-        return fail(L->err, "%s: missing tensor %s", L->dir, name);
+        return l8_fail(L->err, "%s: missing tensor %s", L->dir, name);
     bool ok = t->n_dims == n_want;
     for (uint32_t i = 0; ok && i < n_want; i++)
         ok = t->shape[i] == want[i];
@@ -136,7 +126,7 @@ static int need(struct loader *L, const char *name, uint32_t n_want, const uint6
         char got[128], exp[128];
         shape_str(t->shape, t->n_dims, got, sizeof got);
         shape_str(want, n_want, exp, sizeof exp);
-        return fail(L->err, "%s: %s: shape %s, expected %s%s", t->file, name, got,
+        return l8_fail(L->err, "%s: %s: shape %s, expected %s%s", t->file, name, got,
                     exp, allow_col ? " or [out, 1]" : "");
     }
     L->used[t - l8_st_at(L->ts, 0)] = true;
@@ -146,7 +136,7 @@ static int need(struct loader *L, const char *name, uint32_t n_want, const uint6
 
 static int bad_dtype(struct loader *L, const struct l8_tensor *t, const char *expected)
 {
-    return fail(L->err, "%s: %s: dtype %s, expected %s", t->file, t->name,
+    return l8_fail(L->err, "%s: %s: dtype %s, expected %s", t->file, t->name,
                 l8_dtype_name(t->dtype), expected);
 }
 
@@ -164,7 +154,7 @@ static int need_dense(struct loader *L, const char *name, uint32_t rows, uint32_
     if (!is_dense_dtype(t->dtype))
         return bad_dtype(L, t, "BF16, F16 or F32");
     if ((uintptr_t)t->data % l8_dtype_size(t->dtype))
-        return fail(L->err, "%s: %s: data not aligned to its %zu-byte elements",
+        return l8_fail(L->err, "%s: %s: data not aligned to its %zu-byte elements",
                     t->file, name, l8_dtype_size(t->dtype));
     *d = (struct l8_dense){ .dtype = t->dtype, .data = t->data, .rows = rows, .cols = cols };
     return 0;
@@ -296,7 +286,7 @@ static int run_quantize(struct proj_job *jobs, uint32_t n_jobs, int nthreads, ch
     struct quant_pool p = { .jobs = jobs, .n_jobs = n_jobs };
     int r = 0;
     if (!(p.task_start = calloc(n_jobs + 1, sizeof *p.task_start)))
-        return fail_code(err, -ENOMEM, "out of memory");
+        return l8_fail_code(err, -ENOMEM, "out of memory");
     for (uint32_t j = 0; j < n_jobs; j++) {
         uint32_t n = jobs[j].kind == PROJ_QUANTIZE
                          ? (jobs[j].out + QUANT_ROWS_PER_TASK - 1) / QUANT_ROWS_PER_TASK : 0;
@@ -322,7 +312,7 @@ static int run_quantize(struct proj_job *jobs, uint32_t n_jobs, int nthreads, ch
     for (int i = 0; i < started; i++)
         pthread_join(tid[i], NULL);
     if (atomic_load(&p.failed) && atomic_load(&p.next) < p.n_tasks)
-        r = fail_code(err, -ENOMEM, "out of memory quantizing weights");
+        r = l8_fail_code(err, -ENOMEM, "out of memory quantizing weights");
 out:
     free(p.task_start);
     return r;
@@ -358,9 +348,9 @@ int l8_model_load(const char *dir, int nthreads, struct l8_model **out, char err
     int r;
 
     if (!m)
-        return fail_code(err, -ENOMEM, "%s: out of memory", dir);
+        return l8_fail_code(err, -ENOMEM, "%s: out of memory", dir);
     if (strlen(dir) >= sizeof m->dir) {
-        r = fail_code(err, -ENAMETOOLONG, "%s: path too long", dir);
+        r = l8_fail_code(err, -ENAMETOOLONG, "%s: path too long", dir);
         goto err;
     }
     strcpy(m->dir, dir);
@@ -378,7 +368,7 @@ int l8_model_load(const char *dir, int nthreads, struct l8_model **out, char err
     L.used = calloc(l8_st_count(m->ts) + 1, sizeof *L.used);
     L.jobs = calloc((size_t)7 * c->n_layers, sizeof *L.jobs);
     if (!m->layers || !lt || !L.used || !L.jobs) {
-        r = fail_code(err, -ENOMEM, "%s: out of memory", dir);
+        r = l8_fail_code(err, -ENOMEM, "%s: out of memory", dir);
         goto err;
     }
 
@@ -393,7 +383,7 @@ int l8_model_load(const char *dir, int nthreads, struct l8_model **out, char err
         if (lm)
             L.used[lm - l8_st_at(m->ts, 0)] = true;
     } else if (!lm) {
-        r = fail(err, "%s: missing tensor lm_head.weight (tie_word_embeddings is false)", dir);
+        r = l8_fail(err, "%s: missing tensor lm_head.weight (tie_word_embeddings is false)", dir);
         goto err;
     } else if ((r = need_dense(&L, "lm_head.weight", c->vocab, c->hidden, &m->lm_head))) {
         goto err;
@@ -427,7 +417,7 @@ int l8_model_load(const char *dir, int nthreads, struct l8_model **out, char err
         static const char inv[] = "rotary_emb.inv_freq";   /* old checkpoints */
         if (L.used[i] || (n >= sizeof inv - 1 && !strcmp(t->name + n - (sizeof inv - 1), inv)))
             continue;
-        r = fail(err, "%s: %s: unexpected tensor (not part of a LlamaForCausalLM with this"
+        r = l8_fail(err, "%s: %s: unexpected tensor (not part of a LlamaForCausalLM with this"
                  " config.json)", t->file, t->name);
         goto err;
     }
@@ -436,7 +426,7 @@ int l8_model_load(const char *dir, int nthreads, struct l8_model **out, char err
     /* Pass 2. */
     if (posix_memalign(&m->owned, ARENA_ALIGN, L.arena_bytes ? L.arena_bytes : ARENA_ALIGN)) {
         m->owned = NULL;
-        r = fail_code(err, -ENOMEM, "%s: out of memory (%zu bytes for converted weights)", dir,
+        r = l8_fail_code(err, -ENOMEM, "%s: out of memory (%zu bytes for converted weights)", dir,
                       L.arena_bytes);
         goto err;
     }

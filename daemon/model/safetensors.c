@@ -5,6 +5,7 @@
  * open checks all of it (see the list in safetensors.h) and names the file
  * and the tensor in every rejection. The writer lives in safetensors_write.c. */
 #include "safetensors.h"
+#include "errors.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -63,17 +64,6 @@ size_t l8_dtype_size(enum l8_dtype t)
     return (unsigned)t < L8_DTYPE_COUNT ? dtypes[t].size : 0;
 }
 
-static int fail_code(char err[L8_ERRLEN], int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int fail_code(char err[L8_ERRLEN], int code, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, L8_ERRLEN, fmt, ap);
-    va_end(ap);
-    return code;
-}
-#define fail(err, ...) fail_code(err, -EINVAL, __VA_ARGS__)
 
 static const char *base_name(const char *path)
 {
@@ -102,74 +92,32 @@ void l8_st_close(struct l8_tensor_set *s)
     free(s);
 }
 
-/* Read a whole small file into a NUL-terminated buffer. */
-static int slurp(const char *path, size_t max, char **out, char err[L8_ERRLEN])
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return fail_code(err, -errno, "%s: %s", path, strerror(errno));
-    struct stat st;
-    char *buf = NULL;
-    int r = 0;
-    if (fstat(fd, &st) < 0) {
-        r = fail_code(err, -errno, "%s: %s", path, strerror(errno));
-        goto out;
-    }
-    if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > max) {
-        r = fail(err, "%s: not a regular file of at most %zu bytes", path, max);
-        goto out;
-    }
-    if (!(buf = malloc((size_t)st.st_size + 1))) {
-        r = fail_code(err, -ENOMEM, "%s: out of memory", path);
-        goto out;
-    }
-    size_t got = 0;
-    while (got < (size_t)st.st_size) {
-        ssize_t n = read(fd, buf + got, (size_t)st.st_size - got);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0) {
-            int e = n < 0 ? errno : EIO;
-            r = fail_code(err, -e, "%s: read failed: %s", path, strerror(e));
-            goto out;
-        }
-        got += (size_t)n;
-    }
-    buf[got] = 0;
-    *out = buf;
-    buf = NULL;
-out:
-    free(buf);
-    close(fd);
-    return r;
-}
-
 /* Parse len bytes of JSON text that must hold one object (and whitespace). */
 static int parse_json(const char *text, size_t len, const char *path,
                       struct json_object **out, char err[L8_ERRLEN])
 {
     if (len > INT32_MAX)
-        return fail(err, "%s: JSON too large", path);
+        return l8_fail(err, "%s: JSON too large", path);
     struct json_tokener *tok = json_tokener_new();
     if (!tok)
-        return fail_code(err, -ENOMEM, "%s: out of memory", path);
+        return l8_fail_code(err, -ENOMEM, "%s: out of memory", path);
     struct json_object *o = json_tokener_parse_ex(tok, text, (int)len);
     enum json_tokener_error je = json_tokener_get_error(tok);
     size_t end = json_tokener_get_parse_end(tok);
     int r = 0;
     if (!o || je != json_tokener_success) {
-        r = fail(err, "%s: malformed JSON at byte %zu: %s", path, end,
+        r = l8_fail(err, "%s: malformed JSON at byte %zu: %s", path, end,
                  je == json_tokener_continue ? "unexpected end of input"
                                              : json_tokener_error_desc(je));
         goto out;
     }
     for (size_t i = end; i < len; i++)
         if (!memchr(" \t\r\n", text[i], 4)) {
-            r = fail(err, "%s: malformed JSON: unexpected data at byte %zu", path, i);
+            r = l8_fail(err, "%s: malformed JSON: unexpected data at byte %zu", path, i);
             goto out;
         }
     if (!json_object_is_type(o, json_type_object)) {
-        r = fail(err, "%s: malformed JSON: top level is not an object", path);
+        r = l8_fail(err, "%s: malformed JSON: top level is not an object", path);
         goto out;
     }
     *out = o;
@@ -213,40 +161,40 @@ static int add_file(struct l8_tensor_set *s, const char *path, char err[L8_ERRLE
         uint32_t cap = s->cap_files ? 2 * s->cap_files : 4;
         void *p = realloc(s->files, cap * sizeof *s->files);
         if (!p)
-            return fail_code(err, -ENOMEM, "%s: out of memory", path);
+            return l8_fail_code(err, -ENOMEM, "%s: out of memory", path);
         s->files = p;
         s->cap_files = cap;
     }
     struct st_file *f = &s->files[s->n_files];
     memset(f, 0, sizeof *f);
     if (!(f->path = strdup(path)))
-        return fail_code(err, -ENOMEM, "%s: out of memory", path);
+        return l8_fail_code(err, -ENOMEM, "%s: out of memory", path);
     s->n_files++;   /* from here on l8_st_close frees it */
 
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return fail_code(err, -errno, "%s: %s", path, strerror(errno));
+        return l8_fail_code(err, -errno, "%s: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) < 0) {
-        r = fail_code(err, -errno, "%s: %s", path, strerror(errno));
+        r = l8_fail_code(err, -errno, "%s: %s", path, strerror(errno));
         close(fd);
         return r;
     }
     if (!S_ISREG(st.st_mode)) {
         close(fd);
-        return fail(err, "%s: not a regular file", path);
+        return l8_fail(err, "%s: not a regular file", path);
     }
     uint64_t size = (uint64_t)st.st_size;
     if (size < 8) {
         close(fd);
-        return fail(err, "%s: truncated file: %llu bytes, too short for the 8-byte header"
+        return l8_fail(err, "%s: truncated file: %llu bytes, too short for the 8-byte header"
                     " length", path, (unsigned long long)size);
     }
     void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
     int e = errno;
     close(fd);  /* the mapping keeps the file */
     if (map == MAP_FAILED)
-        return fail_code(err, -e, "%s: mmap: %s", path, strerror(e));
+        return l8_fail_code(err, -e, "%s: mmap: %s", path, strerror(e));
     f->map = map;
     f->size = size;
 
@@ -255,14 +203,14 @@ static int add_file(struct l8_tensor_set *s, const char *path, char err[L8_ERRLE
     for (int i = 7; i >= 0; i--)
         hlen = hlen << 8 | b[i];   /* little-endian on every host */
     if (hlen > size - 8)
-        return fail(err, "%s: header length %llu is longer than the file (%llu bytes):"
+        return l8_fail(err, "%s: header length %llu is longer than the file (%llu bytes):"
                     " truncated or corrupt", path, (unsigned long long)hlen,
                     (unsigned long long)size);
     if (hlen > L8_ST_MAX_HEADER)
-        return fail(err, "%s: header length %llu exceeds the %u-byte limit", path,
+        return l8_fail(err, "%s: header length %llu exceeds the %u-byte limit", path,
                     (unsigned long long)hlen, L8_ST_MAX_HEADER);
     if (hlen < 2 || b[8] != '{')
-        return fail(err, "%s: malformed JSON header: does not start with '{'", path);
+        return l8_fail(err, "%s: malformed JSON header: does not start with '{'", path);
     if ((r = parse_json((const char *)b + 8, hlen, path, &hdr, err)))
         return r;
 
@@ -270,7 +218,7 @@ static int add_file(struct l8_tensor_set *s, const char *path, char err[L8_ERRLE
     uint64_t dsize = size - 8 - hlen;
     int nt = json_object_object_length(hdr);
     if (nt > (int)L8_ST_MAX_TENSORS) {
-        r = fail(err, "%s: %d tensors exceed the limit of %u", path, nt, L8_ST_MAX_TENSORS);
+        r = l8_fail(err, "%s: %d tensors exceed the limit of %u", path, nt, L8_ST_MAX_TENSORS);
         goto out;
     }
     if (s->n + (uint32_t)nt > s->cap) {
@@ -279,14 +227,14 @@ static int add_file(struct l8_tensor_set *s, const char *path, char err[L8_ERRLE
             cap *= 2;
         void *p = realloc(s->t, cap * sizeof *s->t);
         if (!p) {
-            r = fail_code(err, -ENOMEM, "%s: out of memory", path);
+            r = l8_fail_code(err, -ENOMEM, "%s: out of memory", path);
             goto out;
         }
         s->t = p;
         s->cap = cap;
     }
     if (!(spans = calloc((size_t)nt + 1, sizeof *spans))) {
-        r = fail_code(err, -ENOMEM, "%s: out of memory", path);
+        r = l8_fail_code(err, -ENOMEM, "%s: out of memory", path);
         goto out;
     }
 
@@ -294,13 +242,13 @@ static int add_file(struct l8_tensor_set *s, const char *path, char err[L8_ERRLE
     json_object_object_foreach(hdr, name, v) {
         if (strcmp(name, "__metadata__") == 0) {
             if (v && !json_object_is_type(v, json_type_object)) {
-                r = fail(err, "%s: \"__metadata__\" must be an object", path);
+                r = l8_fail(err, "%s: \"__metadata__\" must be an object", path);
                 goto out;
             }
             continue;
         }
         if (!v || !json_object_is_type(v, json_type_object)) {
-            r = fail(err, "%s: %s: header entry is not an object", path, name);
+            r = l8_fail(err, "%s: %s: header entry is not an object", path, name);
             goto out;
         }
         struct l8_tensor t = { .file = f->path };
@@ -309,7 +257,7 @@ static int add_file(struct l8_tensor_set *s, const char *path, char err[L8_ERRLE
         json_object_object_get_ex(v, "shape", &shape);
         json_object_object_get_ex(v, "data_offsets", &offs);
         if (!dt || !json_object_is_type(dt, json_type_string)) {
-            r = fail(err, "%s: %s: missing or non-string \"dtype\"", path, name);
+            r = l8_fail(err, "%s: %s: missing or non-string \"dtype\"", path, name);
             goto out;
         }
         int k;
@@ -317,14 +265,14 @@ static int add_file(struct l8_tensor_set *s, const char *path, char err[L8_ERRLE
             if (strcmp(json_object_get_string(dt), dtypes[k].name) == 0)
                 break;
         if (k == L8_DTYPE_COUNT) {
-            r = fail(err, "%s: %s: unknown or unsupported dtype \"%s\"", path, name,
+            r = l8_fail(err, "%s: %s: unknown or unsupported dtype \"%s\"", path, name,
                      json_object_get_string(dt));
             goto out;
         }
         t.dtype = (enum l8_dtype)k;
         if (!shape || !json_object_is_type(shape, json_type_array) ||
             json_object_array_length(shape) > L8_MAX_DIMS) {
-            r = fail(err, "%s: %s: \"shape\" must be a list of at most %d sizes", path, name,
+            r = l8_fail(err, "%s: %s: \"shape\" must be a list of at most %d sizes", path, name,
                      L8_MAX_DIMS);
             goto out;
         }
@@ -334,11 +282,11 @@ static int add_file(struct l8_tensor_set *s, const char *path, char err[L8_ERRLE
         uint64_t want = dtypes[k].size;
         for (uint32_t d = 0; d < t.n_dims; d++) {
             if (get_u64(json_object_array_get_idx(shape, d), &t.shape[d])) {
-                r = fail(err, "%s: %s: shape[%u] is not a non-negative integer", path, name, d);
+                r = l8_fail(err, "%s: %s: shape[%u] is not a non-negative integer", path, name, d);
                 goto out;
             }
             if (t.shape[d] && want > UINT64_MAX / t.shape[d]) {
-                r = fail(err, "%s: %s: shape overflows", path, name);
+                r = l8_fail(err, "%s: %s: shape overflows", path, name);
                 goto out;
             }
             want *= t.shape[d];
@@ -348,22 +296,22 @@ static int add_file(struct l8_tensor_set *s, const char *path, char err[L8_ERRLE
             json_object_array_length(offs) != 2 ||
             get_u64(json_object_array_get_idx(offs, 0), &o0) ||
             get_u64(json_object_array_get_idx(offs, 1), &o1)) {
-            r = fail(err, "%s: %s: \"data_offsets\" must be [begin, end]", path, name);
+            r = l8_fail(err, "%s: %s: \"data_offsets\" must be [begin, end]", path, name);
             goto out;
         }
         if (o1 < o0) {
-            r = fail(err, "%s: %s: data_offsets [%llu, %llu] end before begin", path, name,
+            r = l8_fail(err, "%s: %s: data_offsets [%llu, %llu] end before begin", path, name,
                      (unsigned long long)o0, (unsigned long long)o1);
             goto out;
         }
         if (o1 > dsize) {
-            r = fail(err, "%s: %s: data_offsets [%llu, %llu] out of range: the data section"
+            r = l8_fail(err, "%s: %s: data_offsets [%llu, %llu] out of range: the data section"
                      " has %llu bytes (truncated file?)", path, name, (unsigned long long)o0,
                      (unsigned long long)o1, (unsigned long long)dsize);
             goto out;
         }
         if (o1 - o0 != want) {
-            r = fail(err, "%s: %s: %llu bytes in data_offsets, but shape and dtype %s need"
+            r = l8_fail(err, "%s: %s: %llu bytes in data_offsets, but shape and dtype %s need"
                      " %llu", path, name, (unsigned long long)(o1 - o0), dtypes[k].name,
                      (unsigned long long)want);
             goto out;
@@ -371,7 +319,7 @@ static int add_file(struct l8_tensor_set *s, const char *path, char err[L8_ERRLE
         t.data = data + o0;
         t.nbytes = want;
         if (!(t.name = strdup(name))) {
-            r = fail_code(err, -ENOMEM, "%s: out of memory", path);
+            r = l8_fail_code(err, -ENOMEM, "%s: out of memory", path);
             goto out;
         }
         spans[ns++] = (struct span){ o0, o1, s->n };
@@ -386,7 +334,7 @@ static int add_file(struct l8_tensor_set *s, const char *path, char err[L8_ERRLE
         if (spans[i].begin == spans[i].end)
             continue;
         if (prev != UINT32_MAX && spans[i].begin < spans[prev].end) {
-            r = fail(err, "%s: %s: data_offsets [%llu, %llu] overlap %s [%llu, %llu]", path,
+            r = l8_fail(err, "%s: %s: data_offsets [%llu, %llu] overlap %s [%llu, %llu]", path,
                      s->t[spans[i].idx].name, (unsigned long long)spans[i].begin,
                      (unsigned long long)spans[i].end, s->t[spans[prev].idx].name,
                      (unsigned long long)spans[prev].begin,
@@ -409,7 +357,7 @@ static int finish(struct l8_tensor_set *s, char err[L8_ERRLEN])
         qsort(s->t, s->n, sizeof *s->t, cmp_name);
     for (uint32_t i = 1; i < s->n; i++)
         if (strcmp(s->t[i].name, s->t[i - 1].name) == 0)
-            return fail(err, "%s: %s: duplicate tensor name (also in %s)", s->t[i].file,
+            return l8_fail(err, "%s: %s: duplicate tensor name (also in %s)", s->t[i].file,
                         s->t[i].name, s->t[i - 1].file);
     return 0;
 }
@@ -423,7 +371,7 @@ int l8_st_open_file(const char *path, struct l8_tensor_set **out, char err[L8_ER
 {
     struct l8_tensor_set *s = new_set();
     if (!s)
-        return fail_code(err, -ENOMEM, "%s: out of memory", path);
+        return l8_fail_code(err, -ENOMEM, "%s: out of memory", path);
     int r = add_file(s, path, err);
     if (!r)
         r = finish(s, err);
@@ -448,35 +396,35 @@ static int open_sharded(const char *dir, const char *ipath, struct l8_tensor_set
     const char **shards = NULL;
     int r;
 
-    if ((r = slurp(ipath, L8_ST_MAX_INDEX, &text, err)))
+    if ((r = l8_read_file(ipath, L8_ST_MAX_INDEX, &text, NULL, err)))
         return r;
     if ((r = parse_json(text, strlen(text), ipath, &idx, err)))
         goto out;
     if (!json_object_object_get_ex(idx, "weight_map", &wm) || !wm ||
         !json_object_is_type(wm, json_type_object)) {
-        r = fail(err, "%s: missing or non-object \"weight_map\"", ipath);
+        r = l8_fail(err, "%s: missing or non-object \"weight_map\"", ipath);
         goto out;
     }
     int n = json_object_object_length(wm);
     if (n == 0 || n > (int)L8_ST_MAX_TENSORS) {
-        r = fail(err, "%s: \"weight_map\" has %d entries", ipath, n);
+        r = l8_fail(err, "%s: \"weight_map\" has %d entries", ipath, n);
         goto out;
     }
     if (!(shards = calloc((size_t)n, sizeof *shards))) {
-        r = fail_code(err, -ENOMEM, "%s: out of memory", ipath);
+        r = l8_fail_code(err, -ENOMEM, "%s: out of memory", ipath);
         goto out;
     }
     int ns = 0;
     json_object_object_foreach(wm, name, v) {
         if (!v || !json_object_is_type(v, json_type_string)) {
-            r = fail(err, "%s: weight_map: %s: shard name must be a string", ipath, name);
+            r = l8_fail(err, "%s: weight_map: %s: shard name must be a string", ipath, name);
             goto out;
         }
         const char *f = json_object_get_string(v);
         /* Shards live in the checkpoint directory; a name with a slash
          * (or "..") would read files elsewhere. */
         if (!*f || strchr(f, '/') || strcmp(f, "..") == 0 || strcmp(f, ".") == 0) {
-            r = fail(err, "%s: weight_map: %s: bad shard file name \"%s\"", ipath, name, f);
+            r = l8_fail(err, "%s: weight_map: %s: bad shard file name \"%s\"", ipath, name, f);
             goto out;
         }
         shards[ns++] = f;
@@ -487,19 +435,19 @@ static int open_sharded(const char *dir, const char *ipath, struct l8_tensor_set
         if (i == 0 || strcmp(shards[i], shards[nu - 1]) != 0)
             shards[nu++] = shards[i];
     if (nu > (int)L8_ST_MAX_SHARDS) {
-        r = fail(err, "%s: %d shards exceed the limit of %u", ipath, nu, L8_ST_MAX_SHARDS);
+        r = l8_fail(err, "%s: %d shards exceed the limit of %u", ipath, nu, L8_ST_MAX_SHARDS);
         goto out;
     }
     for (int i = 0; i < nu; i++) {
         char path[4200];
         int len = snprintf(path, sizeof path, "%s/%s", dir, shards[i]);
         if (len < 0 || (size_t)len >= sizeof path) {
-            r = fail_code(err, -ENAMETOOLONG, "%s: shard path too long", ipath);
+            r = l8_fail_code(err, -ENAMETOOLONG, "%s: shard path too long", ipath);
             goto out;
         }
         if ((r = add_file(s, path, err))) {
             if (r == -ENOENT)
-                fail_code(err, r, "%s: missing shard file (listed in %s)", path,
+                l8_fail_code(err, r, "%s: missing shard file (listed in %s)", path,
                           L8_ST_INDEX_NAME);
             goto out;
         }
@@ -513,12 +461,12 @@ static int open_sharded(const char *dir, const char *ipath, struct l8_tensor_set
         const struct l8_tensor *t = l8_st_find(s, name2);
         const char *want = json_object_get_string(v2);
         if (!t) {
-            r = fail(err, "%s/%s: %s: tensor listed in %s is not in that shard", dir, want,
+            r = l8_fail(err, "%s/%s: %s: tensor listed in %s is not in that shard", dir, want,
                      name2, L8_ST_INDEX_NAME);
             goto out;
         }
         if (strcmp(base_name(t->file), want) != 0) {
-            r = fail(err, "%s: %s: tensor is here, but %s says it is in %s", t->file, name2,
+            r = l8_fail(err, "%s: %s: tensor is here, but %s says it is in %s", t->file, name2,
                      L8_ST_INDEX_NAME, want);
             goto out;
         }
@@ -526,7 +474,7 @@ static int open_sharded(const char *dir, const char *ipath, struct l8_tensor_set
     if (s->n != (uint32_t)n)
         for (uint32_t i = 0; i < s->n; i++)
             if (!json_object_object_get_ex(wm, s->t[i].name, NULL)) {
-                r = fail(err, "%s: %s: tensor is not listed in %s", s->t[i].file,
+                r = l8_fail(err, "%s: %s: tensor is not listed in %s", s->t[i].file,
                          s->t[i].name, L8_ST_INDEX_NAME);
                 goto out;
             }
@@ -543,14 +491,14 @@ int l8_st_open_dir(const char *dir, struct l8_tensor_set **out, char err[L8_ERRL
     struct l8_tensor_set *s = new_set();
     int r;
     if (!s)
-        return fail_code(err, -ENOMEM, "%s: out of memory", dir);
+        return l8_fail_code(err, -ENOMEM, "%s: out of memory", dir);
     snprintf(path, sizeof path, "%s/%s", dir, L8_ST_INDEX_NAME);
     if (access(path, F_OK) == 0) {
         r = open_sharded(dir, path, s, err);
     } else {
         snprintf(path, sizeof path, "%s/%s", dir, L8_ST_SINGLE_NAME);
         if (access(path, F_OK) != 0)
-            r = fail_code(err, -ENOENT, "%s: no %s and no %s", dir, L8_ST_INDEX_NAME,
+            r = l8_fail_code(err, -ENOENT, "%s: no %s and no %s", dir, L8_ST_INDEX_NAME,
                           L8_ST_SINGLE_NAME);
         else if (!(r = add_file(s, path, err)))
             r = finish(s, err);
