@@ -1,39 +1,66 @@
 /* threadpool.c - persistent workers woken per parallel-for. See threadpool.h.
  *
- * A job is published by bumping an atomic generation number (release)
- * after its fields are written; workers spin briefly on the generation
- * (a step issues dozens of parallel-fors back to back, and a futex wake
- * costs more than a small matmul), then sleep on a condition variable, so
- * an idle engine does not burn cores on a machine it shares. Completion
- * is counted down atomically; the last worker wakes the caller.
+ * A decode step issues a few dozen parallel-fors of tens of microseconds
+ * each, on a machine shared with other processes, so the hand-off is what
+ * decides whether a second thread helps:
  *
- * Lost wake-ups: a sleeper re-checks the generation under the mutex, and
- * the caller broadcasts under the same mutex after bumping it; likewise the
- * caller re-checks `running` under the mutex before waiting, and the last
- * worker signals under it. */
+ *  - The caller never waits for a worker to show up. Completion counts
+ *    finished indices, not threads: if the worker is descheduled (another
+ *    process holds its core) the caller claims every chunk itself and
+ *    returns as soon as they are done. It only ever waits for chunks that
+ *    a worker has actually claimed.
+ *  - A job is identified by a 32-bit number kept in the high half of the
+ *    claim word (next index in the low half). Chunks are claimed by CAS on
+ *    that word, so a worker that wakes late for a finished job fails its
+ *    claim instead of touching the next job's indices.
+ *  - Workers spin (pause) on the job number for a while after each job,
+ *    then sleep on a futex; the caller makes the wake syscall only when a
+ *    worker is asleep. The caller spins on the done count, then sleeps on
+ *    it; the finisher wakes it only if it sleeps.
+ *  - The words each side writes (claim, done, the job number) sit on their
+ *    own cache lines, so spinning on one does not bounce another.
+ *
+ * Lost wake-ups: a worker announces itself in `sleepers` (seq_cst) before
+ * re-checking the job number and futex_wait re-checks it atomically; the
+ * caller bumps the job number (seq_cst) before reading `sleepers`. The
+ * caller's `waiting` flag and the done count pair up the same way. */
 #include "threadpool.h"
 
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
-#define SPIN_ITERS 4000
+/* About 50-100 us of pause instructions: longer than the gaps between
+ * the parallel-fors of a step, short against the gap between requests. */
+#define SPIN_ITERS 2000
+#define CACHE_LINE 64
 
 struct l8_tp {
+    /* Read-mostly. */
     int n;                      /* threads including the caller */
     pthread_t *th;              /* [n - 1] workers */
-    pthread_mutex_t mu;
-    pthread_cond_t wake;        /* workers wait for a new generation */
-    pthread_cond_t done;        /* caller waits for running == 0 */
-    atomic_ulong gen;           /* bumped per job */
-    atomic_int running;         /* workers still inside the current job */
+    /* The current job, stored (relaxed) before the job number is
+     * published (release); a worker validates what it read with its CAS
+     * on `claim`, which fails once the job is over. */
+    _Atomic(l8_tp_fn) fn;
+    _Atomic(void *) ctx;
+    atomic_size_t n_items, grain;
+    /* Written by the caller per job; polled by spinning workers. */
+    _Alignas(CACHE_LINE) atomic_uint job;
     atomic_int quit;
-    /* The current job: written before gen is bumped (release), read after
-     * gen is seen (acquire). */
-    l8_tp_fn fn;
-    void *ctx;
-    size_t n_items, grain;
-    atomic_size_t next;         /* next unclaimed index */
+    /* Workers inside futex_wait on `job`. */
+    _Alignas(CACHE_LINE) atomic_int sleepers;
+    /* (job << 32) | next unclaimed index. */
+    _Alignas(CACHE_LINE) atomic_uint_least64_t claim;
+    /* Indices finished in the current job; the caller sleeps on it. */
+    _Alignas(CACHE_LINE) atomic_uint done;
+    atomic_int waiting;
 };
 
 struct worker_arg { struct l8_tp *tp; int tid; };
@@ -45,14 +72,48 @@ static inline void cpu_relax(void)
 #endif
 }
 
-static void run_chunks(struct l8_tp *tp, int tid)
+static void futex_wait(atomic_uint *addr, unsigned val)
 {
+    syscall(SYS_futex, addr, FUTEX_WAIT_PRIVATE, val, NULL, NULL, 0);
+}
+
+static void futex_wake_all(atomic_uint *addr)
+{
+    syscall(SYS_futex, addr, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+
+/* Claims and runs chunks of job `job` until none is left (or the job is
+ * over). */
+static void run_chunks(struct l8_tp *tp, unsigned job, int tid)
+{
+    const l8_tp_fn fn = atomic_load_explicit(&tp->fn, memory_order_relaxed);
+    void *ctx = atomic_load_explicit(&tp->ctx, memory_order_relaxed);
+    const size_t n = atomic_load_explicit(&tp->n_items, memory_order_relaxed);
+    const size_t grain = atomic_load_explicit(&tp->grain, memory_order_relaxed);
+    uint64_t c = atomic_load_explicit(&tp->claim, memory_order_acquire);
     for (;;) {
-        size_t b = atomic_fetch_add_explicit(&tp->next, tp->grain, memory_order_relaxed);
-        if (b >= tp->n_items)
+        if ((unsigned)(c >> 32) != job)
             return;
-        size_t e = b + tp->grain < tp->n_items ? b + tp->grain : tp->n_items;
-        tp->fn(tp->ctx, b, e, tid);
+        size_t b = (size_t)(uint32_t)c;
+        if (b >= n)
+            return;
+        size_t e = b + grain < n ? b + grain : n;
+        /* acquire: a successful claim of job `job` means the fields read
+         * above are that job's (they were stored before it was published
+         * and the job cannot end while this chunk is unfinished). */
+        if (!atomic_compare_exchange_weak_explicit(&tp->claim, &c,
+                                                   ((uint64_t)job << 32) | (uint64_t)e,
+                                                   memory_order_acquire, memory_order_acquire))
+            continue;
+        fn(ctx, b, e, tid);
+        /* release: the chunk's result stores happen before the caller,
+         * which reads done with acquire, returns. The finisher of the
+         * last chunk wakes a sleeping caller. */
+        unsigned prev = atomic_fetch_add(&tp->done, (unsigned)(e - b));
+        if (prev + (unsigned)(e - b) == (unsigned)n && tid != 0
+            && atomic_load(&tp->waiting))
+            futex_wake_all(&tp->done);
+        c = atomic_load_explicit(&tp->claim, memory_order_acquire);
     }
 }
 
@@ -61,29 +122,24 @@ static void *worker(void *p)
     struct worker_arg a = *(struct worker_arg *)p;
     struct l8_tp *tp = a.tp;
     free(p);
-    unsigned long seen = 0;
+    unsigned seen = atomic_load(&tp->job);
     for (;;) {
+        unsigned j;
         int i = 0;
-        while (atomic_load_explicit(&tp->gen, memory_order_acquire) == seen
-               && !atomic_load_explicit(&tp->quit, memory_order_relaxed) && i++ < SPIN_ITERS)
+        while ((j = atomic_load_explicit(&tp->job, memory_order_acquire)) == seen
+               && i++ < SPIN_ITERS)
             cpu_relax();
-        if (atomic_load_explicit(&tp->gen, memory_order_acquire) == seen) {
-            pthread_mutex_lock(&tp->mu);
-            while (!atomic_load(&tp->quit) && atomic_load(&tp->gen) == seen)
-                pthread_cond_wait(&tp->wake, &tp->mu);
-            pthread_mutex_unlock(&tp->mu);
+        while (j == seen && !atomic_load(&tp->quit)) {
+            atomic_fetch_add(&tp->sleepers, 1);
+            if (atomic_load(&tp->job) == seen && !atomic_load(&tp->quit))
+                futex_wait(&tp->job, seen);
+            atomic_fetch_sub(&tp->sleepers, 1);
+            j = atomic_load_explicit(&tp->job, memory_order_acquire);
         }
         if (atomic_load(&tp->quit))
             break;
-        seen = atomic_load_explicit(&tp->gen, memory_order_acquire);
-        run_chunks(tp, a.tid);
-        /* acq_rel: this worker's result stores happen before the caller,
-         * which reads running with acquire, returns. */
-        if (atomic_fetch_sub_explicit(&tp->running, 1, memory_order_acq_rel) == 1) {
-            pthread_mutex_lock(&tp->mu);
-            pthread_cond_signal(&tp->done);
-            pthread_mutex_unlock(&tp->mu);
-        }
+        seen = j;
+        run_chunks(tp, j, a.tid);
     }
     return NULL;
 }
@@ -92,17 +148,22 @@ struct l8_tp *l8_tp_new(int nthreads)
 {
     if (nthreads < 1)
         nthreads = 1;
-    struct l8_tp *tp = calloc(1, sizeof(*tp));
+    struct l8_tp *tp = aligned_alloc(CACHE_LINE, (sizeof(*tp) + CACHE_LINE - 1)
+                                                 / CACHE_LINE * CACHE_LINE);
     if (!tp)
         return NULL;
     tp->n = 1;
-    pthread_mutex_init(&tp->mu, NULL);
-    pthread_cond_init(&tp->wake, NULL);
-    pthread_cond_init(&tp->done, NULL);
-    atomic_init(&tp->gen, 0);
-    atomic_init(&tp->running, 0);
+    tp->th = NULL;
+    atomic_init(&tp->fn, NULL);
+    atomic_init(&tp->ctx, NULL);
+    atomic_init(&tp->n_items, 0);
+    atomic_init(&tp->grain, 1);
+    atomic_init(&tp->job, 0);
     atomic_init(&tp->quit, 0);
-    atomic_init(&tp->next, 0);
+    atomic_init(&tp->sleepers, 0);
+    atomic_init(&tp->claim, 0);
+    atomic_init(&tp->done, 0);
+    atomic_init(&tp->waiting, 0);
     tp->th = calloc((size_t)nthreads, sizeof(pthread_t));
     if (!tp->th)
         goto err;
@@ -128,15 +189,11 @@ void l8_tp_free(struct l8_tp *tp)
 {
     if (!tp)
         return;
-    pthread_mutex_lock(&tp->mu);
     atomic_store(&tp->quit, 1);
-    pthread_cond_broadcast(&tp->wake);
-    pthread_mutex_unlock(&tp->mu);
+    atomic_fetch_add(&tp->job, 1);
+    futex_wake_all(&tp->job);
     for (int i = 1; i < tp->n; i++)
         pthread_join(tp->th[i - 1], NULL);
-    pthread_mutex_destroy(&tp->mu);
-    pthread_cond_destroy(&tp->wake);
-    pthread_cond_destroy(&tp->done);
     free(tp->th);
     free(tp);
 }
@@ -149,31 +206,36 @@ void l8_tp_for(struct l8_tp *tp, size_t n, size_t grain, l8_tp_fn fn, void *ctx)
         return;
     if (grain == 0)
         grain = (n + (size_t)tp->n - 1) / (size_t)tp->n;
-    /* Not worth waking anybody for a single chunk. */
-    if (tp->n == 1 || grain >= n) {
+    /* Not worth waking anybody for a single chunk. (Indices live in 32
+     * bits of the claim word; no caller comes near that.) */
+    if (tp->n == 1 || grain >= n || n > UINT32_MAX) {
         fn(ctx, 0, n, 0);
         return;
     }
-    tp->fn = fn;
-    tp->ctx = ctx;
-    tp->n_items = n;
-    tp->grain = grain;
-    atomic_store_explicit(&tp->next, 0, memory_order_relaxed);
-    atomic_store_explicit(&tp->running, tp->n - 1, memory_order_relaxed);
-    pthread_mutex_lock(&tp->mu);
-    atomic_fetch_add_explicit(&tp->gen, 1, memory_order_release);
-    pthread_cond_broadcast(&tp->wake);
-    pthread_mutex_unlock(&tp->mu);
+    /* The previous job is complete (done == its n), so no worker can
+     * claim from it any more: its CAS sees a finished index or, after the
+     * store below, another job number. */
+    const unsigned job = atomic_load_explicit(&tp->job, memory_order_relaxed) + 1;
+    atomic_store_explicit(&tp->fn, fn, memory_order_relaxed);
+    atomic_store_explicit(&tp->ctx, ctx, memory_order_relaxed);
+    atomic_store_explicit(&tp->n_items, n, memory_order_relaxed);
+    atomic_store_explicit(&tp->grain, grain, memory_order_relaxed);
+    atomic_store_explicit(&tp->done, 0, memory_order_relaxed);
+    atomic_store_explicit(&tp->claim, (uint64_t)job << 32, memory_order_release);
+    atomic_store(&tp->job, job);        /* seq_cst: publish, then read sleepers */
+    if (atomic_load(&tp->sleepers) > 0)
+        futex_wake_all(&tp->job);
 
-    run_chunks(tp, 0);
+    run_chunks(tp, job, 0);
 
-    for (int i = 0; atomic_load_explicit(&tp->running, memory_order_acquire) > 0
+    for (int i = 0; atomic_load_explicit(&tp->done, memory_order_acquire) != (unsigned)n
                     && i < SPIN_ITERS; i++)
         cpu_relax();
-    if (atomic_load_explicit(&tp->running, memory_order_acquire) > 0) {
-        pthread_mutex_lock(&tp->mu);
-        while (atomic_load_explicit(&tp->running, memory_order_acquire) > 0)
-            pthread_cond_wait(&tp->done, &tp->mu);
-        pthread_mutex_unlock(&tp->mu);
+    if (atomic_load_explicit(&tp->done, memory_order_acquire) != (unsigned)n) {
+        atomic_store(&tp->waiting, 1);
+        unsigned d;
+        while ((d = atomic_load(&tp->done)) != (unsigned)n)
+            futex_wait(&tp->done, d);
+        atomic_store(&tp->waiting, 0);
     }
 }
