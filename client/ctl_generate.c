@@ -66,7 +66,11 @@ int ctl_req_opt(struct ctl_req_opts *o, int opt, const char *arg)
     case CTL_OPT_SEED:
         return parse_u64("seed", arg, UINT64_MAX, &p->seed);
     case CTL_OPT_MAXNEW:
-        if ((rc = parse_u64("max-new", arg, UINT32_MAX, &v)) > 0)
+        if ((rc = parse_u64("max-new", arg, UINT32_MAX, &v)) > 0 && v == 0) {
+            fprintf(stderr, "llama8ctl: --max-new: at least 1\n");
+            return -1;
+        }
+        if (rc > 0)
             p->max_new_tokens = (uint32_t)v;
         return rc;
     case CTL_OPT_STOP:
@@ -99,8 +103,14 @@ int ctl_connect(const char *socket, const char *name, struct l8c_client **out)
     int rc = l8c_connect(socket, name, out, err);
     if (rc == 0)
         return CTL_OK;
+    if (rc == -ENOENT || rc == -ECONNREFUSED || rc == -ENAMETOOLONG) {
+        fprintf(stderr, "llama8ctl: %s\nllama8ctl: no llama8d listening at %s: is it running? "
+                        "(--socket PATH or $LLAMA8_SOCKET choose another)\n",
+                err, socket ? socket : l8c_default_socket());
+        return CTL_NOCONN;
+    }
     fprintf(stderr, "llama8ctl: %s\n", err);
-    return rc == -ENOENT || rc == -ECONNREFUSED || rc == -ENAMETOOLONG ? CTL_NOCONN : CTL_FAIL;
+    return CTL_FAIL;
 }
 
 int ctl_load_tokenizer(const char *opt, const struct l8c_client *c, l8tok **out)
@@ -199,6 +209,8 @@ static void print_json_event(const struct l8_event *e, uint64_t t_recv, const ch
     } else if (e->kind == L8_EV_DONE) {
         json_object_object_add(o, "reason", json_object_new_string(l8c_done_name(e->reason)));
         json_object_object_add(o, "tokens", json_object_new_int64(e->index));
+        if (text)
+            json_object_object_add(o, "text", json_object_new_string(text));
     } else if (e->kind == L8_EV_ERROR) {
         json_object_object_add(o, "error", json_object_new_string(l8c_err_name(e->code)));
     } else if (e->kind == L8_EV_STARTED) {
@@ -246,15 +258,22 @@ static int run_one(struct l8c_client *c, struct stream_ctx *x, const uint32_t *i
                     fflush(stdout);
                 }
             }
+            /* The end of the stream: a character still held back comes out
+             * (as U+FFFD), in the done event's text with --json. */
+            if (e->kind == L8_EV_DONE && x->tok &&
+                (l8tok_stream_flush(x->st, &t, &tl) < 0 || !tl))
+                t = NULL, tl = 0;
             if (x->json)
                 print_json_event(e, now, t);
             else if (t)
                 emit_text(x, t, tl);
             if (e->kind == L8_EV_DONE) {
-                if (x->tok && l8tok_stream_flush(x->st, &t, &tl) == 0 && !x->json)
-                    emit_text(x, t, tl);
-                if (!x->json)
+                if (!x->json) {
+                    /* Flushed too: a program reading a chat through a pipe
+                     * sees where the reply ends before it sends the next line. */
                     putchar('\n');
+                    fflush(stdout);
+                }
                 return CTL_OK;
             }
             if (e->kind == L8_EV_ERROR) {
@@ -277,7 +296,18 @@ static void generate_usage(FILE *f)
         "  --raw                  no chat format: <|begin_of_text|> + the text's tokens\n"
         "  --ids IDS              the prompt as token ids (\"1 2 3\"); prints ids back\n"
         "  --system TEXT          a system message (chat format)\n"
-        "  --json                 one JSON object per event (token, started, done, error)\n"
+        "  --json                 one JSON object per line per event, instead of text:\n"
+        "      {\"event\":\"started\",\"request\":ID,\"cached_tokens\":N,...}  prefill began;\n"
+        "                         N prompt positions came from the prefix cache\n"
+        "      {\"event\":\"token\",\"request\":ID,\"token\":T,\"index\":I[,\"logprob\":L][,\"text\":S],...}\n"
+        "                         S: the text now complete (absent for stop ids, or while a\n"
+        "                         character's bytes are held back)\n"
+        "      {\"event\":\"done\",\"request\":ID,\"reason\":R,\"tokens\":N[,\"text\":S],...}\n"
+        "                         R: eos|stop|length|context|cancelled; N tokens generated\n"
+        "                         (a final stop id included); S: bytes held back, as U+FFFD\n"
+        "      {\"event\":\"error\",\"request\":ID,\"error\":NAME,...}\n"
+        "                         every event also has \"t_ns\" (the daemon's CLOCK_MONOTONIC\n"
+        "                         time of the event) and \"t_recv_ns\" (ours, on receipt)\n"
         CTL_COMMON_HELP
         "  -h, --help\n\n"
         "exit status: 0 done, 1 the request or the daemon failed, 2 bad command line,\n"
