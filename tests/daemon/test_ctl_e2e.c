@@ -1,0 +1,933 @@
+/* test_ctl_e2e: llama8ctl's daemon commands (generate, chat, status, bench)
+ * run as programs against the real llama8d on a synthetic checkpoint with
+ * the real Llama 3.1 vocabulary, checked against llama8-run in-process.
+ *
+ * For every generate case the expected reply is computed independently:
+ * the prompt ids from `llama8ctl tokenize` (the chat format, or bos + text
+ * with --raw), llama8-run on them with the same sampling flags and the
+ * model's stop ids, `llama8ctl detokenize` of the generated ids (minus a
+ * final stop id), then this file's own lossy UTF-8 decoder (the rule the
+ * streaming decoder documents: one U+FFFD per maximal ill-formed
+ * subsequence), because a random model emits token sequences that are not
+ * UTF-8.  generate's stdout must equal that plus one newline, byte for byte;
+ * --json must list the same ids.
+ *
+ * argv: llama8d llama8ctl llama8-run llama8-mkmodel tokenizer.json */
+#include "ipc_helper.h"
+
+#include <ftw.h>
+#include <inttypes.h>
+#include <json-c/json.h>
+
+#define CMD_TIMEOUT_MS 120000
+#define MAX_IDS 4096
+#define PAGE 16              /* llama8d's default page size (--page-size) */
+
+static const char *bin_d, *bin_ctl, *bin_run, *bin_mk;
+static char model[128];
+static struct tdaemon dmn;
+static uint32_t eos_ids[8];
+static pid_t chat_pid = -1;
+static int64_t expect_clients = 1;   /* status's own connection, and a chat's */
+static char tmpdir[] = "/tmp/l8ctl-XXXXXX";
+
+static int rm_entry(const char *path, const struct stat *sb, int type, struct FTW *f)
+{
+    (void)sb; (void)type; (void)f;
+    return remove(path);
+}
+
+/* A failed REQUIRE exits: take the daemon (and a chat client) along, or
+ * they would outlive the test holding its stdout and stderr open. */
+static void cleanup(void)
+{
+    if (chat_pid > 0)
+        kill(chat_pid, SIGKILL);
+    if (dmn.pid > 0) {
+        kill(dmn.pid, SIGKILL);
+        waitpid(dmn.pid, NULL, 0);
+        dmn.pid = -1;
+        unlink(dmn.sock);
+        unlink(dmn.notify_path);
+        rmdir(dmn.dir);
+    }
+    if (tmpdir[sizeof(tmpdir) - 2] != 'X')
+        nftw(tmpdir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+}
+
+static void on_signal(int sig)
+{
+    cleanup();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+static size_t n_eos;
+
+/* ---------------------------------------------------------------- buffers, processes */
+
+struct buf { char *p; size_t n, cap; };
+
+static void buf_add(struct buf *b, const void *s, size_t n)
+{
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = (b->n + n + 1) * 2;
+        b->p = realloc(b->p, cap);
+        REQUIRE(b->p, "out of memory");
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+}
+
+static void buf_str(struct buf *b, const char *s) { buf_add(b, s, strlen(s)); }
+static void buf_clear(struct buf *b) { b->n = 0; if (b->p) b->p[0] = 0; }
+
+/* argv as one line, for messages. */
+static const char *argv_str(const char *const *argv)
+{
+    static char s[4096];
+    size_t n = 0;
+    s[0] = 0;
+    for (int i = 0; argv[i] && n < sizeof(s) - 2; i++)
+        n += (size_t)snprintf(s + n, sizeof(s) - n, "%s%s", i ? " " : "", argv[i]);
+    return s;
+}
+
+/* Run argv with stdin from in[in_len], collect stdout and stderr; returns the
+ * exit status, 128 + signal, or -1 when it ran past CMD_TIMEOUT_MS. */
+static int run_cmd(const char *const *argv, const char *in, size_t in_len, struct buf *out,
+                   struct buf *err)
+{
+    int pi[2], po[2], pe[2];
+    REQUIRE(pipe2(pi, O_CLOEXEC) == 0 && pipe2(po, O_CLOEXEC) == 0 &&
+            pipe2(pe, O_CLOEXEC) == 0, "pipe");
+    pid_t pid = fork();
+    REQUIRE(pid >= 0, "fork");
+    if (pid == 0) {
+        dup2(pi[0], 0);
+        dup2(po[1], 1);
+        dup2(pe[1], 2);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    close(pi[0]);
+    close(po[1]);
+    close(pe[1]);
+    buf_clear(out);
+    buf_clear(err);
+    size_t off = 0;
+    if (!in_len) {
+        close(pi[1]);
+        pi[1] = -1;
+    }
+    fcntl(pi[1], F_SETFL, O_NONBLOCK);
+    int open_fds = 2;
+    uint64_t end = t_now_ms() + CMD_TIMEOUT_MS;
+    bool timed_out = false;
+    while (open_fds > 0) {
+        struct pollfd p[3] = { { po[0], POLLIN, 0 }, { pe[0], POLLIN, 0 },
+                               { pi[1], POLLOUT, 0 } };
+        uint64_t now = t_now_ms();
+        if (now >= end) {
+            timed_out = true;
+            kill(pid, SIGKILL);
+            break;
+        }
+        if (poll(p, 3, (int)(end - now)) < 0 && errno != EINTR)
+            break;
+        char tmp[65536];
+        for (int k = 0; k < 2; k++) {
+            if (p[k].fd < 0 || !(p[k].revents & (POLLIN | POLLHUP | POLLERR)))
+                continue;
+            ssize_t r = read(p[k].fd, tmp, sizeof(tmp));
+            if (r > 0) {
+                buf_add(k ? err : out, tmp, (size_t)r);
+            } else if (r == 0 || errno != EINTR) {
+                close(p[k].fd);
+                if (k)
+                    pe[0] = -1;
+                else
+                    po[0] = -1;
+                open_fds--;
+            }
+        }
+        if (pi[1] >= 0 && (p[2].revents & (POLLOUT | POLLERR | POLLHUP))) {
+            ssize_t w = write(pi[1], in + off, in_len - off);
+            if (w > 0)
+                off += (size_t)w;
+            if ((w < 0 && errno != EAGAIN && errno != EINTR) || off == in_len) {
+                close(pi[1]);
+                pi[1] = -1;
+            }
+        }
+    }
+    if (pi[1] >= 0)
+        close(pi[1]);
+    if (po[0] >= 0)
+        close(po[0]);
+    if (pe[0] >= 0)
+        close(pe[0]);
+    int st;
+    waitpid(pid, &st, 0);
+    if (timed_out)
+        return -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* Run and require exit status 0. */
+static void run_ok(const char *const *argv, const char *in, size_t in_len, struct buf *out)
+{
+    struct buf err = {0};
+    int rc = run_cmd(argv, in, in_len, out, &err);
+    REQUIRE(rc == 0, "%s: exit %d; stderr: %s", argv_str(argv), rc, err.p ? err.p : "");
+    free(err.p);
+}
+
+/* ---------------------------------------------------------------- UTF-8, JSON, ids */
+
+/* Lossy UTF-8 decoding (Unicode's "maximal subpart" practice, as WHATWG's
+ * decoder, Python's and Rust's do): each maximal ill-formed subsequence
+ * becomes one U+FFFD. Written here from the standard's table of well-formed
+ * byte sequences, independently of the tokenizer's streaming decoder. */
+static void utf8_lossy(const unsigned char *s, size_t n, struct buf *out)
+{
+    static const char repl[] = "\xef\xbf\xbd";
+    size_t i = 0;
+    while (i < n) {
+        unsigned c = s[i];
+        if (c < 0x80) {
+            buf_add(out, s + i, 1);
+            i++;
+            continue;
+        }
+        size_t need;
+        unsigned lo = 0x80, hi = 0xbf;
+        if (c >= 0xc2 && c <= 0xdf) need = 1;
+        else if (c >= 0xe0 && c <= 0xef) {
+            need = 2;
+            if (c == 0xe0) lo = 0xa0;
+            if (c == 0xed) hi = 0x9f;
+        } else if (c >= 0xf0 && c <= 0xf4) {
+            need = 3;
+            if (c == 0xf0) lo = 0x90;
+            if (c == 0xf4) hi = 0x8f;
+        } else {
+            buf_str(out, repl);
+            i++;
+            continue;
+        }
+        size_t k = 1;
+        while (k <= need && i + k < n) {
+            unsigned b = s[i + k];
+            unsigned l = k == 1 ? lo : 0x80, h = k == 1 ? hi : 0xbf;
+            if (b < l || b > h)
+                break;
+            k++;
+        }
+        if (k == need + 1) {
+            buf_add(out, s + i, k);
+        } else {
+            buf_str(out, repl);     /* the lead byte and its valid continuations so far */
+        }
+        i += k;
+    }
+}
+
+static json_object *parse_json(const char *s, const char *what)
+{
+    enum json_tokener_error e;
+    json_object *o = json_tokener_parse_verbose(s, &e);
+    REQUIRE(o, "%s: not JSON (%s): %s", what, json_tokener_error_desc(e), s);
+    return o;
+}
+
+static json_object *get(json_object *o, const char *key, json_type t, const char *what)
+{
+    json_object *v = NULL;
+    REQUIRE(json_object_object_get_ex(o, key, &v), "%s: no \"%s\" in %s", what, key,
+            json_object_to_json_string(o));
+    REQUIRE(json_object_is_type(v, t) || (t == json_type_double && json_object_is_type(v, json_type_int)),
+            "%s: \"%s\" has the wrong type in %s", what, key, json_object_to_json_string(o));
+    return v;
+}
+
+static int64_t get_int(json_object *o, const char *key, const char *what)
+{
+    return json_object_get_int64(get(o, key, json_type_int, what));
+}
+
+static double get_num(json_object *o, const char *key, const char *what)
+{
+    return json_object_get_double(get(o, key, json_type_double, what));
+}
+
+struct ids { uint32_t v[MAX_IDS]; size_t n; };
+
+static void ids_from_json_array(json_object *a, struct ids *out, const char *what)
+{
+    REQUIRE(json_object_is_type(a, json_type_array), "%s: not an array", what);
+    size_t n = json_object_array_length(a);
+    REQUIRE(n <= MAX_IDS, "%s: too many ids", what);
+    for (size_t i = 0; i < n; i++) {
+        json_object *x = json_object_array_get_idx(a, i);
+        REQUIRE(json_object_is_type(x, json_type_int), "%s: id %zu not an integer", what, i);
+        out->v[i] = (uint32_t)json_object_get_int64(x);
+    }
+    out->n = n;
+}
+
+static void ids_str(const struct ids *x, size_t n, char *s, size_t cap)
+{
+    size_t o = 0;
+    s[0] = 0;
+    for (size_t i = 0; i < n && o < cap; i++)
+        o += (size_t)snprintf(s + o, cap - o, "%s%u", i ? "," : "", x->v[i]);
+}
+
+static bool is_eos(uint32_t t)
+{
+    for (size_t i = 0; i < n_eos; i++)
+        if (eos_ids[i] == t)
+            return true;
+    return false;
+}
+
+/* ---------------------------------------------------------------- the reference */
+
+/* `llama8ctl tokenize --json` with extra flags (NULL-terminated) and stdin. */
+static void tokenize(const char *const *flags, const char *text, const char *in, struct ids *out)
+{
+    const char *argv[32];
+    int n = 0;
+    argv[n++] = bin_ctl;
+    argv[n++] = "tokenize";
+    argv[n++] = "--tokenizer";
+    argv[n++] = model;
+    argv[n++] = "--json";
+    for (int i = 0; flags && flags[i]; i++)
+        argv[n++] = flags[i];
+    if (text)
+        argv[n++] = text;
+    argv[n] = NULL;
+    struct buf o = {0};
+    run_ok(argv, in, in ? strlen(in) : 0, &o);
+    json_object *j = parse_json(o.p, "tokenize --json");
+    ids_from_json_array(j, out, "tokenize --json");
+    json_object_put(j);
+    free(o.p);
+}
+
+struct ref {
+    struct ids gen;          /* llama8-run's ids, a final stop id included */
+    bool stopped;
+    struct buf text;         /* what generate must print (without its final newline) */
+};
+
+/* llama8-run on prompt with sampling flags (NULL-terminated; "--max-new N"
+ * among them), the model's eos ids plus extra_stop (0: none) as stop ids. */
+static void reference(const struct ids *prompt, const char *const *flags, uint32_t extra_stop,
+                      struct ref *r)
+{
+    static char toks[MAX_IDS * 8], stops[16][16];
+    ids_str(prompt, prompt->n, toks, sizeof(toks));
+    const char *argv[64];
+    int n = 0, ns = 0;
+    argv[n++] = bin_run;
+    argv[n++] = "--model";
+    argv[n++] = model;
+    argv[n++] = "--threads";
+    argv[n++] = "1";
+    argv[n++] = "--json";
+    argv[n++] = "--tokens";
+    argv[n++] = toks;
+    for (size_t i = 0; i < n_eos; i++) {
+        snprintf(stops[ns], sizeof(stops[ns]), "%u", eos_ids[i]);
+        argv[n++] = "--stop";
+        argv[n++] = stops[ns++];
+    }
+    if (extra_stop) {
+        snprintf(stops[ns], sizeof(stops[ns]), "%u", extra_stop);
+        argv[n++] = "--stop";
+        argv[n++] = stops[ns++];
+    }
+    for (int i = 0; flags[i]; i++)
+        argv[n++] = flags[i];
+    argv[n] = NULL;
+    struct buf o = {0};
+    run_ok(argv, NULL, 0, &o);
+    json_object *j = parse_json(o.p, "llama8-run --json");
+    ids_from_json_array(get(j, "tokens", json_type_array, "llama8-run"), &r->gen, "llama8-run");
+    r->stopped = !strcmp(json_object_get_string(get(j, "stop_reason", json_type_string,
+                                                    "llama8-run")), "stop");
+    json_object_put(j);
+
+    /* The text: every id but a final stop id, detokenized, lossily decoded. */
+    size_t k = r->gen.n - (r->stopped ? 1 : 0);
+    buf_clear(&r->text);
+    if (k) {
+        ids_str(&r->gen, k, toks, sizeof(toks));
+        const char *dv[] = { bin_ctl, "detokenize", "--tokenizer", model, NULL };
+        run_ok(dv, toks, strlen(toks), &o);
+        utf8_lossy((const unsigned char *)o.p, o.n, &r->text);
+    } else {
+        buf_str(&r->text, "");
+    }
+    free(o.p);
+}
+
+/* ---------------------------------------------------------------- status */
+
+struct status {
+    int64_t clients, running, waiting, done, generated, prompt, cached, pages_used, pages_total;
+};
+
+static void status_json(struct status *s)
+{
+    const char *argv[] = { bin_ctl, "status", "--json", "--socket", dmn.sock, NULL };
+    struct buf o = {0};
+    run_ok(argv, NULL, 0, &o);
+    json_object *j = parse_json(o.p, "status --json");
+    const char *w = "status --json";
+    char real[4096];
+    REQUIRE(realpath(model, real), "realpath");
+    CHECK(!strcmp(json_object_get_string(get(j, "model_dir", json_type_string, w)), real),
+          "model_dir %s", o.p);
+    CHECK(!strcmp(json_object_get_string(get(j, "model", json_type_string, w)), "model"),
+          "model %s", o.p);
+    CHECK(!strcmp(json_object_get_string(get(j, "backend", json_type_string, w)), "cpu"),
+          "backend %s", o.p);
+    CHECK(get_int(j, "context_length", w) == 131072, "context_length %s", o.p);
+    CHECK(get_int(j, "page_size", w) == PAGE, "page_size %s", o.p);
+    s->pages_total = get_int(j, "pages_total", w);
+    s->pages_used = get_int(j, "pages_used", w);
+    CHECK(s->pages_total > 0 && s->pages_used >= 0 && s->pages_used <= s->pages_total &&
+          get_int(j, "pages_cached", w) >= 0, "pages %s", o.p);
+    s->clients = get_int(j, "clients", w);
+    s->running = get_int(j, "requests_running", w);
+    s->waiting = get_int(j, "requests_waiting", w);
+    s->done = get_int(j, "requests_done", w);
+    s->generated = get_int(j, "tokens_generated", w);
+    s->prompt = get_int(j, "prompt_tokens", w);
+    s->cached = get_int(j, "prompt_tokens_cached", w);
+    CHECK(get_num(j, "tokens_per_s", w) >= 0, "tokens_per_s %s", o.p);
+    CHECK(get_num(j, "uptime_s", w) > 0, "uptime_s %s", o.p);
+    CHECK(!json_object_get_boolean(get(j, "draining", json_type_boolean, w)), "draining %s", o.p);
+    /* Nobody else talks to this daemon and nothing runs between our
+     * commands. */
+    CHECK(s->running == 0 && s->waiting == 0, "idle daemon: %s", o.p);
+    json_object_put(j);
+    free(o.p);
+}
+
+/* status --json once the daemon has seen every client that left go: a
+ * hang-up reaches its loop asynchronously, after the client's exit. */
+static void status_settled(struct status *s)
+{
+    for (int i = 0; i < 100; i++) {
+        status_json(s);
+        if (s->clients == expect_clients)
+            return;
+        usleep(50 * 1000);
+    }
+    CHECK(s->clients == expect_clients, "clients %" PRId64 ", want %" PRId64, s->clients,
+          expect_clients);
+}
+
+/* ---------------------------------------------------------------- generate */
+
+/* generate with flags (NULL-terminated) and TEXT; its stdout must be r's
+ * text and a newline; --json with the same flags must list r's ids. */
+static void check_generate(const char *name, const char *const *flags, const char *text,
+                           const struct ref *r)
+{
+    const char *argv[64];
+    int n = 0;
+    argv[n++] = bin_ctl;
+    argv[n++] = "generate";
+    argv[n++] = "--socket";
+    argv[n++] = dmn.sock;
+    int nf = n;
+    for (int i = 0; flags[i]; i++)
+        argv[n++] = flags[i];
+    argv[n++] = text;
+    argv[n] = NULL;
+    struct buf o = {0}, e = {0};
+    int rc = run_cmd(argv, NULL, 0, &o, &e);
+    CHECK(rc == 0, "%s: exit %d: %s", name, rc, e.p);
+    CHECK(o.n == r->text.n + 1 && !memcmp(o.p, r->text.p, r->text.n) && o.p[o.n - 1] == '\n',
+          "%s: stdout differs from llama8-run's reply\n  got (%zu bytes): %s\n  want (%zu bytes): %s",
+          name, o.n, o.p, r->text.n, r->text.p);
+
+    /* The same request as events. */
+    for (int i = n; i > nf; i--)
+        argv[i] = argv[i - 1];
+    argv[nf] = "--json";
+    argv[++n] = NULL;
+    rc = run_cmd(argv, NULL, 0, &o, &e);
+    CHECK(rc == 0, "%s --json: exit %d: %s", name, rc, e.p);
+    size_t n_tok = 0, n_lines = 0;
+    bool started = false, done = false;
+    uint64_t request = 0;
+    struct buf evtext = {0};
+    buf_str(&evtext, "");
+    for (char *line = o.p, *nl; line && *line; line = nl ? nl + 1 : NULL) {
+        nl = strchr(line, '\n');
+        REQUIRE(nl, "%s --json: last line not terminated", name);
+        *nl = 0;
+        json_object *j = parse_json(line, "generate --json");
+        const char *w = line;
+        const char *ev = json_object_get_string(get(j, "event", json_type_string, w));
+        uint64_t req = (uint64_t)get_int(j, "request", w);
+        int64_t t_ns = get_int(j, "t_ns", w), t_recv = get_int(j, "t_recv_ns", w);
+        CHECK(t_ns > 0 && t_recv >= t_ns, "%s: timestamps %s", name, w);
+        CHECK(!done, "%s: an event after done: %s", name, w);
+        if (n_lines++ == 0)
+            request = req;
+        CHECK(req == request && req != 0, "%s: request id %s", name, w);
+        if (!strcmp(ev, "started")) {
+            CHECK(n_lines == 1, "%s: started is not first", name);
+            int64_t c = get_int(j, "cached_tokens", w);
+            CHECK(c >= 0 && c % PAGE == 0, "%s: cached_tokens %s", name, w);
+            started = true;
+        } else if (!strcmp(ev, "token")) {
+            CHECK(started, "%s: token before started", name);
+            int64_t tok = get_int(j, "token", w), idx = get_int(j, "index", w);
+            CHECK(idx == (int64_t)n_tok, "%s: index %" PRId64 " at token %zu", name, idx, n_tok);
+            CHECK(n_tok < r->gen.n && tok == r->gen.v[n_tok],
+                  "%s: token %zu is %" PRId64 ", llama8-run has %u", name, n_tok, tok,
+                  n_tok < r->gen.n ? r->gen.v[n_tok] : 0);
+            json_object *t;
+            if (json_object_object_get_ex(j, "text", &t)) {
+                CHECK(json_object_is_type(t, json_type_string), "%s: text %s", name, w);
+                buf_add(&evtext, json_object_get_string(t), (size_t)json_object_get_string_len(t));
+            }
+            CHECK(!json_object_object_get_ex(j, "logprob", NULL), "%s: logprob unasked", name);
+            n_tok++;
+        } else if (!strcmp(ev, "done")) {
+            const char *why = json_object_get_string(get(j, "reason", json_type_string, w));
+            CHECK(r->stopped ? !strcmp(why, "stop") || !strcmp(why, "eos") : !strcmp(why, "length"),
+                  "%s: reason %s, llama8-run stopped: %d", name, why, r->stopped);
+            CHECK(get_int(j, "tokens", w) == (int64_t)r->gen.n, "%s: done tokens %s", name, w);
+            json_object *t;
+            if (json_object_object_get_ex(j, "text", &t))
+                buf_add(&evtext, json_object_get_string(t), (size_t)json_object_get_string_len(t));
+            done = true;
+        } else {
+            CHECK(0, "%s: unexpected event %s", name, w);
+        }
+        json_object_put(j);
+    }
+    CHECK(done && n_tok == r->gen.n, "%s --json: %zu token events, llama8-run made %zu", name,
+          n_tok, r->gen.n);
+    CHECK(evtext.n == r->text.n && !memcmp(evtext.p, r->text.p, evtext.n),
+          "%s --json: the text fields differ from the reply\n  got: %s\n  want: %s", name,
+          evtext.p, r->text.p);
+    free(evtext.p);
+    free(o.p);
+    free(e.p);
+}
+
+static void test_generate(void)
+{
+    static const char *const prompt = "Write a haiku about shared memory.";
+    struct ids p;
+    struct ref r = {0};
+    const char *chat[] = { "--chat", NULL };
+    tokenize(chat, prompt, NULL, &p);
+    CHECK(p.n > 30 && p.v[0] == 128000, "chat prompt: %zu ids", p.n);
+
+    /* Greedy, explicitly and by default. */
+    const char *greedy[] = { "--max-new", "20", "--temperature", "0", NULL };
+    reference(&p, greedy, 0, &r);
+    CHECK(r.gen.n >= 1 && r.gen.n <= 20, "llama8-run made %zu tokens", r.gen.n);
+    check_generate("greedy", greedy, prompt, &r);
+    const char *dflt[] = { "--max-new", "20", NULL };
+    check_generate("default", dflt, prompt, &r);
+
+    /* An extra stop id: the third token generated (not printed). */
+    if (r.gen.n >= 3 && !is_eos(r.gen.v[2])) {
+        uint32_t stop = r.gen.v[2];
+        char s[16];
+        snprintf(s, sizeof(s), "%u", stop);
+        struct ref rs = {0};
+        reference(&p, greedy, stop, &rs);
+        CHECK(rs.stopped && rs.gen.n <= 3, "llama8-run --stop %u: %zu tokens", stop, rs.gen.n);
+        const char *fl[] = { "--max-new", "20", "--temperature", "0", "--stop", s, NULL };
+        check_generate("--stop", fl, prompt, &rs);
+        free(rs.text.p);
+    }
+
+    /* Seeded sampling, identical flags on both sides. */
+    const char *seeded[] = { "--max-new", "24", "--temperature", "0.9", "--top-k", "50",
+                             "--top-p", "0.95", "--seed", "12345", NULL };
+    reference(&p, seeded, 0, &r);
+    check_generate("seeded", seeded, prompt, &r);
+    const char *seeded2[] = { "--max-new", "16", "--temperature", "1.2", "--min-p", "0.02",
+                              "--repetition-penalty", "1.3", "--seed", "7", NULL };
+    reference(&p, seeded2, 0, &r);
+    check_generate("seeded min-p/rep", seeded2, prompt, &r);
+
+    /* --raw: <|begin_of_text|> and the text's own tokens. */
+    static const char *const raw_text = "The quick brown fox, \xc3\xa9t\xc3\xa9 2024:";
+    struct ids t, rp;
+    tokenize(NULL, raw_text, NULL, &t);
+    rp.v[0] = 128000;
+    memcpy(rp.v + 1, t.v, t.n * sizeof(uint32_t));
+    rp.n = t.n + 1;
+    const char *raw_ref[] = { "--max-new", "12", NULL };
+    reference(&rp, raw_ref, 0, &r);
+    const char *raw[] = { "--raw", "--max-new", "12", NULL };
+    check_generate("--raw", raw, raw_text, &r);
+
+    /* --system: the chat format with a system message. */
+    const char *sys_tok[] = { "--chat", "--system", "Answer in French.", NULL };
+    tokenize(sys_tok, "Hello", NULL, &p);
+    reference(&p, raw_ref, 0, &r);
+    const char *sys[] = { "--system", "Answer in French.", "--max-new", "12", NULL };
+    check_generate("--system", sys, "Hello", &r);
+    free(r.text.p);
+}
+
+/* ---------------------------------------------------------------- chat */
+
+/* Read exactly n bytes from fd within timeout_ms. */
+static bool read_exact(int fd, struct buf *b, size_t n, int timeout_ms)
+{
+    uint64_t end = t_now_ms() + (uint64_t)timeout_ms;
+    buf_clear(b);
+    char tmp[4096];
+    while (b->n < n) {
+        uint64_t now = t_now_ms();
+        if (now >= end)
+            return false;
+        struct pollfd p = { fd, POLLIN, 0 };
+        if (poll(&p, 1, (int)(end - now)) <= 0)
+            continue;
+        size_t want = n - b->n < sizeof(tmp) ? n - b->n : sizeof(tmp);
+        ssize_t r = read(fd, tmp, want);
+        if (r <= 0)
+            return false;
+        buf_add(b, tmp, (size_t)r);
+    }
+    return true;
+}
+
+static void messages_json(const char *const *msgs, size_t n, struct buf *out)
+{
+    static const char *const roles[] = { "user", "assistant" };
+    json_object *a = json_object_new_array();
+    for (size_t i = 0; i < n; i++) {
+        json_object *m = json_object_new_object();
+        json_object_object_add(m, "role", json_object_new_string(roles[i % 2]));
+        json_object_object_add(m, "content", json_object_new_string(msgs[i]));
+        json_object_array_add(a, m);
+    }
+    buf_clear(out);
+    buf_str(out, json_object_to_json_string_ext(a, JSON_C_TO_STRING_PLAIN));
+    json_object_put(a);
+}
+
+/* Two user turns through one `llama8ctl chat` on a pipe: each reply equals
+ * llama8-run's for the whole conversation so far, and the second request's
+ * prompt is the history (its length exactly, and its start from the prefix
+ * cache). */
+static void test_chat(void)
+{
+    static const char *const u1 = "Tell me about pipes, sockets and signals in Unix: how a shell "
+                                  "connects two programs, briefly please.";
+    static const char *const u2 = "And what about shared memory?";
+    const char *greedy[] = { "--max-new", "12", NULL };
+    const char *msgs_flag[] = { "--chat", "--messages", NULL };
+    struct buf mj = {0};
+    struct ids p1, p2;
+    struct ref r1 = {0}, r2 = {0};
+    const char *conv[3] = { u1, NULL, u2 };
+    messages_json(conv, 1, &mj);
+    tokenize(msgs_flag, NULL, mj.p, &p1);
+    reference(&p1, greedy, 0, &r1);
+    conv[1] = r1.text.p;
+    messages_json(conv, 3, &mj);
+    tokenize(msgs_flag, NULL, mj.p, &p2);
+    reference(&p2, greedy, 0, &r2);
+    REQUIRE(p1.n >= 3 * PAGE, "first prompt only %zu ids", p1.n);
+    size_t lcp = 0;
+    while (lcp < p1.n && lcp < p2.n && p1.v[lcp] == p2.v[lcp])
+        lcp++;
+    CHECK(lcp == p1.n, "the first turn's prompt is not a prefix of the second's (%zu of %zu)",
+          lcp, p1.n);
+
+    struct status s0, s1, s2;
+    status_settled(&s0);
+    int pin[2], pout[2];
+    REQUIRE(pipe2(pin, O_CLOEXEC) == 0 && pipe2(pout, O_CLOEXEC) == 0, "pipe");
+    pid_t pid = chat_pid = fork();
+    REQUIRE(pid >= 0, "fork");
+    if (pid == 0) {
+        dup2(pin[0], 0);
+        dup2(pout[1], 1);
+        execl(bin_ctl, bin_ctl, "chat", "--socket", dmn.sock, "--max-new", "12", (char *)NULL);
+        _exit(127);
+    }
+    close(pin[0]);
+    close(pout[1]);
+    struct buf got = {0};
+    expect_clients = 2;
+    CHECK(dprintf(pin[1], "%s\n", u1) > 0, "write turn 1");
+    bool ok = read_exact(pout[0], &got, r1.text.n + 1, CMD_TIMEOUT_MS);
+    CHECK(ok && !memcmp(got.p, r1.text.p, r1.text.n) && got.p[r1.text.n] == '\n',
+          "chat turn 1:\n  got: %s\n  want: %s", got.p, r1.text.p);
+    /* The chat client is connected too, and idle between turns. */
+    status_settled(&s1);
+    CHECK(dprintf(pin[1], "%s\n", u2) > 0, "write turn 2");
+    ok = read_exact(pout[0], &got, r2.text.n + 1, CMD_TIMEOUT_MS);
+    CHECK(ok && !memcmp(got.p, r2.text.p, r2.text.n) && got.p[r2.text.n] == '\n',
+          "chat turn 2:\n  got: %s\n  want: %s", got.p, r2.text.p);
+    close(pin[1]);      /* EOF ends the chat */
+    int st;
+    waitpid(pid, &st, 0);
+    chat_pid = -1;
+    expect_clients = 1;
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "chat exit status %d", st);
+    char rest;
+    CHECK(read(pout[0], &rest, 1) == 0, "chat printed more than the two replies");
+    close(pout[0]);
+    status_settled(&s2);
+
+    /* Prompt positions computed plus those taken from the cache = the
+     * prompt, for each turn (nothing was preempted: a huge pool). */
+    CHECK(s1.done - s0.done == 1 && s2.done - s1.done == 1, "requests done %" PRId64 " %" PRId64
+          " %" PRId64, s0.done, s1.done, s2.done);
+    CHECK((s1.prompt - s0.prompt) + (s1.cached - s0.cached) == (int64_t)p1.n,
+          "turn 1 prompt: %" PRId64 " computed + %" PRId64 " cached, want %zu",
+          s1.prompt - s0.prompt, s1.cached - s0.cached, p1.n);
+    CHECK((s2.prompt - s1.prompt) + (s2.cached - s1.cached) == (int64_t)p2.n,
+          "turn 2 prompt: %" PRId64 " computed + %" PRId64 " cached, want %zu",
+          s2.prompt - s1.prompt, s2.cached - s1.cached, p2.n);
+    /* The history came from the cache: at least every full page of turn 1's
+     * prompt (the system block alone is one page). */
+    CHECK(s2.cached - s1.cached >= (int64_t)(p1.n / PAGE * PAGE),
+          "turn 2 took %" PRId64 " positions from the cache; turn 1's prompt has %zu full pages",
+          s2.cached - s1.cached, p1.n / PAGE);
+    CHECK(s1.generated - s0.generated == (int64_t)r1.gen.n &&
+          s2.generated - s1.generated == (int64_t)r2.gen.n,
+          "tokens generated %" PRId64 " %" PRId64 ", want %zu %zu", s1.generated - s0.generated,
+          s2.generated - s1.generated, r1.gen.n, r2.gen.n);
+    fprintf(stderr, "chat: turn 1 %zu prompt ids, turn 2 %zu (%" PRId64 " from the cache)\n",
+            p1.n, p2.n, s2.cached - s1.cached);
+    free(got.p);
+    free(mj.p);
+    free(r1.text.p);
+    free(r2.text.p);
+}
+
+/* ---------------------------------------------------------------- bench */
+
+static double table_value(const char *out, const char *label, const char *key)
+{
+    const char *l = strstr(out, label);
+    REQUIRE(l, "bench: no \"%s\" line in:\n%s", label, out);
+    const char *eol = strchr(l, '\n');
+    const char *k = key ? strstr(l, key) : l + strlen(label);
+    REQUIRE(k && (!eol || k < eol), "bench: no %s on the %s line", key, label);
+    if (key)
+        k += strlen(key);
+    char *end;
+    double v = strtod(k, &end);
+    REQUIRE(end != k, "bench: no number after %s on the %s line", key ? key : "", label);
+    return v;
+}
+
+static void test_bench(void)
+{
+    struct status s0, s1;
+    status_settled(&s0);
+    const char *argv[] = { bin_ctl, "bench", "--socket", dmn.sock, "-n", "6", "-c", "3",
+                           "--new", "4", "--prompt-min", "8", "--prompt-max", "40", NULL };
+    struct buf o = {0};
+    run_ok(argv, NULL, 0, &o);
+    fprintf(stderr, "%s", o.p);
+    double tps = table_value(o.p, "tokens/s:", NULL);
+    CHECK(tps > 0, "tokens/s %f", tps);
+    CHECK(strstr(o.p, "(24 tokens in"), "bench: 6 x 4 tokens:\n%s", o.p);
+    static const char *const lines[] = { "time to first token:", "submit -> prefill start:",
+                                         "token delivery:" };
+    for (int i = 0; i < 3; i++) {
+        double p50 = table_value(o.p, lines[i], "p50"), p99 = table_value(o.p, lines[i], "p99");
+        CHECK(p50 > 0 && p99 >= p50, "%s p50 %f p99 %f", lines[i], p50, p99);
+    }
+    status_settled(&s1);
+    CHECK(s1.done - s0.done == 6 && s1.generated - s0.generated == 24,
+          "bench: %" PRId64 " requests, %" PRId64 " tokens", s1.done - s0.done,
+          s1.generated - s0.generated);
+
+    const char *jargv[] = { bin_ctl, "bench", "--socket", dmn.sock, "-n", "5", "-c", "2",
+                            "--clients", "2", "--new", "3", "--prompt-min", "4",
+                            "--prompt-max", "20", "--json", NULL };
+    run_ok(jargv, NULL, 0, &o);
+    json_object *j = parse_json(o.p, "bench --json");
+    const char *w = "bench --json";
+    CHECK(get_int(j, "requests", w) == 5 && get_int(j, "concurrency", w) == 2 &&
+          get_int(j, "clients", w) == 2 && get_int(j, "new_tokens", w) == 3 &&
+          get_int(j, "tokens", w) == 15, "bench --json counts: %s", o.p);
+    CHECK(get_num(j, "wall_s", w) > 0 && get_num(j, "tokens_per_s", w) > 0, "%s", o.p);
+    static const char *const keys[] = { "ttft", "submit_to_start", "delivery" };
+    for (int i = 0; i < 3; i++) {
+        char k50[64], k99[64];
+        snprintf(k50, sizeof(k50), "%s_p50_us", keys[i]);
+        snprintf(k99, sizeof(k99), "%s_p99_us", keys[i]);
+        double p50 = get_num(j, k50, w), p99 = get_num(j, k99, w);
+        CHECK(p50 > 0 && p99 >= p50, "%s %f %s %f", k50, p50, k99, p99);
+    }
+    json_object_put(j);
+    free(o.p);
+}
+
+/* ---------------------------------------------------------------- errors */
+
+static void expect_exit(const char *const *argv, const char *in, int want, const char *needle)
+{
+    struct buf o = {0}, e = {0};
+    int rc = run_cmd(argv, in, in ? strlen(in) : 0, &o, &e);
+    CHECK(rc == want, "%s: exit %d, want %d; stderr: %s", argv_str(argv), rc, want, e.p);
+    CHECK(!needle || (e.p && strstr(e.p, needle)), "%s: stderr lacks \"%s\": %s", argv_str(argv),
+          needle, e.p);
+    free(o.p);
+    free(e.p);
+}
+
+static void test_errors(void)
+{
+    /* No daemon: a socket path with nobody behind it, and a stale socket
+     * file (a daemon that died without removing it). */
+    char none[160], stale[160];
+    snprintf(none, sizeof(none), "%s/nobody.sock", dmn.dir);
+    snprintf(stale, sizeof(stale), "%s/stale.sock", dmn.dir);
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    strcpy(sa.sun_path, stale);
+    REQUIRE(bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0, "bind stale");
+    close(fd);
+    const char *paths[] = { none, stale };
+    for (int i = 0; i < 2; i++) {
+        const char *g[] = { bin_ctl, "generate", "--socket", paths[i], "hello", NULL };
+        expect_exit(g, NULL, 3, "llama8d");
+        expect_exit(g, NULL, 3, paths[i]);
+        const char *c[] = { bin_ctl, "chat", "--socket", paths[i], NULL };
+        expect_exit(c, "hello\n", 3, "llama8d");
+        const char *s[] = { bin_ctl, "status", "--socket", paths[i], "--json", NULL };
+        expect_exit(s, NULL, 3, "llama8d");
+        const char *b[] = { bin_ctl, "bench", "--socket", paths[i], "-n", "1", NULL };
+        expect_exit(b, NULL, 3, "llama8d");
+    }
+    unlink(stale);
+
+    /* Bad command lines: 2, before anything is sent. */
+    const char *const bad[][10] = {
+        { bin_ctl, "generate", "--bogus", "x", NULL },
+        { bin_ctl, "generate", "--max-new", "abc", "x", NULL },
+        { bin_ctl, "generate", "--max-new", "0", "x", NULL },
+        { bin_ctl, "generate", "--temperature", "hot", "x", NULL },
+        { bin_ctl, "generate", "--ids", "1 2 x", NULL },
+        { bin_ctl, "chat", "--bogus", NULL },
+        { bin_ctl, "status", "--bogus", NULL },
+        { bin_ctl, "status", "extra", NULL },
+        { bin_ctl, "bench", "--bogus", NULL },
+        { bin_ctl, "bench", "-n", "0", NULL },
+        { bin_ctl, "bench", "--prompt-min", "9", "--prompt-max", "8", NULL },
+        { bin_ctl, "frobnicate", NULL },
+        { bin_ctl, NULL },
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        const char *argv[12];
+        int n = 0;
+        for (int k = 0; bad[i][k]; k++)
+            argv[n++] = bad[i][k];
+        /* the live daemon's socket: a usage error must not depend on it */
+        if (n >= 2 && strcmp(argv[1], "frobnicate")) {
+            argv[n++] = "--socket";
+            argv[n++] = dmn.sock;
+        }
+        argv[n] = NULL;
+        expect_exit(argv, "", 2, NULL);
+    }
+
+    /* The daemon refuses a request (a prompt id outside the vocabulary): 1,
+     * with the daemon's reason. */
+    const char *ids[] = { bin_ctl, "generate", "--socket", dmn.sock, "--ids", "128000 999999",
+                          NULL };
+    expect_exit(ids, NULL, 1, "BAD_TOKEN");
+    /* --help: 0 everywhere. */
+    static const char *const cmds[] = { "generate", "chat", "status", "bench", "tokenize",
+                                        "detokenize" };
+    for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
+        const char *h[] = { bin_ctl, cmds[i], "--help", NULL };
+        expect_exit(h, NULL, 0, NULL);
+    }
+}
+
+/* ---------------------------------------------------------------- main */
+
+static void load_eos(void)
+{
+    char path[256];
+    snprintf(path, sizeof(path), "%s/config.json", model);
+    json_object *c = json_object_from_file(path);
+    REQUIRE(c, "%s: %s", path, json_util_get_last_err());
+    json_object *e = get(c, "eos_token_id", json_type_array, path);
+    for (size_t i = 0; i < json_object_array_length(e) && n_eos < 8; i++)
+        eos_ids[n_eos++] = (uint32_t)json_object_get_int64(json_object_array_get_idx(e, i));
+    json_object_put(c);
+    REQUIRE(n_eos > 0, "no eos ids");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 6) {
+        fprintf(stderr, "usage: %s llama8d llama8ctl llama8-run llama8-mkmodel tokenizer.json\n",
+                argv[0]);
+        return 1;
+    }
+    bin_d = argv[1];
+    bin_ctl = argv[2];
+    bin_run = argv[3];
+    bin_mk = argv[4];
+    /* Only what the command line says: no tokenizer or socket from outside. */
+    unsetenv("LLAMA8_SOCKET");
+    unsetenv("LLAMA8_TOKENIZER");
+    unsetenv("LLAMA8_MODEL");
+    signal(SIGPIPE, SIG_IGN);
+    atexit(cleanup);
+    signal(SIGTERM, on_signal);     /* meson's timeout */
+    signal(SIGINT, on_signal);
+
+    REQUIRE(mkdtemp(tmpdir), "mkdtemp");
+    snprintf(model, sizeof(model), "%s/model", tmpdir);
+    const char *mk[] = { bin_mk, "--preset", "tiny", "--seed", "1", "--out", model,
+                         "--tokenizer", argv[5], NULL };
+    struct buf o = {0};
+    run_ok(mk, NULL, 0, &o);
+    free(o.p);
+    load_eos();
+
+    tdaemon_start(&dmn, bin_d, model, NULL);
+    struct status s;
+    status_settled(&s);
+    CHECK(s.done == 0 && s.generated == 0 && s.prompt == 0 && s.cached == 0 &&
+          s.pages_used == 0, "fresh daemon: done %" PRId64 " generated %" PRId64, s.done,
+          s.generated);
+
+    test_generate();
+    test_chat();
+    test_bench();
+    test_errors();
+
+    status_settled(&s);
+    CHECK(s.pages_used == 0, "pages still used after everything finished: %" PRId64,
+          s.pages_used);
+    int st = tdaemon_stop(&dmn);
+    CHECK(st == 0, "llama8d exit status %d", st);
+    if (failures)
+        fprintf(stderr, "%d failure(s)\n", failures);
+    return failures ? 1 : 0;
+}
