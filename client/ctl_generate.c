@@ -356,6 +356,7 @@ int ctl_generate(int argc, char **argv)
     size_t tlen = 0;
     if (ids_arg && ctl_parse_ids(ids_arg, &ids) < 0) {
         fprintf(stderr, "llama8ctl: --ids: not a list of token ids\n");
+        l8tok_ids_free(&ids);   /* the ids parsed before the bad one */
         return CTL_USAGE;
     }
     if ((rc = ctl_connect(o.socket, "llama8ctl generate", &c)) != CTL_OK)
