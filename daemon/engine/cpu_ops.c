@@ -15,8 +15,6 @@
 #include "../model/numerics.h"
 
 typedef float v8f __attribute__((vector_size(32)));
-typedef uint8_t v8u8 __attribute__((vector_size(8)));
-typedef uint16_t v8u16 __attribute__((vector_size(16)));
 typedef uint32_t v8u32 __attribute__((vector_size(32)));
 typedef int32_t v8i32 __attribute__((vector_size(32)));
 
@@ -130,106 +128,274 @@ void l8_cpu_ws_free(struct l8_cpu_ws *ws)
     ws->buf = NULL;
 }
 
-/* Rows per block: as many as fit the per-thread budget, but few enough
- * that every thread gets a few blocks; a multiple of 4 for dot4. The
- * choice changes only the work split, never a result. */
-static uint32_t rows_per_block(const struct l8_cpu_ws *ws, uint32_t out, uint32_t in, int nthreads)
+/* ---- weight decoding ------------------------------------------------------
+ * E4M3 without a table: the code's 7 magnitude bits go to f32 bits 20..26
+ * (exponent field 0..15, top 3 mantissa bits) and its sign to bit 31. That
+ * f32 is the E4M3 value times 2^-120 (E4M3 subnormals land on f32
+ * subnormals, where the same holds), so one exact multiply by 2^120 gives
+ * the value: 5 vector operations per 8 codes. Codes 0x7f/0xff (NaN) come
+ * out as +-480 instead; every caller scans for them (has_nan_code) and
+ * takes the table for such rows, so results equal l8_e4m3_lut's always.
+ * BF16 is a shift. All of it is exact, so which path decodes a weight
+ * never changes a result. */
+typedef uint8_t v32u8 __attribute__((vector_size(32)));
+typedef uint64_t v4u64 __attribute__((vector_size(32)));
+
+#define E4M3_BITS_MASK 0x87F00000u     /* sign, 4 exponent and 3 mantissa bits */
+#define E4M3_REBIAS 0x1p120f           /* 2^(127 - 7) */
+#define PREFETCH_LINE 64
+
+/* The byte moves are written as broadcasts and in-lane byte shuffles
+ * (one vpbroadcast + one vpshufb with AVX2): GCC 12 turns
+ * __builtin_convertvector from 8 narrow elements into scalar inserts. */
+static inline __attribute__((always_inline)) v8f dec8_e4m3(const uint8_t *p)
 {
-    size_t rb = ws->floats / (in ? in : 1);
-    size_t fair = ((size_t)out + 4u * (size_t)nthreads - 1) / (4u * (size_t)nthreads);
-    if (rb > fair)
-        rb = fair;
-    rb &= ~(size_t)3;
-    if (rb < 4)
-        rb = 4;
-    return (uint32_t)rb;
+    uint64_t w;
+    memcpy(&w, p, sizeof(w));
+    /* Code k replicated into every byte of lane k (lanes 4..7 read the
+     * upper copy's bytes 4..7, so no shuffle crosses 128 bits). */
+    v8i32 s = (v8i32)__builtin_shuffle((v32u8)(v4u64){ w, w, w, w },
+                                       (v32u8){ 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3,
+                                                20, 20, 20, 20, 21, 21, 21, 21,
+                                                22, 22, 22, 22, 23, 23, 23, 23 });
+    /* Arithmetic shift: the code's sign lands on bit 31 (and 27), its 7
+     * magnitude bits on 20..26; the mask drops the copies below. */
+    s = (s >> 4) & (int32_t)E4M3_BITS_MASK;
+    return (v8f)s * E4M3_REBIAS;
 }
 
-/* E4M3 codes and BF16 bits to f32. The generic versions are table
- * lookups and shifts; on x86 with AVX2 the codes are rebuilt 8 at a time
- * (normals bit by bit with the exponent rebiased 7 -> 127, subnormals as
- * m * 2^-9, 0x7f/0xff as NaN), equal to l8_e4m3_lut for every code. Both
- * are exact, so which one runs never changes a result. */
-static void decode_e4m3_generic(const uint8_t *w, size_t n, float *out)
+/* 8 BF16 values: element k's two bytes into the top half of lane k. */
+static inline __attribute__((always_inline)) v8f dec8_bf16(const uint16_t *p)
+{
+    uint64_t w[2];
+    memcpy(w, p, sizeof(w));
+    v8u32 s = (v8u32)__builtin_shuffle((v32u8)(v4u64){ w[0], w[1], w[0], w[1] },
+                                       (v32u8){ 0, 0, 0, 1, 2, 2, 2, 3, 4, 4, 4, 5, 6, 6, 6, 7,
+                                                24, 24, 24, 25, 26, 26, 26, 27,
+                                                28, 28, 28, 29, 30, 30, 30, 31 });
+    return (v8f)(s & 0xFFFF0000u);
+}
+
+/* Whether any of n codes is a NaN (0x7f or 0xff). */
+static inline __attribute__((always_inline)) bool has_nan_code(const uint8_t *w, size_t n)
+{
+    v32u8 acc = { 0 };
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        v32u8 c;
+        memcpy(&c, w + i, sizeof(c));
+        acc |= (v32u8)((c & 0x7f) == 0x7f);
+    }
+    v4u64 a = (v4u64)acc;
+    bool any = (a[0] | a[1] | a[2] | a[3]) != 0;
+    for (; i < n; i++)
+        any |= (w[i] & 0x7f) == 0x7f;
+    return any;
+}
+
+static void decode_e4m3_table(const uint8_t *w, size_t n, float *out)
 {
     for (size_t i = 0; i < n; i++)
         out[i] = l8_e4m3_lut[w[i]];
 }
 
-static void decode_bf16_generic(const uint16_t *h, size_t n, float *out)
+L8_MULTIVERSION
+static void decode_e4m3(const uint8_t *w, size_t n, float *out)
 {
-    for (size_t i = 0; i < n; i++)
+    if (has_nan_code(w, n)) {
+        decode_e4m3_table(w, n, out);
+        return;
+    }
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        v8f f = dec8_e4m3(w + i);
+        memcpy(out + i, &f, sizeof(f));
+    }
+    decode_e4m3_table(w + i, n - i, out + i);
+}
+
+L8_MULTIVERSION
+static void decode_bf16(const uint16_t *h, size_t n, float *out)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        v8f f = dec8_bf16(h + i);
+        memcpy(out + i, &f, sizeof(f));
+    }
+    for (; i < n; i++)
         out[i] = l8_bf16_to_f32(h[i]);
 }
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-
-__attribute__((target("avx2")))
-static void decode_e4m3_avx2(const uint8_t *w, size_t n, float *out)
-{
-    const __m256i m7 = _mm256_set1_epi32(7), m15 = _mm256_set1_epi32(15);
-    const __m256i m80 = _mm256_set1_epi32(0x80), m7f = _mm256_set1_epi32(0x7f);
-    const __m256i qnan = _mm256_set1_epi32(0x7fc00000), rebias = _mm256_set1_epi32(120);
-    const __m256 sub_unit = _mm256_set1_ps(0x1p-9f);
-    const __m256i zero = _mm256_setzero_si256();
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256i c = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(w + i)));
-        __m256i e = _mm256_and_si256(_mm256_srli_epi32(c, 3), m15);
-        __m256i m = _mm256_and_si256(c, m7);
-        __m256i s = _mm256_slli_epi32(_mm256_and_si256(c, m80), 24);
-        __m256i nb = _mm256_or_si256(_mm256_or_si256(s, _mm256_slli_epi32(_mm256_add_epi32(e, rebias), 23)),
-                                     _mm256_slli_epi32(m, 20));
-        __m256i sb = _mm256_or_si256(_mm256_castps_si256(_mm256_mul_ps(_mm256_cvtepi32_ps(m), sub_unit)), s);
-        __m256i r = _mm256_blendv_epi8(nb, sb, _mm256_cmpeq_epi32(e, zero));
-        r = _mm256_blendv_epi8(r, _mm256_or_si256(s, qnan),
-                               _mm256_cmpeq_epi32(_mm256_and_si256(c, m7f), m7f));
-        _mm256_storeu_si256((__m256i *)(out + i), r);
-    }
-    decode_e4m3_generic(w + i, n - i, out + i);
-}
-
-__attribute__((target("avx2")))
-static void decode_bf16_avx2(const uint16_t *h, size_t n, float *out)
-{
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(h + i)));
-        _mm256_storeu_si256((__m256i *)(out + i), _mm256_slli_epi32(v, 16));
-    }
-    decode_bf16_generic(h + i, n - i, out + i);
-}
-
-static bool have_avx2(void)
-{
-    static int v = -1;   /* benign race: every thread computes the same */
-    if (v < 0)
-        v = __builtin_cpu_supports("avx2") ? 1 : 0;
-    return v == 1;
-}
-
-static void decode_e4m3(const uint8_t *w, size_t n, float *out)
-{
-    if (have_avx2())
-        decode_e4m3_avx2(w, n, out);
-    else
-        decode_e4m3_generic(w, n, out);
-}
-
-static void decode_bf16(const uint16_t *h, size_t n, float *out)
-{
-    if (have_avx2())
-        decode_bf16_avx2(h, n, out);
-    else
-        decode_bf16_generic(h, n, out);
-}
-#else
-#define decode_e4m3 decode_e4m3_generic
-#define decode_bf16 decode_bf16_generic
-#endif
-
 void l8_cpu_decode_e4m3(const uint8_t *w, size_t n, float *out) { decode_e4m3(w, n, out); }
+
+/* ---- fused decode-and-dot (few tokens) -------------------------------------
+ * With one to four tokens a weight is used once or twice after decoding,
+ * so it is decoded in registers and never stored. Each output is still
+ * summed in exactly l8_cpu_dot's order (two 8-wide accumulators over
+ * 16-element steps, an 8-wide tail into the first, the lane tree, the
+ * scalar tail), so this path and the decode-once path below give the same
+ * bits, and the step's token count never changes a result. */
+enum wkind { WK_E4M3, WK_BF16, WK_F32 };
+
+static inline __attribute__((always_inline)) v8f wload8(enum wkind k, const void *w, size_t i)
+{
+    switch (k) {
+    case WK_E4M3: return dec8_e4m3((const uint8_t *)w + i);
+    case WK_BF16: return dec8_bf16((const uint16_t *)w + i);
+    default:      return load8((const float *)w + i);
+    }
+}
+
+static inline __attribute__((always_inline)) float wload1(enum wkind k, const void *w, size_t i)
+{
+    switch (k) {
+    case WK_E4M3: return l8_e4m3_lut[((const uint8_t *)w)[i]];
+    case WK_BF16: return l8_bf16_to_f32(((const uint16_t *)w)[i]);
+    default:      return ((const float *)w)[i];
+    }
+}
+
+/* r[a][b] = dot(x_b, w_a) for nr (1, 2) weight rows and nt (1, 2) tokens;
+ * nr and nt are constants after inlining. */
+static inline __attribute__((always_inline))
+void fused_tile(enum wkind k, const void *w0, const void *w1, int nr,
+                const float *x0, const float *x1, int nt, size_t n, float r[2][2])
+{
+    v8f p00 = { 0 }, q00 = { 0 }, p01 = { 0 }, q01 = { 0 };
+    v8f p10 = { 0 }, q10 = { 0 }, p11 = { 0 }, q11 = { 0 };
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        v8f a0 = wload8(k, w0, i), b0 = wload8(k, w0, i + 8);
+        v8f xa = load8(x0 + i), xb = load8(x0 + i + 8);
+        p00 += xa * a0; q00 += xb * b0;
+        if (nr > 1) {
+            v8f a1 = wload8(k, w1, i), b1 = wload8(k, w1, i + 8);
+            p10 += xa * a1; q10 += xb * b1;
+            if (nt > 1) {
+                v8f ya = load8(x1 + i), yb = load8(x1 + i + 8);
+                p01 += ya * a0; q01 += yb * b0;
+                p11 += ya * a1; q11 += yb * b1;
+            }
+        } else if (nt > 1) {
+            p01 += load8(x1 + i) * a0; q01 += load8(x1 + i + 8) * b0;
+        }
+    }
+    if (i + 8 <= n) {
+        v8f a0 = wload8(k, w0, i), xa = load8(x0 + i);
+        p00 += xa * a0;
+        if (nt > 1)
+            p01 += load8(x1 + i) * a0;
+        if (nr > 1) {
+            v8f a1 = wload8(k, w1, i);
+            p10 += xa * a1;
+            if (nt > 1)
+                p11 += load8(x1 + i) * a1;
+        }
+        i += 8;
+    }
+    float t00 = 0.0f, t01 = 0.0f, t10 = 0.0f, t11 = 0.0f;
+    for (; i < n; i++) {
+        float a0 = wload1(k, w0, i);
+        t00 += x0[i] * a0;
+        if (nt > 1)
+            t01 += x1[i] * a0;
+        if (nr > 1) {
+            float a1 = wload1(k, w1, i);
+            t10 += x0[i] * a1;
+            if (nt > 1)
+                t11 += x1[i] * a1;
+        }
+    }
+    r[0][0] = hsum8(p00 + q00) + t00;
+    if (nt > 1)
+        r[0][1] = hsum8(p01 + q01) + t01;
+    if (nr > 1) {
+        r[1][0] = hsum8(p10 + q10) + t10;
+        if (nt > 1)
+            r[1][1] = hsum8(p11 + q11) + t11;
+    }
+}
+
+/* y[t][col0 + r] = (dot(x_t, w_r) * scale[r]) * xs[t] (scale, xs may be
+ * NULL = 1) for `rows` rows of w (row stride `in` elements), T tokens. */
+static inline __attribute__((always_inline))
+void fused_block(enum wkind k, const void *w, uint32_t rows, uint32_t in,
+                 const float *x, uint32_t T, float *const *out_rows, size_t col0,
+                 const float *scale, const float *xs, float *scratch)
+{
+    const size_t esz = k == WK_E4M3 ? 1 : k == WK_BF16 ? 2 : 4;
+    for (uint32_t r = 0; r < rows; ) {
+        const uint8_t *w0 = (const uint8_t *)w + (size_t)r * in * esz;
+        int nr = r + 1 < rows ? 2 : 1;
+        const uint8_t *w1 = nr > 1 ? w0 + (size_t)in * esz : w0;
+        float d[2][2];
+        /* Rows of a few KB are about one page each, and the hardware
+         * prefetchers stop at page boundaries: ask for the next pair
+         * (while this one computes), or each pair starts with DRAM latency. */
+        if (r + 2 < rows) {
+            const uint8_t *nx = w0 + 2 * (size_t)in * esz;
+            const size_t nb = (size_t)(rows - r - 2 < 2 ? rows - r - 2 : 2) * in * esz;
+            for (size_t off = 0; off < nb; off += PREFETCH_LINE)
+                __builtin_prefetch(nx + off, 0, 3);
+        }
+        if (k == WK_E4M3 && has_nan_code(w0, (size_t)nr * in)) {
+            /* A NaN code: this row through the table, in the same order. */
+            nr = 1;
+            decode_e4m3_table(w0, in, scratch);
+            for (uint32_t t = 0; t < T; t++) {
+                float v = dot_body(x + (size_t)t * in, scratch, in);
+                v = scale ? v * scale[r] : v;
+                out_rows[t][col0 + r] = xs ? v * xs[t] : v;
+            }
+            r += 1;
+            continue;
+        }
+        for (uint32_t t = 0; t < T; t += 2) {
+            const float *x0 = x + (size_t)t * in;
+            const int nt = t + 1 < T ? 2 : 1;
+            if (nr == 2 && nt == 2)
+                fused_tile(k, w0, w1, 2, x0, x0 + in, 2, in, d);
+            else if (nr == 2)
+                fused_tile(k, w0, w1, 2, x0, x0, 1, in, d);
+            else if (nt == 2)
+                fused_tile(k, w0, w0, 1, x0, x0 + in, 2, in, d);
+            else
+                fused_tile(k, w0, w0, 1, x0, x0, 1, in, d);
+            for (int a = 0; a < nr; a++)
+                for (int b = 0; b < nt; b++) {
+                    float v = scale ? d[a][b] * scale[r + a] : d[a][b];
+                    out_rows[t + b][col0 + r + a] = xs ? v * xs[t + b] : v;
+                }
+        }
+        r += (uint32_t)nr;
+    }
+}
+
+L8_MULTIVERSION
+static void fused_block_e4m3(const void *w, uint32_t rows, uint32_t in, const float *x,
+                             uint32_t T, float *const *out_rows, size_t col0,
+                             const float *scale, const float *xs, float *scratch)
+{
+    fused_block(WK_E4M3, w, rows, in, x, T, out_rows, col0, scale, xs, scratch);
+}
+
+L8_MULTIVERSION
+static void fused_block_bf16(const void *w, uint32_t rows, uint32_t in, const float *x,
+                             uint32_t T, float *const *out_rows, size_t col0,
+                             const float *scale, const float *xs, float *scratch)
+{
+    fused_block(WK_BF16, w, rows, in, x, T, out_rows, col0, scale, xs, scratch);
+}
+
+L8_MULTIVERSION
+static void fused_block_f32(const void *w, uint32_t rows, uint32_t in, const float *x,
+                            uint32_t T, float *const *out_rows, size_t col0,
+                            const float *scale, const float *xs, float *scratch)
+{
+    fused_block(WK_F32, w, rows, in, x, T, out_rows, col0, scale, xs, scratch);
+}
+
+/* ---- decode once, dot many (prefill) ---------------------------------------- */
 
 /* Dots of T input rows against a decoded block of rows. */
 static void block_dots(const float *wd, uint32_t rows, uint32_t in, const float *x,
@@ -256,75 +422,173 @@ static void block_dots(const float *wd, uint32_t rows, uint32_t in, const float 
     }
 }
 
-struct qmm_job {
-    const struct l8_cpu_ws *ws;
-    const struct l8_qweight *W;
-    const struct l8_dense *D;
-    const float *x, *xs;
-    uint32_t T, rb;
-    float *const *out_rows;
+/* ---- the matmul job: blocks of rows of up to MM_MAX_PARTS weights ------------ */
+
+/* Up to this many tokens the weights are decoded in registers. */
+#define L8_CPU_FUSED_MAX_T 4u
+/* Blocks per thread in the fused path: enough that dynamic claiming evens
+ * out a slow thread, few enough that claims stay cheap. */
+#define FUSED_BLOCKS_PER_THREAD 8u
+/* ... and no block under this many multiply-adds. */
+#define FUSED_MIN_BLOCK_MACS (16u * 1024u)
+#define MM_MAX_PARTS 3
+#define L8_CPU_MAX_ROWPTR 64
+/* Below this many multiply-adds a matmul runs on the calling thread:
+ * handing half of it to another thread would cost more than it saves. */
+#define L8_CPU_INLINE_MACS (64u * 1024u)
+
+struct mm_part {
+    const struct l8_qweight *W;     /* FP8 weight, or */
+    const struct l8_dense *D;       /* a dense one */
+    float *const *out;              /* [T] destination rows */
+    uint32_t rb;                    /* rows per block */
+    uint32_t blk0;                  /* the part's first block */
 };
 
-static void qmm_chunk(void *ctx, size_t b, size_t e, int tid)
+struct mm_job {
+    const struct l8_cpu_ws *ws;
+    struct mm_part part[MM_MAX_PARTS];
+    uint32_t n_parts;
+    const float *x, *xs;            /* x [T, in], xs [T] or NULL */
+    uint32_t T;
+    bool fused;
+};
+
+static void mm_chunk(void *ctx, size_t b, size_t e, int tid)
 {
-    const struct qmm_job *j = ctx;
+    const struct mm_job *j = ctx;
     float *wd = j->ws->buf[tid];
-    const uint32_t in = j->W ? j->W->in : j->D->cols;
-    const uint32_t out = j->W ? j->W->out : j->D->rows;
     for (size_t blk = b; blk < e; blk++) {
-        uint32_t o0 = (uint32_t)blk * j->rb;
-        uint32_t rows = out - o0 < j->rb ? out - o0 : j->rb;
-        const float *scale = NULL;
-        if (j->W) {
-            decode_e4m3(j->W->w + (size_t)o0 * in, (size_t)rows * in, wd);
-            scale = j->W->scale + o0;
-        } else if (j->D->dtype == L8_BF16) {
-            decode_bf16((const uint16_t *)j->D->data + (size_t)o0 * in, (size_t)rows * in, wd);
+        uint32_t p = 0;
+        while (p + 1 < j->n_parts && blk >= j->part[p + 1].blk0)
+            p++;
+        const struct mm_part *P = &j->part[p];
+        const uint32_t in = P->W ? P->W->in : P->D->cols;
+        const uint32_t out = P->W ? P->W->out : P->D->rows;
+        const uint32_t o0 = (uint32_t)(blk - P->blk0) * P->rb;
+        const uint32_t rows = out - o0 < P->rb ? out - o0 : P->rb;
+        const float *scale = P->W ? P->W->scale + o0 : NULL;
+        if (j->fused) {
+            if (P->W)
+                fused_block_e4m3(P->W->w + (size_t)o0 * in, rows, in, j->x, j->T, P->out, o0,
+                                 scale, j->xs, wd);
+            else if (P->D->dtype == L8_BF16)
+                fused_block_bf16((const uint16_t *)P->D->data + (size_t)o0 * in, rows, in,
+                                 j->x, j->T, P->out, o0, NULL, j->xs, wd);
+            else
+                fused_block_f32((const float *)P->D->data + (size_t)o0 * in, rows, in,
+                                j->x, j->T, P->out, o0, NULL, j->xs, wd);
+            continue;
+        }
+        if (P->W) {
+            decode_e4m3(P->W->w + (size_t)o0 * in, (size_t)rows * in, wd);
+        } else if (P->D->dtype == L8_BF16) {
+            decode_bf16((const uint16_t *)P->D->data + (size_t)o0 * in, (size_t)rows * in, wd);
         } else {
             for (uint32_t r = 0; r < rows; r++)
-                l8_dense_row(j->D, o0 + r, wd + (size_t)r * in);
+                l8_dense_row(P->D, o0 + r, wd + (size_t)r * in);
         }
-        block_dots(wd, rows, in, j->x, j->T, j->out_rows, o0, scale, j->xs);
+        block_dots(wd, rows, in, j->x, j->T, P->out, o0, scale, j->xs);
     }
 }
 
-#define L8_CPU_MAX_ROWPTR 64
-/* Below this many multiply-adds a matmul runs on the calling thread:
- * waking the pool would cost more than it saves. */
-#define L8_CPU_INLINE_MACS (64u * 1024u)
+/* Rows per block. Decode-once: as many as fit the per-thread budget, but
+ * few enough that every thread gets a few blocks; a multiple of 4 for
+ * dot4. Fused: FUSED_BLOCKS_PER_THREAD blocks per thread of at least
+ * FUSED_MIN_BLOCK_MACS; even, for the row pairs. The choice changes only
+ * the work split, never a result. */
+static uint32_t rows_per_block(const struct l8_cpu_ws *ws, uint32_t out, uint32_t in,
+                               uint32_t T, bool fused, int nthreads)
+{
+    if (in == 0)
+        in = 1;
+    size_t rb;
+    if (fused) {
+        rb = ((size_t)out + FUSED_BLOCKS_PER_THREAD * (size_t)nthreads - 1)
+             / (FUSED_BLOCKS_PER_THREAD * (size_t)nthreads);
+        size_t min_rows = (FUSED_MIN_BLOCK_MACS + (size_t)in * T - 1) / ((size_t)in * T);
+        if (rb < min_rows)
+            rb = min_rows;
+        rb = (rb + 1) & ~(size_t)1;
+    } else {
+        rb = ws->floats / in;
+        size_t fair = ((size_t)out + 4u * (size_t)nthreads - 1) / (4u * (size_t)nthreads);
+        if (rb > fair)
+            rb = fair;
+        rb &= ~(size_t)3;
+        if (rb < 4)
+            rb = 4;
+    }
+    if (rb > out)
+        rb = out ? out : 1;
+    return (uint32_t)rb;
+}
+
+/* Runs the parts (all with the same input width) over T tokens (T <=
+ * L8_CPU_MAX_ROWPTR) as one parallel-for. */
+static void mm_run(struct l8_tp *tp, struct mm_job *j)
+{
+    const int nt = l8_tp_nthreads(tp);
+    bool fused = j->T <= L8_CPU_FUSED_MAX_T;
+    for (uint32_t p = 0; p < j->n_parts; p++)
+        if (j->part[p].D && j->part[p].D->dtype != L8_BF16 && j->part[p].D->dtype != L8_F32)
+            fused = false;      /* F16 goes through l8_dense_row */
+    j->fused = fused;
+    uint32_t nblk = 0;
+    uint64_t macs = 0;
+    for (uint32_t p = 0; p < j->n_parts; p++) {
+        struct mm_part *P = &j->part[p];
+        const uint32_t in = P->W ? P->W->in : P->D->cols;
+        const uint32_t out = P->W ? P->W->out : P->D->rows;
+        P->rb = rows_per_block(j->ws, out, in, j->T, fused, nt);
+        P->blk0 = nblk;
+        nblk += (out + P->rb - 1) / P->rb;
+        macs += (uint64_t)j->T * out * in;
+    }
+    l8_tp_for(tp, nblk, macs < L8_CPU_INLINE_MACS ? nblk : 1, mm_chunk, j);
+}
+
+void l8_cpu_qmatmul_multi(struct l8_tp *tp, const struct l8_cpu_ws *ws,
+                          const struct l8_qweight *const *W, uint32_t n_w,
+                          const float *x, const float *xs, uint32_t T,
+                          float *const *y, const size_t *ldy)
+{
+    /* Row pointers into y, in bounded groups of tokens to stay off the heap. */
+    float *rows[MM_MAX_PARTS][L8_CPU_MAX_ROWPTR];
+    for (uint32_t w0 = 0; w0 < n_w; w0 += MM_MAX_PARTS) {
+        const uint32_t np = n_w - w0 < MM_MAX_PARTS ? n_w - w0 : MM_MAX_PARTS;
+        for (uint32_t t0 = 0; t0 < T; t0 += L8_CPU_MAX_ROWPTR) {
+            const uint32_t n = T - t0 < L8_CPU_MAX_ROWPTR ? T - t0 : L8_CPU_MAX_ROWPTR;
+            struct mm_job j = { .ws = ws, .n_parts = np, .x = x + (size_t)t0 * W[0]->in,
+                                .xs = xs ? xs + t0 : NULL, .T = n };
+            for (uint32_t p = 0; p < np; p++) {
+                for (uint32_t t = 0; t < n; t++)
+                    rows[p][t] = y[w0 + p] + (size_t)(t0 + t) * ldy[w0 + p];
+                j.part[p].W = W[w0 + p];
+                j.part[p].out = rows[p];
+            }
+            mm_run(tp, &j);
+        }
+    }
+}
 
 void l8_cpu_qmatmul(struct l8_tp *tp, const struct l8_cpu_ws *ws,
                     const struct l8_qweight *W, const float *x, const float *xs,
                     uint32_t T, float *y, size_t ldy)
 {
-    /* Row pointers into y, in bounded groups of tokens to stay off the heap. */
-    float *rows[L8_CPU_MAX_ROWPTR];
-    const int nt = l8_tp_nthreads(tp);
-    const uint32_t rb = rows_per_block(ws, W->out, W->in, nt);
-    const size_t nblk = (W->out + rb - 1) / rb;
-    for (uint32_t t0 = 0; t0 < T; t0 += L8_CPU_MAX_ROWPTR) {
-        uint32_t n = T - t0 < L8_CPU_MAX_ROWPTR ? T - t0 : L8_CPU_MAX_ROWPTR;
-        for (uint32_t t = 0; t < n; t++)
-            rows[t] = y + (size_t)(t0 + t) * ldy;
-        struct qmm_job j = { .ws = ws, .W = W, .x = x + (size_t)t0 * W->in,
-                             .xs = xs ? xs + t0 : NULL, .T = n, .rb = rb, .out_rows = rows };
-        const bool small = (uint64_t)n * W->out * W->in < L8_CPU_INLINE_MACS;
-        l8_tp_for(tp, nblk, small ? nblk : 1, qmm_chunk, &j);
-    }
+    l8_cpu_qmatmul_multi(tp, ws, &W, 1, x, xs, T, &y, &ldy);
 }
 
 void l8_cpu_dense_matmul(struct l8_tp *tp, const struct l8_cpu_ws *ws,
                          const struct l8_dense *D, const float *x, uint32_t R,
                          float *const *out)
 {
-    const int nt = l8_tp_nthreads(tp);
-    const uint32_t rb = rows_per_block(ws, D->rows, D->cols, nt);
-    const size_t nblk = (D->rows + rb - 1) / rb;
     for (uint32_t r0 = 0; r0 < R; r0 += L8_CPU_MAX_ROWPTR) {
         uint32_t n = R - r0 < L8_CPU_MAX_ROWPTR ? R - r0 : L8_CPU_MAX_ROWPTR;
-        struct qmm_job j = { .ws = ws, .D = D, .x = x + (size_t)r0 * D->cols,
-                             .T = n, .rb = rb, .out_rows = out + r0 };
-        l8_tp_for(tp, nblk, 1, qmm_chunk, &j);
+        struct mm_job j = { .ws = ws, .n_parts = 1, .x = x + (size_t)r0 * D->cols, .T = n };
+        j.part[0].D = D;
+        j.part[0].out = out + r0;
+        mm_run(tp, &j);
     }
 }
 
@@ -389,12 +653,7 @@ static inline v8f load_kv8(const void *row, size_t i, bool bf16)
 {
     if (!bf16)
         return load8((const float *)row + i);
-    v8u16 h;
-    memcpy(&h, (const uint16_t *)row + i, sizeof(h));
-    v8u32 w = __builtin_convertvector(h, v8u32) << 16;
-    v8f f;
-    memcpy(&f, &w, sizeof(f));
-    return f;
+    return dec8_bf16((const uint16_t *)row + i);
 }
 
 static inline float load_kv1(const void *row, size_t i, bool bf16)

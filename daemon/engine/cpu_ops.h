@@ -36,10 +36,21 @@ void l8_cpu_ws_free(struct l8_cpu_ws *ws);
  *      decoded E4M3 activation codes, so every product is exact in f32)
  *   xs [T] per-token scales, or NULL (= 1, exact numerics)
  *   y  [T, ldy] f32, columns [0, W.out) written.
- * Rows are split over the pool; each weight row is decoded once per call. */
+ * Rows are split over the pool. Up to 4 tokens the weights are decoded in
+ * registers next to the dot (decode is the cost: nothing is stored);
+ * beyond, each block of rows is decoded once into the thread's scratch and
+ * dotted against every token. Both sum in l8_cpu_dot's order. */
 void l8_cpu_qmatmul(struct l8_tp *tp, const struct l8_cpu_ws *ws,
                     const struct l8_qweight *W, const float *x, const float *xs,
                     uint32_t T, float *y, size_t ldy);
+
+/* The same for n_w weights that share W[i]->in and the input x (q/k/v,
+ * gate/up) as one parallel-for: y[i] [T, ldy[i]], columns [0, W[i]->out).
+ * Each output is bitwise what l8_cpu_qmatmul on W[i] alone gives. */
+void l8_cpu_qmatmul_multi(struct l8_tp *tp, const struct l8_cpu_ws *ws,
+                          const struct l8_qweight *const *W, uint32_t n_w,
+                          const float *x, const float *xs, uint32_t T,
+                          float *const *y, const size_t *ldy);
 
 /* out[r][v] = sum_i x[r][i] * D[v][i] for a dense [rows, cols] matrix
  * (embedding / lm_head), one destination row pointer per input row:

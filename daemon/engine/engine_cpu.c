@@ -346,17 +346,27 @@ static void swiglu_chunk(void *ctx, size_t b, size_t e_, int tid)
     }
 }
 
-/* y = x W^T for the step's T tokens, in the engine's numerics. x [T, W.in]. */
-static void project(struct cpu *e, const struct l8_qweight *W, const float *x, uint32_t T,
-                    float *y, bool quantized_ready)
+/* y[i] = x W[i]^T for the step's T tokens, in the engine's numerics, for
+ * n weights that read the same x [T, W[0].in] (q/k/v, gate/up): one
+ * quantization of x and one parallel-for for all of them. */
+static void project_multi(struct cpu *e, const struct l8_qweight *const *W, uint32_t n,
+                          const float *x, uint32_t T, float *const *y)
 {
+    size_t ld[3];
+    for (uint32_t i = 0; i < n; i++)
+        ld[i] = W[i]->out;
     if (e->numerics == L8_NUMERICS_FP8) {
-        if (!quantized_ready)
-            l8_cpu_quantize_rows(e->tp, x, T, W->in, e->xq, e->xd, e->xs);
-        l8_cpu_qmatmul(e->tp, &e->ws, W, e->xd, e->xs, T, y, W->out);
+        l8_cpu_quantize_rows(e->tp, x, T, W[0]->in, e->xq, e->xd, e->xs);
+        l8_cpu_qmatmul_multi(e->tp, &e->ws, W, n, e->xd, e->xs, T, y, ld);
     } else {
-        l8_cpu_qmatmul(e->tp, &e->ws, W, x, NULL, T, y, W->out);
+        l8_cpu_qmatmul_multi(e->tp, &e->ws, W, n, x, NULL, T, y, ld);
     }
+}
+
+static void project(struct cpu *e, const struct l8_qweight *W, const float *x, uint32_t T,
+                    float *y)
+{
+    project_multi(e, &W, 1, x, T, &y);
 }
 
 static int cpu_step(void *impl, struct l8_seq *seqs, uint32_t n_seqs)
@@ -393,21 +403,22 @@ static int cpu_step(void *impl, struct l8_seq *seqs, uint32_t n_seqs)
         e->layer = L;
         struct norm_job nj = { e, ly->attn_norm };
         l8_tp_for(e->tp, T, 0, norm_chunk, &nj);
-        project(e, &ly->wq, e->xn, T, e->q, false);
-        project(e, &ly->wk, e->xn, T, e->k, true);
-        project(e, &ly->wv, e->xn, T, e->v, true);
+        const struct l8_qweight *qkv[3] = { &ly->wq, &ly->wk, &ly->wv };
+        float *const qkv_out[3] = { e->q, e->k, e->v };
+        project_multi(e, qkv, 3, e->xn, T, qkv_out);
         l8_tp_for(e->tp, T, 0, rope_store_chunk, e);
         l8_tp_for(e->tp, n_items, 1, attn_chunk, e);
-        project(e, &ly->wo, e->att, T, e->tmp, false);
+        project(e, &ly->wo, e->att, T, e->tmp);
         struct add_job aj = { e->x, e->tmp, H };
         l8_tp_for(e->tp, T, 0, add_chunk, &aj);
 
         nj.w = ly->mlp_norm;
         l8_tp_for(e->tp, T, 0, norm_chunk, &nj);
-        project(e, &ly->wgate, e->xn, T, e->gate, false);
-        project(e, &ly->wup, e->xn, T, e->up, true);
+        const struct l8_qweight *gu[2] = { &ly->wgate, &ly->wup };
+        float *const gu_out[2] = { e->gate, e->up };
+        project_multi(e, gu, 2, e->xn, T, gu_out);
         l8_tp_for(e->tp, T, 0, swiglu_chunk, e);
-        project(e, &ly->wdown, e->gate, T, e->tmp, false);
+        project(e, &ly->wdown, e->gate, T, e->tmp);
         l8_tp_for(e->tp, T, 0, add_chunk, &aj);
     }
 

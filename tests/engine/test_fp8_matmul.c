@@ -10,7 +10,9 @@
  *    within 1e-5 of the sum of |terms|;
  *  - the matmul's results do not depend on the token count or the thread
  *    count (bitwise);
- *  - dense (BF16) lm_head rows, RMSNorm, RoPE at position 9000 and the
+ *  - NaN weight codes stay in their own outputs at every token count; the
+ *    multi-weight matmul equals single calls (bitwise);
+ *  - dense (BF16, F32) lm_head rows, RMSNorm, RoPE at position 9000 and the
  *    attention tile against f64, with the tile size changing nothing.
  * Sizes are awkward on purpose (1, 7, 19, 111, 513, 989). */
 #include <math.h>
@@ -171,6 +173,92 @@ static void test_threads_invariance(const struct l8_cpu_ws *ws1, const struct l8
     l8_cpu_qmatmul(tp3, ws3, &W, x, NULL, T, yb, out);
     CHECK(memcmp(ya, yb, sizeof(float) * T * out) == 0, "1 vs 3 threads differ");
     free(w); free(scale); free(x); free(ya); free(yb);
+}
+
+/* Weight rows holding NaN codes (0x7f/0xff) give NaN exactly in their own
+ * outputs and the same bits at every token count (the fused path decodes
+ * in registers and must fall back to the table for them); the multi-weight
+ * matmul equals one call per weight, bitwise. */
+static void test_nan_codes_and_multi(struct l8_tp *tp, const struct l8_cpu_ws *ws)
+{
+    enum { OUT = 37, IN = 77, T = 9, OUT2 = 5 };
+    uint8_t *w = malloc(OUT * IN), *w2 = malloc(OUT2 * IN);
+    float scale[OUT], scale2[OUT2];
+    float *x = malloc(sizeof(float) * T * IN);
+    float *ya = malloc(sizeof(float) * T * OUT), *yb = malloc(sizeof(float) * T * OUT);
+    float *y2 = malloc(sizeof(float) * T * OUT2), *y2b = malloc(sizeof(float) * T * OUT2);
+    for (size_t i = 0; i < (size_t)OUT * IN; i++)
+        w[i] = (uint8_t)(urand() * 126) | (urand() < 0.5 ? 0x80 : 0);
+    for (size_t i = 0; i < (size_t)OUT2 * IN; i++)
+        w2[i] = (uint8_t)(urand() * 126);
+    w[3 * IN + 70] = 0x7f;          /* in the scalar tail */
+    w[10 * IN + 5] = 0xff;          /* in the vector body, second of a row pair */
+    for (int o = 0; o < OUT; o++)
+        scale[o] = 0.01f;
+    for (int o = 0; o < OUT2; o++)
+        scale2[o] = 0.02f;
+    for (size_t i = 0; i < (size_t)T * IN; i++)
+        x[i] = (float)nrand();
+    struct l8_qweight W = { .w = w, .scale = scale, .out = OUT, .in = IN };
+    struct l8_qweight W2 = { .w = w2, .scale = scale2, .out = OUT2, .in = IN };
+    l8_cpu_qmatmul(tp, ws, &W, x, NULL, T, ya, OUT);
+    uint32_t diff = 0, nan_bad = 0;
+    for (uint32_t t = 0; t < T; t++) {
+        l8_cpu_qmatmul(tp, ws, &W, x + (size_t)t * IN, NULL, 1, yb, OUT);
+        diff += memcmp(yb, ya + (size_t)t * OUT, sizeof(float) * OUT) != 0;
+        for (int o = 0; o < OUT; o++)
+            nan_bad += (isnan(yb[o]) != 0) != (o == 3 || o == 10);
+    }
+    CHECK(diff == 0 && nan_bad == 0, "NaN codes: %u tokens differ alone vs batched, %u outputs "
+          "wrongly NaN or not", diff, nan_bad);
+    for (uint32_t tn = 1; tn <= T; tn += 2) {
+        const struct l8_qweight *Ws[2] = { &W, &W2 };
+        float *ys[2] = { yb, y2 };
+        const size_t ld[2] = { OUT, OUT2 };
+        l8_cpu_qmatmul_multi(tp, ws, Ws, 2, x, NULL, tn, ys, ld);
+        l8_cpu_qmatmul(tp, ws, &W, x, NULL, tn, ya, OUT);
+        l8_cpu_qmatmul(tp, ws, &W2, x, NULL, tn, y2b, OUT2);
+        CHECK(memcmp(ya, yb, sizeof(float) * tn * OUT) == 0
+              && memcmp(y2, y2b, sizeof(float) * tn * OUT2) == 0,
+              "multi-weight matmul differs from single calls at T=%u", tn);
+    }
+    free(w); free(w2); free(x); free(ya); free(yb); free(y2); free(y2b);
+}
+
+/* F32 dense rows (fused path at few rows, decode-once beyond) against f64,
+ * and the same bits for one row alone as among 9. */
+static void test_dense_f32(struct l8_tp *tp, const struct l8_cpu_ws *ws)
+{
+    enum { ROWS = 101, COLS = 37, R = 9 };
+    float *d = malloc(sizeof(float) * ROWS * COLS), *x = malloc(sizeof(float) * R * COLS);
+    float *y = malloc(sizeof(float) * R * ROWS), *y1 = malloc(sizeof(float) * ROWS);
+    for (size_t i = 0; i < (size_t)ROWS * COLS; i++)
+        d[i] = (float)nrand();
+    for (size_t i = 0; i < (size_t)R * COLS; i++)
+        x[i] = (float)nrand();
+    struct l8_dense D = { .dtype = L8_F32, .data = d, .rows = ROWS, .cols = COLS };
+    float *out[R];
+    for (int r = 0; r < R; r++)
+        out[r] = y + (size_t)r * ROWS;
+    l8_cpu_dense_matmul(tp, ws, &D, x, R, out);
+    double num = 0, den = 0;
+    uint32_t diff = 0;
+    for (int r = 0; r < R; r++) {
+        for (int v = 0; v < ROWS; v++) {
+            double ref = 0;
+            for (int i = 0; i < COLS; i++)
+                ref += (double)x[r * COLS + i] * d[(size_t)v * COLS + i];
+            double e = y[(size_t)r * ROWS + v] - ref;
+            num += e * e;
+            den += ref * ref;
+        }
+        float *o1[1] = { y1 };
+        l8_cpu_dense_matmul(tp, ws, &D, x + (size_t)r * COLS, 1, o1);
+        diff += memcmp(y1, out[r], sizeof(float) * ROWS) != 0;
+    }
+    CHECK(sqrt(num / den) <= PROD_TOL && diff == 0, "dense f32 matmul rel %.3g, %u rows differ "
+          "alone vs batched", sqrt(num / den), diff);
+    free(d); free(x); free(y); free(y1);
 }
 
 static void test_dense(struct l8_tp *tp, const struct l8_cpu_ws *ws)
@@ -341,6 +429,9 @@ int main(void)
            worst_fp8, worst_exact);
     test_threads_invariance(&ws1, &ws3, tp1, tp3);
     test_dense(tp, &ws);
+    test_nan_codes_and_multi(tp, &ws);
+    test_nan_codes_and_multi(tp3, &ws3);
+    test_dense_f32(tp, &ws);
     test_norm_rope();
     test_attention(false);
     test_attention(true);
