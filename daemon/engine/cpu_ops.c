@@ -781,3 +781,131 @@ void l8_cpu_attention_tile(const float *q, size_t ldq, uint32_t nt, uint32_t gqa
             o[d] = a[d] * inv;
     }
 }
+
+/* ---- decode attention split over threads -------------------------------------
+ * The same arithmetic as l8_cpu_attention_tile for one query token, cut
+ * into pieces that threads can share; see cpu_ops.h. */
+
+L8_MULTIVERSION
+void l8_cpu_attn_split_scores(const float *q, uint32_t gqa, uint32_t hd,
+                              const void *const *krow, bool kv_bf16, uint32_t j0, uint32_t j1,
+                              float scale, float *scores, size_t ld, float *kbuf, float *cmax)
+{
+    for (uint32_t h = 0; h < gqa; h++)
+        cmax[h] = -INFINITY;
+    for (uint32_t j = j0; j < j1; j++) {
+        const float *k;
+        if (kv_bf16) {
+            for (uint32_t d = 0; d < hd; d++)
+                kbuf[d] = load_kv1(krow[j], d, true);
+            k = kbuf;
+        } else {
+            k = krow[j];
+        }
+        /* As the tile: dot4 of the key against 4 heads, dot_body for the rest. */
+        uint32_t h = 0;
+        float r[4];
+        for (; h + 4 <= gqa; h += 4) {
+            dot4(k, q + (size_t)h * hd, hd, hd, r);
+            for (int u = 0; u < 4; u++)
+                scores[(size_t)(h + u) * ld + j] = r[u] * scale;
+        }
+        for (; h < gqa; h++)
+            scores[(size_t)h * ld + j] = dot_body(q + (size_t)h * hd, k, hd) * scale;
+        for (h = 0; h < gqa; h++) {
+            const float s = scores[(size_t)h * ld + j];
+            cmax[h] = s > cmax[h] ? s : cmax[h];
+        }
+    }
+}
+
+void l8_cpu_attn_split_max(const float *cmax, uint32_t n_chunks, uint32_t gqa,
+                           const float *scores, size_t ld, float *mx)
+{
+    for (uint32_t h = 0; h < gqa; h++) {
+        float m = -INFINITY;
+        for (uint32_t c = 0; c < n_chunks; c++) {
+            const float v = cmax[(size_t)c * gqa + h];
+            m = v > m ? v : m;
+        }
+        /* The tile starts its running max at key 0, so a NaN there sticks;
+         * anywhere else a NaN is skipped, as here. */
+        mx[h] = isnan(scores[(size_t)h * ld]) ? scores[(size_t)h * ld] : m;
+    }
+}
+
+void l8_cpu_attn_split_exp(float *scores, size_t ld, uint32_t gqa, uint32_t j0, uint32_t j1,
+                           const float *mx)
+{
+    for (uint32_t h = 0; h < gqa; h++) {
+        float *s = scores + (size_t)h * ld;
+        for (uint32_t j = j0; j < j1; j++)
+            s[j] = expf(s[j] - mx[h]);
+    }
+}
+
+void l8_cpu_attn_split_sum(const float *w, size_t ld, uint32_t gqa, uint32_t n, double *sums)
+{
+    for (uint32_t h = 0; h < gqa; h++) {
+        double sm = 0.0;
+        for (uint32_t j = 0; j < n; j++)
+            sm += (double)w[(size_t)h * ld + j];
+        sums[h] = sm;
+    }
+}
+
+L8_MULTIVERSION
+void l8_cpu_attn_split_pv(const float *w, size_t ld, uint32_t gqa, uint32_t n,
+                          const void *const *vrow, bool kv_bf16, uint32_t hd,
+                          uint32_t d0, uint32_t d1, float *acc)
+{
+    for (uint32_t h = 0; h < gqa; h++)
+        memset(acc + (size_t)h * hd + d0, 0, sizeof(float) * (d1 - d0));
+    if ((d1 - d0) % PV_DIM_BLOCK != 0 || d0 % 8 != 0) {
+        for (uint32_t h = 0; h < gqa; h++) {
+            float *a = acc + (size_t)h * hd;
+            for (uint32_t j = 0; j < n; j++) {
+                const float wj = w[(size_t)h * ld + j];
+                for (uint32_t d = d0; d < d1; d++)
+                    a[d] += wj * load_kv1(vrow[j], d, kv_bf16);
+            }
+        }
+        return;
+    }
+    /* Every acc element sums in ascending j, as in the tile. */
+    for (uint32_t dd = d0; dd < d1; dd += PV_DIM_BLOCK) {
+        for (uint32_t h0 = 0; h0 < gqa; h0 += 4) {
+            const uint32_t ng = gqa - h0 < 4 ? gqa - h0 : 4;
+            v8f a[4][4] = { { { 0 } } };
+            if (ng == 4) {
+                /* Spelled out as in the tile, so the 16 accumulators stay
+                 * in registers. */
+                const float *w0 = w + (size_t)h0 * ld, *w1 = w0 + ld, *w2 = w1 + ld, *w3 = w2 + ld;
+                for (uint32_t j = 0; j < n; j++) {
+                    v8f v0 = load_kv8(vrow[j], dd, kv_bf16);
+                    v8f v1 = load_kv8(vrow[j], dd + 8, kv_bf16);
+                    v8f v2 = load_kv8(vrow[j], dd + 16, kv_bf16);
+                    v8f v3 = load_kv8(vrow[j], dd + 24, kv_bf16);
+                    a[0][0] += w0[j] * v0; a[0][1] += w0[j] * v1;
+                    a[0][2] += w0[j] * v2; a[0][3] += w0[j] * v3;
+                    a[1][0] += w1[j] * v0; a[1][1] += w1[j] * v1;
+                    a[1][2] += w1[j] * v2; a[1][3] += w1[j] * v3;
+                    a[2][0] += w2[j] * v0; a[2][1] += w2[j] * v1;
+                    a[2][2] += w2[j] * v2; a[2][3] += w2[j] * v3;
+                    a[3][0] += w3[j] * v0; a[3][1] += w3[j] * v1;
+                    a[3][2] += w3[j] * v2; a[3][3] += w3[j] * v3;
+                }
+            } else {
+                for (uint32_t j = 0; j < n; j++)
+                    for (uint32_t g = 0; g < ng; g++) {
+                        const float wj = w[(size_t)(h0 + g) * ld + j];
+                        for (int u = 0; u < 4; u++)
+                            a[g][u] += wj * load_kv8(vrow[j], dd + 8 * u, kv_bf16);
+                    }
+            }
+            for (uint32_t g = 0; g < ng; g++)
+                for (int u = 0; u < 4; u++)
+                    memcpy(acc + (size_t)(h0 + g) * hd + dd + 8 * u, &a[g][u], sizeof(v8f));
+        }
+    }
+}

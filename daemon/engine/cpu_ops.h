@@ -97,3 +97,29 @@ void l8_cpu_attention_tile(const float *q, size_t ldq, uint32_t nt, uint32_t gqa
                            const void *const *krow, const void *const *vrow, bool kv_bf16,
                            float scale, float *scores, float *acc, double *sums,
                            float *kbuf, float *out, size_t ldo);
+
+/* Decode attention of one query token (its gqa heads over keys [0, n))
+ * split so that threads can share it, with bitwise the tile's result:
+ *  1. scores: keys [j0, j1) (any cut), s_j = dot * scale into
+ *     scores[h*ld + j], and cmax[h] the chunk's running max (-inf start,
+ *     NaN skipped);
+ *  2. max: mx[h] over the chunk maxima in chunk order (cmax [n_chunks,
+ *     gqa]), the tile's NaN-at-key-0 rule included;
+ *  3. exp: w_j = expf(s_j - mx) in place, for any cut of the keys;
+ *  4. sum: the f64 denominators in j order (sums [gqa]);
+ *     pv: acc[h*hd + d] for d in [d0, d1) (cuts at multiples of 32 keep
+ *     the vector path) = sum_j w_j v_j[d] in ascending j;
+ *  5. the caller: out = acc * (float)(1 / sums[h]).
+ * Only the max needs all chunks first; every value is computed by the same
+ * operations in the same order as in l8_cpu_attention_tile. */
+void l8_cpu_attn_split_scores(const float *q, uint32_t gqa, uint32_t hd,
+                              const void *const *krow, bool kv_bf16, uint32_t j0, uint32_t j1,
+                              float scale, float *scores, size_t ld, float *kbuf, float *cmax);
+void l8_cpu_attn_split_max(const float *cmax, uint32_t n_chunks, uint32_t gqa,
+                           const float *scores, size_t ld, float *mx);
+void l8_cpu_attn_split_exp(float *scores, size_t ld, uint32_t gqa, uint32_t j0, uint32_t j1,
+                           const float *mx);
+void l8_cpu_attn_split_sum(const float *w, size_t ld, uint32_t gqa, uint32_t n, double *sums);
+void l8_cpu_attn_split_pv(const float *w, size_t ld, uint32_t gqa, uint32_t n,
+                          const void *const *vrow, bool kv_bf16, uint32_t hd,
+                          uint32_t d0, uint32_t d1, float *acc);

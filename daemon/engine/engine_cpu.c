@@ -30,12 +30,30 @@
 #define ATTN_SCORE_BUDGET (1u << 20)
 #define ATTN_MAX_TILE 16u
 #define DEFAULT_KV_BYTES (1ull << 30)
+/* Decode attention split across threads (l8_cpu_attn_split_*): used when
+ * a step has fewer attention items than 2 per thread (one sequence with
+ * few KV heads) for decode rows at least SPLIT_MIN_CTX keys long. Keys go
+ * in chunks of SPLIT_CHUNK, value dims in blocks of SPLIT_DIM_BLOCK. The
+ * split gives the tile's bits, so these choices change only speed. */
+#define SPLIT_MIN_CTX 512u
+#define SPLIT_CHUNK 256u
+#define SPLIT_DIM_BLOCK 32u
+#define SPLIT_MAX_ITEMS 4u
 
 struct attn_item {
     uint32_t seq;       /* index into the step's seqs */
     uint32_t g;         /* KV head */
     uint32_t t0, t1;    /* the sequence's tokens [t0, t1) of this step */
     uint32_t tok0;      /* step-global index of the sequence's first token */
+};
+
+/* A decode row's attention for one KV head, split over threads. */
+struct split_item {
+    uint32_t seq, g;    /* sequence (index into the step's seqs), KV head */
+    uint32_t n;         /* keys: positions [0, n) */
+    uint32_t tok;       /* step-global token index */
+    uint32_t chunk0;    /* first of its key chunks in the step's numbering */
+    uint32_t task0;     /* first of its pv/sum tasks */
 };
 
 struct cpu {
@@ -72,6 +90,14 @@ struct cpu {
     float **kvrow;              /* [nthreads][2, head_dim] bf16 rows decoded */
     double **sums;              /* [nthreads][qtile*gqa] softmax denominators */
     const void ***rowptr;       /* [nthreads][2, ctx_cap] K and V row pointers */
+    /* Split decode attention (nthreads > 1 only). */
+    struct split_item split[SPLIT_MAX_ITEMS];
+    uint32_t n_split, split_chunks, split_tasks;
+    float *split_w;             /* [SPLIT_MAX_ITEMS][gqa, ctx_cap] scores, then weights */
+    float *split_cmax;          /* [SPLIT_MAX_ITEMS][chunks(ctx_cap), gqa] */
+    float *split_mx;            /* [SPLIT_MAX_ITEMS][gqa] */
+    double *split_sum;          /* [SPLIT_MAX_ITEMS][gqa] */
+    float *split_acc;           /* [SPLIT_MAX_ITEMS][gqa, head_dim] */
     float *logit_scratch;       /* [max_seqs, vocab] for sample-only rows */
     float **dest;               /* [T] lm_head destinations */
     struct l8_sampler *sampler;
@@ -98,6 +124,8 @@ static void cpu_destroy(void *impl)
     free(e->att); free(e->gate); free(e->up); free(e->xq); free(e->xd); free(e->xs);
     free(e->rcos); free(e->rsin); free(e->tok_seq); free(e->tok_pos); free(e->tok_id);
     free(e->items); free(e->logit_scratch); free(e->dest);
+    free(e->split_w); free(e->split_cmax); free(e->split_mx); free(e->split_sum);
+    free(e->split_acc);
     for (int i = 0; i < nt; i++) {
         if (e->scores) free(e->scores[i]);
         if (e->acc) free(e->acc[i]);
@@ -222,6 +250,16 @@ static int cpu_create(const struct l8_model *m, const struct l8_engine_opts *o,
         if (!e->scores[i] || !e->acc[i] || !e->kvrow[i] || !e->sums[i] || !e->rowptr[i])
             goto nomem;
     }
+    if (nt > 1) {
+        const size_t chunks = (e->ctx_cap + SPLIT_CHUNK - 1) / SPLIT_CHUNK;
+        e->split_w = xalloc((size_t)SPLIT_MAX_ITEMS * e->gqa * e->ctx_cap * sizeof(float));
+        e->split_cmax = xalloc((size_t)SPLIT_MAX_ITEMS * chunks * e->gqa * sizeof(float));
+        e->split_mx = xalloc((size_t)SPLIT_MAX_ITEMS * e->gqa * sizeof(float));
+        e->split_sum = xalloc((size_t)SPLIT_MAX_ITEMS * e->gqa * sizeof(double));
+        e->split_acc = xalloc((size_t)SPLIT_MAX_ITEMS * e->gqa * c->head_dim * sizeof(float));
+        if (!e->split_w || !e->split_cmax || !e->split_mx || !e->split_sum || !e->split_acc)
+            goto nomem;
+    }
     e->sampler = l8_sampler_new(c->vocab);
     if (!e->sampler)
         goto nomem;
@@ -324,6 +362,120 @@ static void attn_chunk(void *ctx, size_t b, size_t e_, int tid)
     }
 }
 
+/* Pointers to rows [j0, j1) of K (kv 0) or V (kv 1) of KV head g of
+ * sequence s in this layer: rows[j] for j in [j0, j1). */
+static void kv_rows(const struct cpu *e, const struct l8_seq *s, uint32_t kv, uint32_t g,
+                    uint32_t j0, uint32_t j1, const void **rows)
+{
+    const uint32_t hd = e->c->head_dim, ps = e->page_size;
+    for (uint32_t j = j0; j < j1; ) {
+        const uint32_t pg = j / ps, end = (pg + 1) * ps < j1 ? (pg + 1) * ps : j1;
+        size_t o = l8_kv_offset(e->c, e->n_pages, ps, e->layer, kv, s->pages[pg], g, 0);
+        for (; j < end; j++) {
+            size_t d = o + (size_t)(j - pg * ps) * hd;
+            rows[j] = e->kv32 ? (const void *)(e->kv32 + d) : (const void *)(e->kv16 + d);
+        }
+    }
+}
+
+static const struct split_item *split_of_chunk(const struct cpu *e, size_t c)
+{
+    uint32_t i = 0;
+    while (i + 1 < e->n_split && c >= e->split[i + 1].chunk0)
+        i++;
+    return &e->split[i];
+}
+
+static float *split_w(const struct cpu *e, const struct split_item *I)
+{
+    return e->split_w + (size_t)(I - e->split) * e->gqa * e->ctx_cap;
+}
+
+static float *split_cmax(const struct cpu *e, const struct split_item *I)
+{
+    const size_t chunks = (e->ctx_cap + SPLIT_CHUNK - 1) / SPLIT_CHUNK;
+    return e->split_cmax + (size_t)(I - e->split) * chunks * e->gqa;
+}
+
+/* 1. scores of one chunk of keys, with the chunk's max. */
+static void split_scores_chunk(void *ctx, size_t b, size_t e_, int tid)
+{
+    struct cpu *e = ctx;
+    const uint32_t hd = e->c->head_dim, gqa = e->gqa;
+    const float sc = 1.0f / sqrtf((float)hd);
+    const void **kr = e->rowptr[tid];
+    for (size_t c = b; c < e_; c++) {
+        const struct split_item *I = split_of_chunk(e, c);
+        const uint32_t k = (uint32_t)(c - I->chunk0);
+        const uint32_t j0 = k * SPLIT_CHUNK, j1 = j0 + SPLIT_CHUNK < I->n ? j0 + SPLIT_CHUNK : I->n;
+        kv_rows(e, &e->seqs[I->seq], 0, I->g, j0, j1, kr);
+        l8_cpu_attn_split_scores(e->q + (size_t)I->tok * e->qdim + (size_t)I->g * gqa * hd, gqa,
+                                 hd, kr, e->kv16 != NULL, j0, j1, sc, split_w(e, I), e->ctx_cap,
+                                 e->kvrow[tid], split_cmax(e, I) + (size_t)k * gqa);
+    }
+}
+
+/* 3. weights of one chunk of keys. */
+static void split_exp_chunk(void *ctx, size_t b, size_t e_, int tid)
+{
+    struct cpu *e = ctx;
+    for (size_t c = b; c < e_; c++) {
+        const struct split_item *I = split_of_chunk(e, c);
+        const uint32_t j0 = (uint32_t)(c - I->chunk0) * SPLIT_CHUNK;
+        const uint32_t j1 = j0 + SPLIT_CHUNK < I->n ? j0 + SPLIT_CHUNK : I->n;
+        l8_cpu_attn_split_exp(split_w(e, I), e->ctx_cap, e->gqa, j0, j1,
+                              e->split_mx + (size_t)(I - e->split) * e->gqa);
+    }
+}
+
+/* 4. per item: task 0 the denominators, tasks 1.. one block of value dims. */
+static void split_pv_task(void *ctx, size_t b, size_t e_, int tid)
+{
+    struct cpu *e = ctx;
+    const uint32_t hd = e->c->head_dim, gqa = e->gqa;
+    const void **vr = e->rowptr[tid] + e->ctx_cap;
+    for (size_t t = b; t < e_; t++) {
+        uint32_t i = 0;
+        while (i + 1 < e->n_split && t >= e->split[i + 1].task0)
+            i++;
+        const struct split_item *I = &e->split[i];
+        const uint32_t k = (uint32_t)(t - I->task0);
+        if (k == 0) {
+            l8_cpu_attn_split_sum(split_w(e, I), e->ctx_cap, gqa, I->n,
+                                  e->split_sum + (size_t)i * gqa);
+            continue;
+        }
+        const uint32_t blk = hd % SPLIT_DIM_BLOCK == 0 ? SPLIT_DIM_BLOCK : hd;
+        const uint32_t d0 = (k - 1) * blk;
+        kv_rows(e, &e->seqs[I->seq], 1, I->g, 0, I->n, vr);
+        l8_cpu_attn_split_pv(split_w(e, I), e->ctx_cap, gqa, I->n, vr, e->kv16 != NULL, hd,
+                             d0, d0 + blk, e->split_acc + (size_t)i * gqa * hd);
+    }
+}
+
+static void attention_split(struct cpu *e)
+{
+    const uint32_t hd = e->c->head_dim, gqa = e->gqa;
+    l8_tp_for(e->tp, e->split_chunks, 1, split_scores_chunk, e);
+    for (uint32_t i = 0; i < e->n_split; i++) {
+        const struct split_item *I = &e->split[i];
+        l8_cpu_attn_split_max(split_cmax(e, I), (I->n + SPLIT_CHUNK - 1) / SPLIT_CHUNK, gqa,
+                              split_w(e, I), e->ctx_cap, e->split_mx + (size_t)i * gqa);
+    }
+    l8_tp_for(e->tp, e->split_chunks, 1, split_exp_chunk, e);
+    l8_tp_for(e->tp, e->split_tasks, 1, split_pv_task, e);
+    for (uint32_t i = 0; i < e->n_split; i++) {
+        const struct split_item *I = &e->split[i];
+        float *o = e->att + (size_t)I->tok * e->qdim + (size_t)I->g * gqa * hd;
+        const float *a = e->split_acc + (size_t)i * gqa * hd;
+        for (uint32_t h = 0; h < gqa; h++) {
+            const float inv = (float)(1.0 / e->split_sum[(size_t)i * gqa + h]);
+            for (uint32_t d = 0; d < hd; d++)
+                o[(size_t)h * hd + d] = a[(size_t)h * hd + d] * inv;
+        }
+    }
+}
+
 struct add_job { float *x; const float *y; size_t n; };
 
 static void add_chunk(void *ctx, size_t b, size_t e_, int tid)
@@ -396,6 +548,33 @@ static int cpu_step(void *impl, struct l8_seq *seqs, uint32_t n_seqs)
         }
     }
 
+    /* Few attention items (one sequence, few KV heads): split the long
+     * decode rows' attention over the threads instead. */
+    e->n_split = e->split_chunks = e->split_tasks = 0;
+    if (e->split_w && n_items < 2u * (uint32_t)l8_tp_nthreads(e->tp)) {
+        const uint32_t dim_tasks = c->head_dim % SPLIT_DIM_BLOCK == 0
+                                   ? c->head_dim / SPLIT_DIM_BLOCK : 1;
+        uint32_t kept = 0;
+        for (uint32_t it = 0; it < n_items; it++) {
+            const struct attn_item *I = &e->items[it];
+            const struct l8_seq *q = &seqs[I->seq];
+            if (q->n_tokens == 1 && q->pos + 1 >= SPLIT_MIN_CTX && e->n_split < SPLIT_MAX_ITEMS) {
+                struct split_item *S = &e->split[e->n_split++];
+                S->seq = I->seq;
+                S->g = I->g;
+                S->n = q->pos + 1;
+                S->tok = I->tok0;
+                S->chunk0 = e->split_chunks;
+                S->task0 = e->split_tasks;
+                e->split_chunks += (S->n + SPLIT_CHUNK - 1) / SPLIT_CHUNK;
+                e->split_tasks += 1 + dim_tasks;
+            } else {
+                e->items[kept++] = *I;
+            }
+        }
+        n_items = kept;
+    }
+
     l8_tp_for(e->tp, T, 0, embed_chunk, e);
 
     for (uint32_t L = 0; L < c->n_layers; L++) {
@@ -408,6 +587,8 @@ static int cpu_step(void *impl, struct l8_seq *seqs, uint32_t n_seqs)
         project_multi(e, qkv, 3, e->xn, T, qkv_out);
         l8_tp_for(e->tp, T, 0, rope_store_chunk, e);
         l8_tp_for(e->tp, n_items, 1, attn_chunk, e);
+        if (e->n_split)
+            attention_split(e);
         project(e, &ly->wo, e->att, T, e->tmp);
         struct add_job aj = { e->x, e->tmp, H };
         l8_tp_for(e->tp, T, 0, add_chunk, &aj);

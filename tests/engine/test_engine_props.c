@@ -7,7 +7,8 @@
  *    the same logits (bitwise);
  *  - a sequence scattered over non-contiguous pages gives the same logits
  *    as on contiguous pages (bitwise), and the page size changes nothing;
- *  - the thread count changes nothing (bitwise);
+ *  - the thread count changes nothing (bitwise), also for long decode rows
+ *    whose attention the engine splits over threads;
  *  - the same seed gives the same sampled tokens;
  *  - malformed steps fail with -EINVAL and write no KV page.
  * usage: test_engine_props GOLDEN_DIR */
@@ -228,6 +229,74 @@ static void props(enum l8_numerics num)
     free(la); free(la2); free(x); free(x2); free(junk);
 }
 
+/* Long decode rows: past the engine's split threshold (512 keys) a step
+ * with few attention items splits each decode row's attention over the
+ * threads. Token-by-token decode with 2 and 3 threads, alone and next to
+ * another decoding sequence, gives the bits of a 1-thread chunked prefill
+ * (which never splits), on scattered pages. */
+#define LL 600u
+#define LL0 520u
+#define LPAGES ((LL + PS - 1) / PS)
+
+static void long_decode(enum l8_numerics num)
+{
+    const char *nn = num == L8_NUMERICS_EXACT ? "exact" : "fp8";
+    uint32_t *tok = malloc(sizeof(uint32_t) * (LL + 1));
+    float *ref = malloc(sizeof(float) * (size_t)LL * V), *x = malloc(sizeof(float) * V);
+    float *junk = malloc(sizeof(float) * V);
+    uint32_t perm[NPAGES];
+    for (uint32_t i = 0; i < NPAGES; i++)
+        perm[i] = (i * 37u + 5u) % NPAGES;          /* a permutation: 37 is odd */
+    const uint32_t *lp = perm, *bp = perm + LPAGES; /* B's pages: the rest */
+    uint32_t st = 777;
+    for (uint32_t i = 0; i <= LL; i++)
+        tok[i] = (st = st * 1103515245u + 12345u) % V;
+    tok[0] = 1;
+    struct l8_engine *e = mk(num, PS, 1);
+    for (uint32_t p = 0; p < LL; p += 200) {
+        const uint32_t n = LL - p < 200 ? LL - p : 200;
+        struct l8_seq s = { .tokens = tok + p, .n_tokens = n, .pos = p, .pages = lp,
+                            .n_pages = LPAGES, .logits = L8_LOGITS_ALL,
+                            .logits_out = ref + (size_t)p * V };
+        CHECK(step(e, &s, 1) == 0, "long reference prefill");
+    }
+    l8_engine_destroy(e);
+    for (int th = 2; th <= 3; th++) {
+        for (int with_b = 0; with_b <= 1; with_b++) {
+            e = mk(num, PS, th);
+            for (uint32_t p = 0; p < LL0; p += 200) {
+                const uint32_t n = LL0 - p < 200 ? LL0 - p : 200;
+                struct l8_seq s = { .tokens = tok + p, .n_tokens = n, .pos = p, .pages = lp,
+                                    .n_pages = LPAGES, .logits = L8_LOGITS_NONE };
+                CHECK(step(e, &s, 1) == 0, "long prefill");
+            }
+            struct l8_seq sb = { .tokens = tb, .n_tokens = LB, .pos = 0, .pages = bp,
+                                 .n_pages = 2, .logits = L8_LOGITS_NONE };
+            if (with_b)
+                CHECK(step(e, &sb, 1) == 0, "B prefill");
+            uint32_t diff = 0;
+            double worst = 0;
+            for (uint32_t p = LL0; p < LL; p++) {
+                struct l8_seq s[2] = {
+                    { .tokens = tok + p, .n_tokens = 1, .pos = p, .pages = lp,
+                      .n_pages = LPAGES, .logits = L8_LOGITS_LAST, .logits_out = x },
+                    { .tokens = tb + LB + (p - LL0) % 7, .n_tokens = 1, .pos = LB + (p - LL0) % 7,
+                      .pages = bp, .n_pages = 2, .logits = L8_LOGITS_LAST, .logits_out = junk } };
+                CHECK(step(e, s, with_b ? 2 : 1) == 0, "long decode");
+                if (memcmp(x, ref + (size_t)p * V, sizeof(float) * V) != 0) {
+                    diff++;
+                    double r = max_rel(x, ref + (size_t)p * V, V);
+                    worst = r > worst ? r : worst;
+                }
+            }
+            CHECK(diff == 0, "%s: %d threads%s: %u long decode rows differ from prefill "
+                  "(max rel %.3g)", nn, th, with_b ? ", batched" : "", diff, worst);
+            l8_engine_destroy(e);
+        }
+    }
+    free(tok); free(ref); free(x); free(junk);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -251,6 +320,8 @@ int main(int argc, char **argv)
     ta[0] = tb[0] = tc[0] = 1;
     props(L8_NUMERICS_EXACT);
     props(L8_NUMERICS_FP8);
+    long_decode(L8_NUMERICS_EXACT);
+    long_decode(L8_NUMERICS_FP8);
     l8_model_free(m);
     printf("%s\n", failures ? "FAILED" : "ok");
     return failures ? 1 : 0;

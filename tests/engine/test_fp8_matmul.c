@@ -13,7 +13,8 @@
  *  - NaN weight codes stay in their own outputs at every token count; the
  *    multi-weight matmul equals single calls (bitwise);
  *  - dense (BF16, F32) lm_head rows, RMSNorm, RoPE at position 9000 and the
- *    attention tile against f64, with the tile size changing nothing.
+ *    attention tile against f64, with the tile size changing nothing and
+ *    the split decode path (any key and dim cut) giving the tile's bits.
  * Sizes are awkward on purpose (1, 7, 19, 111, 513, 989). */
 #include <math.h>
 #include <stdbool.h>
@@ -357,7 +358,7 @@ static void test_attention(bool bf16)
     l8_cpu_attention_tile(q, GQA * HD, NT, GQA, HD, POS0, kr, vr, bf16, sc, scores, acc, sums,
                           kbuf, out, GQA * HD);
     double num = 0, den = 0;
-    uint32_t tile_diff = 0;
+    uint32_t tile_diff = 0, split_diff = 0;
     for (int i = 0; i < NT; i++) {
         for (int h = 0; h < GQA; h++) {
             const float *qh = q + (i * GQA + h) * HD;
@@ -386,7 +387,37 @@ static void test_attention(bool bf16)
         l8_cpu_attention_tile(q + i * GQA * HD, GQA * HD, 1, GQA, HD, POS0 + i, kr, vr, bf16, sc,
                               scores, acc, sums, kbuf, out1, GQA * HD);
         tile_diff += memcmp(out1, out + i * GQA * HD, sizeof(out1)) != 0;
+        /* The split decode path, keys cut in chunks of 7 and dims in two
+         * halves (and not at all, the scalar path), gives the same bits. */
+        {
+            enum { CH = 7, NCH = (CTX + CH - 1) / CH };
+            const uint32_t n = POS0 + i + 1, nch = (n + CH - 1) / CH;
+            float w[GQA * CTX], cmax[NCH * GQA], mx[GQA], acc1[GQA * HD], acc2[GQA * HD];
+            double sm[GQA];
+            for (uint32_t c = 0; c < nch; c++)
+                l8_cpu_attn_split_scores(q + i * GQA * HD, GQA, HD, kr, bf16, c * CH,
+                                         (c + 1) * CH < n ? (c + 1) * CH : n, sc, w, CTX, kbuf,
+                                         cmax + c * GQA);
+            l8_cpu_attn_split_max(cmax, nch, GQA, w, CTX, mx);
+            for (uint32_t c = nch; c-- > 0;)
+                l8_cpu_attn_split_exp(w, CTX, GQA, c * CH, (c + 1) * CH < n ? (c + 1) * CH : n, mx);
+            l8_cpu_attn_split_sum(w, CTX, GQA, n, sm);
+            l8_cpu_attn_split_pv(w, CTX, GQA, n, vr, bf16, HD, HD / 2, HD, acc1);
+            l8_cpu_attn_split_pv(w, CTX, GQA, n, vr, bf16, HD, 0, HD / 2, acc1);
+            l8_cpu_attn_split_pv(w, CTX, GQA, n, vr, bf16, HD, 0, 8, acc2);
+            l8_cpu_attn_split_pv(w, CTX, GQA, n, vr, bf16, HD, 8, HD, acc2);
+            uint32_t bad = 0;
+            for (int h = 0; h < GQA; h++)
+                for (int d = 0; d < HD; d++) {
+                    const float inv = (float)(1.0 / sm[h]);
+                    const float o1 = acc1[h * HD + d] * inv, o2 = acc2[h * HD + d] * inv;
+                    bad += memcmp(&o1, &out1[h * HD + d], 4) != 0 || memcmp(&o2, &o1, 4) != 0;
+                }
+            split_diff += bad != 0;
+        }
     }
+    CHECK(split_diff == 0, "attention (%s): %u tokens differ split vs tile", bf16 ? "bf16" : "f32",
+          split_diff);
     CHECK(sqrt(num / den) < 1e-5, "attention (%s) rel %.3g", bf16 ? "bf16" : "f32", sqrt(num / den));
     CHECK(tile_diff == 0, "attention (%s): %u tokens differ alone vs in a tile", bf16 ? "bf16" : "f32",
           tile_diff);
