@@ -275,11 +275,11 @@ int ctl_bench(int argc, char **argv)
     } else {
         printf("%lu requests, %lu in flight over %lu client(s), prompts %lu-%lu, %lu new tokens\n",
                n_req, conc, n_cli, pmin, pmax, n_new);
-        printf("tokens/s:               %.1f (%llu tokens in %.2f s)\n", tps,
+        printf("tokens/s:                %.1f (%llu tokens in %.2f s)\n", tps,
                (unsigned long long)total_tokens, wall);
-        printf("time to first token:    p50 %.1f us  p99 %.1f us\n", t50, t99);
-        printf("submit -> prefill start: p50 %.1f us  p99 %.1f us\n", s50, s99);
-        printf("token delivery:         p50 %.1f us  p99 %.1f us (daemon timestamp -> client)\n",
+        printf("time to first token:     p50 %9.1f us  p99 %9.1f us\n", t50, t99);
+        printf("submit -> prefill start: p50 %9.1f us  p99 %9.1f us\n", s50, s99);
+        printf("token delivery:          p50 %9.1f us  p99 %9.1f us (daemon timestamp -> client)\n",
                d50, d99);
     }
     rc = CTL_OK;
