@@ -395,6 +395,14 @@ int l8d_loop_run(struct l8d *d)
         io_uring_cq_advance(&d->ring, n);
         if (d->state == L8D_STOPPED)
             break;
+        if (step_done) {
+            /* The step's tokens go out, doorbells included, before the next
+             * step starts: once the engine's threads run they can hold
+             * every core of a small machine, and the loop and the clients
+             * it wakes would wait for a time slice (ms of tail latency). */
+            publish_all(d);
+            io_uring_submit(&d->ring);
+        }
         scan(d, step_done);
         start_step(d);
         if (!d->step_in_flight) {
