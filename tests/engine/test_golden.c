@@ -28,6 +28,7 @@
 #include "engine.h"
 #include "model.h"
 #include "safetensors.h"
+#include "reference.h"
 
 #define PAGE_SIZE 16u
 #define CHUNK 512u
@@ -49,36 +50,6 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static double rel_l2(const float *a, const float *ref, uint32_t n)
-{
-    double num = 0, den = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        double d = (double)a[i] - (double)ref[i];
-        num += d * d;
-        den += (double)ref[i] * ref[i];
-    }
-    return sqrt(num / den);
-}
-
-static uint32_t argmax(const float *x, uint32_t n)
-{
-    uint32_t b = 0;
-    for (uint32_t i = 1; i < n; i++)
-        if (x[i] > x[b])
-            b = i;
-    return b;
-}
-
-static const struct l8_tensor *need(const struct l8_tensor_set *ts, const char *name)
-{
-    const struct l8_tensor *t = l8_st_find(ts, name);
-    if (!t) {
-        printf("reference tensor %s missing\n", name);
-        exit(1);
-    }
-    return t;
 }
 
 /* Feed tokens [0, S) in chunks, logits for every position into out [S, V]. */
@@ -126,7 +97,7 @@ static void run_numerics(const struct l8_model *m, const struct l8_tensor_set *r
     for (int c = 0; c < N_CASES; c++) {
         char name[64];
         snprintf(name, sizeof(name), "case%d.tokens", c);
-        const struct l8_tensor *tt = need(ref, name);
+        const struct l8_tensor *tt = ref_need(ref, name);
         const uint32_t S = (uint32_t)tt->shape[0];
         for (uint32_t i = 0; i < S; i++)
             tok[i] = (uint32_t)((const int32_t *)tt->data)[i];
@@ -139,7 +110,7 @@ static void run_numerics(const struct l8_model *m, const struct l8_tensor_set *r
 
         /* Stored logits: all positions (cases 0-3) or logit_positions (case4). */
         snprintf(name, sizeof(name), "case%d.logits", c);
-        const struct l8_tensor *tl = need(ref, name);
+        const struct l8_tensor *tl = ref_need(ref, name);
         const float *rl = tl->data;
         uint32_t n_rows = (uint32_t)tl->shape[0];
         const int32_t *rows_pos = NULL;
@@ -157,11 +128,11 @@ static void run_numerics(const struct l8_model *m, const struct l8_tensor_set *r
         for (uint32_t i = 0; i < n_rows; i++) {
             uint32_t p = rows_pos ? (uint32_t)rows_pos[i] : i;
             const float *a = logits + (size_t)p * V, *b = rl + (size_t)i * V;
-            double er = rel_l2(a, b, V);
+            double er = ref_rel_l2(a, b, V);
             sume += er;
             if (p >= LONG_POS) maxe_long = er > maxe_long ? er : maxe_long;
             else maxe = er > maxe ? er : maxe;
-            agree += argmax(a, V) == argmax(b, V);
+            agree += ref_argmax(a, V) == ref_argmax(b, V);
             if (num == L8_NUMERICS_EXACT && er > (p >= LONG_POS ? EXACT_TOL_LONG : EXACT_TOL))
                 bad++;
         }
@@ -177,13 +148,13 @@ static void run_numerics(const struct l8_model *m, const struct l8_tensor_set *r
 
         if (c == 4) {
             /* Argmax at every position, skipping reference near-ties. */
-            const struct l8_tensor *ta = need(ref, "case4.argmax");
-            const struct l8_tensor *tm = need(ref, "case4.argmax_margin");
+            const struct l8_tensor *ta = ref_need(ref, "case4.argmax");
+            const struct l8_tensor *tm = ref_need(ref, "case4.argmax_margin");
             const int32_t *am = ta->data;
             const float *mg = tm->data;
             uint32_t n_cmp = 0, n_eq = 0, n_all_eq = 0;
             for (uint32_t p = 0; p < S; p++) {
-                bool eq = argmax(logits + (size_t)p * V, V) == (uint32_t)am[p];
+                bool eq = ref_argmax(logits + (size_t)p * V, V) == (uint32_t)am[p];
                 n_all_eq += eq;
                 if (mg[p] >= MARGIN_MIN) {
                     n_cmp++;
@@ -218,7 +189,7 @@ static void run_numerics(const struct l8_model *m, const struct l8_tensor_set *r
         uint32_t n_g = (uint32_t)tg->shape[0], match = 0;
         struct l8_sampling greedy = { .temperature = 0.0f, .top_p = 1.0f,
                                       .repetition_penalty = 1.0f };
-        uint32_t next = argmax(logits + (size_t)(S - 1) * V, V);
+        uint32_t next = ref_argmax(logits + (size_t)(S - 1) * V, V);
         bool same = true;
         for (uint32_t k = 0; k < n_g; k++) {
             if (next != (uint32_t)gref[k])

@@ -31,6 +31,7 @@
 #include "engine.h"
 #include "model.h"
 #include "safetensors.h"
+#include "../engine/reference.h"
 
 #define PS 16u
 #define CHUNK 512u
@@ -40,38 +41,6 @@
 #define FP8_ARGMAX_MIN 0.80
 #define N_CASES 5
 #define GRAPH_EAGER_TOL 1e-5
-
-static double rel_l2f(const float *a, const float *ref, uint32_t n)
-{
-    double num = 0, den = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        if (isnan(a[i]))
-            return INFINITY;
-        double d = (double)a[i] - ref[i];
-        num += d * d;
-        den += (double)ref[i] * ref[i];
-    }
-    return sqrt(num / den);
-}
-
-static uint32_t argmax(const float *x, uint32_t n)
-{
-    uint32_t b = 0;
-    for (uint32_t i = 1; i < n; i++)
-        if (x[i] > x[b])
-            b = i;
-    return b;
-}
-
-static const struct l8_tensor *need(const struct l8_tensor_set *ts, const char *name)
-{
-    const struct l8_tensor *t = l8_st_find(ts, name);
-    if (!t) {
-        printf("FAIL: reference tensor %s missing\n", name);
-        exit(1);
-    }
-    return t;
-}
 
 static struct l8_engine *make(const struct l8_model *m, enum l8_numerics num, uint32_t n_pages,
                               uint32_t max_seqs)
@@ -107,7 +76,7 @@ static void load_tokens(const struct l8_tensor_set *ref, int c, uint32_t *tok, u
 {
     char name[64];
     snprintf(name, sizeof name, "case%d.tokens", c);
-    const struct l8_tensor *t = need(ref, name);
+    const struct l8_tensor *t = ref_need(ref, name);
     *S = (uint32_t)t->shape[0];
     for (uint32_t i = 0; i < *S; i++)
         tok[i] = (uint32_t)((const int32_t *)t->data)[i];
@@ -141,19 +110,19 @@ static void run_golden(const struct l8_model *m, const struct l8_tensor_set *ref
             continue;
         char name[64];
         snprintf(name, sizeof name, "case%d.logits", c);
-        const struct l8_tensor *tl = need(ref, name);
+        const struct l8_tensor *tl = ref_need(ref, name);
         const int32_t *rp = NULL;
         if (c == 4)
-            rp = need(ref, "case4.logit_positions")->data;
+            rp = ref_need(ref, "case4.logit_positions")->data;
         uint32_t rows = (uint32_t)tl->shape[0], bad = 0, agree = 0;
         double maxe = 0, se = 0;
         for (uint32_t i = 0; i < rows; i++) {
             uint32_t p = rp ? (uint32_t)rp[i] : i;
             const float *a = lg + (size_t)p * V, *b = (const float *)tl->data + (size_t)i * V;
-            double er = rel_l2f(a, b, V);
+            double er = ref_rel_l2(a, b, V);
             maxe = er > maxe ? er : maxe;
             se += er;
-            agree += argmax(a, V) == argmax(b, V);
+            agree += ref_argmax(a, V) == ref_argmax(b, V);
             bad += er > EXACT_TOL;
         }
         printf("%-5s case%d S=%-5u max_rel=%.3g mean_rel=%.3g argmax=%.3f (%.3f s)\n", nn, c, S,
@@ -166,13 +135,13 @@ static void run_golden(const struct l8_model *m, const struct l8_tensor_set *ref
             CHECK(bad == 0, "exact case%d: %u positions above %g (max %.3g)", c, bad, EXACT_TOL,
                   maxe);
         if (c == 4 && num == L8_NUMERICS_EXACT) {
-            const int32_t *am = need(ref, "case4.argmax")->data;
-            const float *mg = need(ref, "case4.argmax_margin")->data;
+            const int32_t *am = ref_need(ref, "case4.argmax")->data;
+            const float *mg = ref_need(ref, "case4.argmax_margin")->data;
             uint32_t cmp = 0, eq = 0;
             for (uint32_t p = 0; p < S; p++)
                 if (mg[p] >= MARGIN_MIN) {
                     cmp++;
-                    eq += argmax(lg + (size_t)p * V, V) == (uint32_t)am[p];
+                    eq += ref_argmax(lg + (size_t)p * V, V) == (uint32_t)am[p];
                 }
             CHECK(eq == cmp, "exact case4: argmax differs at %u of %u positions", cmp - eq, cmp);
         }
@@ -183,7 +152,7 @@ static void run_golden(const struct l8_model *m, const struct l8_tensor_set *ref
         const int32_t *g = tg->data;
         uint32_t ng = (uint32_t)tg->shape[0], match = 0;
         struct l8_sampling greedy = { .temperature = 0, .top_p = 1, .repetition_penalty = 1 };
-        uint32_t next = argmax(lg + (size_t)(S - 1) * V, V);
+        uint32_t next = ref_argmax(lg + (size_t)(S - 1) * V, V);
         bool same = true;
         for (uint32_t k = 0; k < ng; k++) {
             same = same && next == (uint32_t)g[k];
@@ -225,7 +194,7 @@ static void run_decode_and_batch(const struct l8_model *m, const struct l8_tenso
     uint32_t t1[64], t2[64], S1, S2;
     load_tokens(ref, 1, t1, &S1);
     load_tokens(ref, 2, t2, &S2);
-    const float *r1 = need(ref, "case1.logits")->data, *r2 = need(ref, "case2.logits")->data;
+    const float *r1 = ref_need(ref, "case1.logits")->data, *r2 = ref_need(ref, "case2.logits")->data;
     uint32_t pa[8], pb[8];
     for (uint32_t i = 0; i < 8; i++) {
         pa[i] = 2 * i + 1;
@@ -238,7 +207,7 @@ static void run_decode_and_batch(const struct l8_model *m, const struct l8_tenso
                             .logits = L8_LOGITS_LAST, .logits_out = out };
         int r = l8_engine_step(e, &s, 1);
         CHECK(r == 0, "decode step %u failed %d", p, r);
-        double er = rel_l2f(out, r2 + (size_t)p * V, V);
+        double er = ref_rel_l2(out, r2 + (size_t)p * V, V);
         maxe = er > maxe ? er : maxe;
     }
     printf("exact decode case2 one token per step: max_rel=%.3g\n", maxe);
@@ -255,11 +224,11 @@ static void run_decode_and_batch(const struct l8_model *m, const struct l8_tenso
     CHECK(r == 0, "batched step failed %d", r);
     double m1 = 0, m2 = 0;
     for (uint32_t p = 0; p < S1; p++) {
-        double er = rel_l2f(o1 + (size_t)p * V, r1 + (size_t)p * V, V);
+        double er = ref_rel_l2(o1 + (size_t)p * V, r1 + (size_t)p * V, V);
         m1 = er > m1 ? er : m1;
     }
     for (uint32_t p = 0; p < S2; p++) {
-        double er = rel_l2f(o2 + (size_t)p * V, r2 + (size_t)p * V, V);
+        double er = ref_rel_l2(o2 + (size_t)p * V, r2 + (size_t)p * V, V);
         m2 = er > m2 ? er : m2;
     }
     printf("exact batched case1+case2: max_rel %.3g / %.3g\n", m1, m2);
@@ -347,10 +316,10 @@ static struct cmp compare_rows(const float *a, const float *ref, uint32_t rows, 
 {
     struct cmp c = { 0, 0, 0 };
     for (uint32_t i = 0; i < rows; i++) {
-        double er = rel_l2f(a + (size_t)i * V, ref + (size_t)i * V, V);
+        double er = ref_rel_l2(a + (size_t)i * V, ref + (size_t)i * V, V);
         c.max_rel = er > c.max_rel ? er : c.max_rel;
         c.mean_rel += er / rows;
-        c.agree += (argmax(a + (size_t)i * V, V) == argmax(ref + (size_t)i * V, V)) / (double)rows;
+        c.agree += (ref_argmax(a + (size_t)i * V, V) == ref_argmax(ref + (size_t)i * V, V)) / (double)rows;
     }
     return c;
 }
@@ -358,7 +327,7 @@ static struct cmp compare_rows(const float *a, const float *ref, uint32_t rows, 
 /* top-1 minus top-2 logit */
 static float margin(const float *x, uint32_t n)
 {
-    uint32_t b = argmax(x, n);
+    uint32_t b = ref_argmax(x, n);
     float second = -INFINITY;
     for (uint32_t i = 0; i < n; i++)
         if (i != b && x[i] > second)
@@ -486,7 +455,7 @@ static void graph_batch_run(const struct l8_model *m, const struct l8_tensor_set
 static void run_graph_batch(const struct l8_model *m, const struct l8_tensor_set *ref)
 {
     const uint32_t V = m->cfg.vocab, start[GB_SEQS] = { 100, 150, 200 };
-    const float *r3 = need(ref, "case3.logits")->data;
+    const float *r3 = ref_need(ref, "case3.logits")->data;
     float *g = malloc((size_t)GB_STEPS * GB_SEQS * V * 4), *x = malloc((size_t)GB_STEPS * GB_SEQS * V * 4);
     for (size_t i = 0; i < (size_t)GB_STEPS * GB_SEQS * V; i++)
         g[i] = x[i] = NAN;
@@ -497,7 +466,7 @@ static void run_graph_batch(const struct l8_model *m, const struct l8_tensor_set
         for (uint32_t q = 0; q < GB_SEQS; q++) {
             const size_t o = ((size_t)k * GB_SEQS + q) * V;
             const float *rr = r3 + (size_t)(start[q] + k) * V;
-            double a = rel_l2f(g + o, rr, V), b = rel_l2f(x + o, rr, V), d = rel_l2f(g + o, x + o, V);
+            double a = ref_rel_l2(g + o, rr, V), b = ref_rel_l2(x + o, rr, V), d = ref_rel_l2(g + o, x + o, V);
             mg = a > mg ? a : mg;
             mx = b > mx ? b : mx;
             md = d > md ? d : md;
