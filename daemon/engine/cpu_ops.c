@@ -656,6 +656,41 @@ static inline v8f load_kv8(const void *row, size_t i, bool bf16)
     return dec8_bf16((const uint16_t *)row + i);
 }
 
+/* a[g][u] += w[g][j] * V[j][d + 8u .. d + 8u + 8) for j in [j0, je), rows
+ * g < ng of w (row stride ld), ascending j for every element: the one
+ * summation order of the P·V product, used by the tile and the split path
+ * alike. With ng == 4 the 16 accumulators are spelled out so they stay in
+ * registers. */
+static inline void pv_accumulate(v8f a[4][4], const float *w, size_t ld, uint32_t ng,
+                                 const void *const *vrow, uint32_t j0, uint32_t je,
+                                 size_t d, bool kv_bf16)
+{
+    if (ng == 4) {
+        const float *w0 = w, *w1 = w0 + ld, *w2 = w1 + ld, *w3 = w2 + ld;
+        for (uint32_t j = j0; j < je; j++) {
+            v8f v0 = load_kv8(vrow[j], d, kv_bf16);
+            v8f v1 = load_kv8(vrow[j], d + 8, kv_bf16);
+            v8f v2 = load_kv8(vrow[j], d + 16, kv_bf16);
+            v8f v3 = load_kv8(vrow[j], d + 24, kv_bf16);
+            a[0][0] += w0[j] * v0; a[0][1] += w0[j] * v1;
+            a[0][2] += w0[j] * v2; a[0][3] += w0[j] * v3;
+            a[1][0] += w1[j] * v0; a[1][1] += w1[j] * v1;
+            a[1][2] += w1[j] * v2; a[1][3] += w1[j] * v3;
+            a[2][0] += w2[j] * v0; a[2][1] += w2[j] * v1;
+            a[2][2] += w2[j] * v2; a[2][3] += w2[j] * v3;
+            a[3][0] += w3[j] * v0; a[3][1] += w3[j] * v1;
+            a[3][2] += w3[j] * v2; a[3][3] += w3[j] * v3;
+        }
+        return;
+    }
+    for (uint32_t j = j0; j < je; j++)
+        for (uint32_t g = 0; g < ng; g++) {
+            const float wj = w[(size_t)g * ld + j];
+            for (int u = 0; u < 4; u++)
+                a[g][u] += wj * load_kv8(vrow[j], d + 8 * u, kv_bf16);
+        }
+}
+
 static inline float load_kv1(const void *row, size_t i, bool bf16)
 {
     return bf16 ? l8_bf16_to_f32(((const uint16_t *)row)[i]) : ((const float *)row)[i];
@@ -728,31 +763,8 @@ void l8_cpu_attention_tile(const float *q, size_t ldq, uint32_t nt, uint32_t gqa
                         for (uint32_t g = 0; g < ng; g++)
                             for (int u = 0; u < 4; u++)
                                 a[g][u] = load8(acc + (size_t)(q0 + g) * hd + d0 + 8 * u);
-                        if (ng == 4) {
-                            const float *w0 = scores + (size_t)q0 * ctx;
-                            const float *w1 = w0 + ctx, *w2 = w1 + ctx, *w3 = w2 + ctx;
-                            for (uint32_t j = j0; j < je; j++) {
-                                v8f v0 = load_kv8(vrow[j], d0, kv_bf16);
-                                v8f v1 = load_kv8(vrow[j], d0 + 8, kv_bf16);
-                                v8f v2 = load_kv8(vrow[j], d0 + 16, kv_bf16);
-                                v8f v3 = load_kv8(vrow[j], d0 + 24, kv_bf16);
-                                a[0][0] += w0[j] * v0; a[0][1] += w0[j] * v1;
-                                a[0][2] += w0[j] * v2; a[0][3] += w0[j] * v3;
-                                a[1][0] += w1[j] * v0; a[1][1] += w1[j] * v1;
-                                a[1][2] += w1[j] * v2; a[1][3] += w1[j] * v3;
-                                a[2][0] += w2[j] * v0; a[2][1] += w2[j] * v1;
-                                a[2][2] += w2[j] * v2; a[2][3] += w2[j] * v3;
-                                a[3][0] += w3[j] * v0; a[3][1] += w3[j] * v1;
-                                a[3][2] += w3[j] * v2; a[3][3] += w3[j] * v3;
-                            }
-                        } else {
-                            for (uint32_t j = j0; j < je; j++)
-                                for (uint32_t g = 0; g < ng; g++) {
-                                    const float w = scores[(size_t)(q0 + g) * ctx + j];
-                                    for (int u = 0; u < 4; u++)
-                                        a[g][u] += w * load_kv8(vrow[j], d0 + 8 * u, kv_bf16);
-                                }
-                        }
+                        pv_accumulate(a, scores + (size_t)q0 * ctx, ctx, ng, vrow, j0, je, d0,
+                                      kv_bf16);
                         for (uint32_t g = 0; g < ng; g++)
                             for (int u = 0; u < 4; u++)
                                 memcpy(acc + (size_t)(q0 + g) * hd + d0 + 8 * u, &a[g][u],
@@ -877,32 +889,7 @@ void l8_cpu_attn_split_pv(const float *w, size_t ld, uint32_t gqa, uint32_t n,
         for (uint32_t h0 = 0; h0 < gqa; h0 += 4) {
             const uint32_t ng = gqa - h0 < 4 ? gqa - h0 : 4;
             v8f a[4][4] = { { { 0 } } };
-            if (ng == 4) {
-                /* Spelled out as in the tile, so the 16 accumulators stay
-                 * in registers. */
-                const float *w0 = w + (size_t)h0 * ld, *w1 = w0 + ld, *w2 = w1 + ld, *w3 = w2 + ld;
-                for (uint32_t j = 0; j < n; j++) {
-                    v8f v0 = load_kv8(vrow[j], dd, kv_bf16);
-                    v8f v1 = load_kv8(vrow[j], dd + 8, kv_bf16);
-                    v8f v2 = load_kv8(vrow[j], dd + 16, kv_bf16);
-                    v8f v3 = load_kv8(vrow[j], dd + 24, kv_bf16);
-                    a[0][0] += w0[j] * v0; a[0][1] += w0[j] * v1;
-                    a[0][2] += w0[j] * v2; a[0][3] += w0[j] * v3;
-                    a[1][0] += w1[j] * v0; a[1][1] += w1[j] * v1;
-                    a[1][2] += w1[j] * v2; a[1][3] += w1[j] * v3;
-                    a[2][0] += w2[j] * v0; a[2][1] += w2[j] * v1;
-                    a[2][2] += w2[j] * v2; a[2][3] += w2[j] * v3;
-                    a[3][0] += w3[j] * v0; a[3][1] += w3[j] * v1;
-                    a[3][2] += w3[j] * v2; a[3][3] += w3[j] * v3;
-                }
-            } else {
-                for (uint32_t j = 0; j < n; j++)
-                    for (uint32_t g = 0; g < ng; g++) {
-                        const float wj = w[(size_t)(h0 + g) * ld + j];
-                        for (int u = 0; u < 4; u++)
-                            a[g][u] += wj * load_kv8(vrow[j], dd + 8 * u, kv_bf16);
-                    }
-            }
+            pv_accumulate(a, w + (size_t)h0 * ld, ld, ng, vrow, 0, n, dd, kv_bf16);
             for (uint32_t g = 0; g < ng; g++)
                 for (int u = 0; u < 4; u++)
                     memcpy(acc + (size_t)(h0 + g) * hd + dd + 8 * u, &a[g][u], sizeof(v8f));
