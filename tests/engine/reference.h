@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include "engine.h"
 #include "safetensors.h"
 
 /* ||a - ref|| / ||ref|| in f64; a NaN anywhere in a never passes. */
@@ -40,4 +41,22 @@ static inline const struct l8_tensor *ref_need(const struct l8_tensor_set *ts, c
         exit(1);
     }
     return t;
+}
+
+/* Feed tokens [0, S) to one sequence in chunks of `chunk`, the logits of
+ * every position into out [S, V]. */
+static inline int ref_prefill(struct l8_engine *e, const uint32_t *tok, uint32_t S,
+                              const uint32_t *pages, uint32_t n_pages, uint32_t chunk,
+                              float *out, uint32_t V)
+{
+    for (uint32_t p = 0; p < S; p += chunk) {
+        uint32_t n = S - p < chunk ? S - p : chunk;
+        struct l8_seq s = { .tokens = tok + p, .n_tokens = n, .pos = p, .pages = pages,
+                            .n_pages = n_pages, .logits = L8_LOGITS_ALL,
+                            .logits_out = out + (size_t)p * V };
+        int r = l8_engine_step(e, &s, 1);
+        if (r < 0)
+            return r;
+    }
+    return 0;
 }

@@ -52,22 +52,6 @@ static double now_s(void)
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* Feed tokens [0, S) in chunks, logits for every position into out [S, V]. */
-static int run_prompt(struct l8_engine *e, const uint32_t *tok, uint32_t S,
-                      const uint32_t *pages, uint32_t n_pages, float *out, uint32_t V)
-{
-    for (uint32_t p = 0; p < S; p += CHUNK) {
-        uint32_t n = S - p < CHUNK ? S - p : CHUNK;
-        struct l8_seq s = { .tokens = tok + p, .n_tokens = n, .pos = p, .pages = pages,
-                            .n_pages = n_pages, .logits = L8_LOGITS_ALL,
-                            .logits_out = out + (size_t)p * V };
-        int r = l8_engine_step(e, &s, 1);
-        if (r < 0)
-            return r;
-    }
-    return 0;
-}
-
 static uint64_t pooled_agree, pooled_n;
 
 static void run_numerics(const struct l8_model *m, const struct l8_tensor_set *ref,
@@ -102,7 +86,7 @@ static void run_numerics(const struct l8_model *m, const struct l8_tensor_set *r
         for (uint32_t i = 0; i < S; i++)
             tok[i] = (uint32_t)((const int32_t *)tt->data)[i];
         double t0 = now_s();
-        int r = run_prompt(e, tok, S, pages, n_pages, logits, V);
+        int r = ref_prefill(e, tok, S, pages, n_pages, CHUNK, logits, V);
         double dt = now_s() - t0;
         CHECK(r == 0, "%s case%d: step failed %d", nname, c, r);
         if (r < 0)

@@ -57,21 +57,6 @@ static struct l8_engine *make(const struct l8_model *m, enum l8_numerics num, ui
     return e;
 }
 
-static int prefill(struct l8_engine *e, const uint32_t *tok, uint32_t S, const uint32_t *pages,
-                   uint32_t n_pages, float *out, uint32_t V)
-{
-    for (uint32_t p = 0; p < S; p += CHUNK) {
-        uint32_t n = S - p < CHUNK ? S - p : CHUNK;
-        struct l8_seq s = { .tokens = tok + p, .n_tokens = n, .pos = p, .pages = pages,
-                            .n_pages = n_pages, .logits = L8_LOGITS_ALL,
-                            .logits_out = out + (size_t)p * V };
-        int r = l8_engine_step(e, &s, 1);
-        if (r < 0)
-            return r;
-    }
-    return 0;
-}
-
 static void load_tokens(const struct l8_tensor_set *ref, int c, uint32_t *tok, uint32_t *S)
 {
     char name[64];
@@ -103,7 +88,7 @@ static void run_golden(const struct l8_model *m, const struct l8_tensor_set *ref
             lg[i] = NAN;
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
-        int r = prefill(e, tok, S, pages, n_pages, lg, V);
+        int r = ref_prefill(e, tok, S, pages, n_pages, CHUNK, lg, V);
         clock_gettime(CLOCK_MONOTONIC, &t1);
         CHECK(r == 0, "%s case%d: step failed %d", nn, c, r);
         if (r)
