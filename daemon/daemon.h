@@ -110,6 +110,10 @@ struct l8d {
     struct l8_seq *step_seqs;
     uint32_t step_n;
     uint64_t step_t_submit;
+    uint32_t step_tokens;    /* tokens in the step in flight */
+    uint64_t step_tok_ns;    /* slowest recent ns per token of a step (decaying
+                                max; the warm-up seeds it): the stall bound */
+    bool step_stalled;       /* the step in flight ran past its bound */
     uint64_t ev_t_ns;        /* t_ns of the events being delivered */
     /* Model facts for Welcome. */
     char model_dir[4096];

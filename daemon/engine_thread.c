@@ -11,6 +11,15 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "log.h"
+
+/* Test fault injection, read once at start: every step the thread runs
+ * sleeps this many ms first, as a hung GPU step would, so the tests can
+ * check that the watchdog pings stop (loop.c). Nothing in production sets
+ * it; the daemon warns when it is set. */
+#define STALL_ENV "L8_TEST_STALL_STEP_MS"
+#define STALL_MAX_MS 600000u
+
 struct l8d_engine_thread {
     struct l8_engine *e;
     pthread_t thread;
@@ -25,6 +34,7 @@ struct l8d_engine_thread {
     uint32_t n;
     int status;
     uint64_t t_start, t_end;
+    uint32_t stall_ms;   /* STALL_ENV: injected delay per step (0: none) */
 };
 
 uint64_t l8d_now_ns(void)
@@ -48,6 +58,12 @@ static void *run(void *arg)
         uint32_t n = t->n;
         pthread_mutex_unlock(&t->mu);
         uint64_t t0 = l8d_now_ns();
+        if (t->stall_ms) {
+            struct timespec ts = { (time_t)(t->stall_ms / 1000),
+                                   (long)(t->stall_ms % 1000) * 1000000L };
+            while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+                ;
+        }
         int rc = l8_engine_step(t->e, seqs, n);
         uint64_t t1 = l8d_now_ns();
         pthread_mutex_lock(&t->mu);
@@ -72,6 +88,20 @@ int l8d_et_start(struct l8_engine *e, struct l8d_engine_thread **out)
     if (!t)
         return -ENOMEM;
     t->e = e;
+    const char *stall = getenv(STALL_ENV);
+    if (stall && *stall) {
+        char *end;
+        unsigned long ms = strtoul(stall, &end, 10);
+        if (*end || ms > STALL_MAX_MS) {
+            log_err("%s=%s: expected milliseconds up to %u", STALL_ENV, stall, STALL_MAX_MS);
+            free(t);
+            return -EINVAL;
+        }
+        t->stall_ms = (uint32_t)ms;
+        if (ms)
+            log_warn("%s=%lu: every engine step sleeps %lu ms first (test fault injection)",
+                     STALL_ENV, ms, ms);
+    }
     pthread_mutex_init(&t->mu, NULL);
     pthread_cond_init(&t->cv, NULL);
     t->done_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);

@@ -10,7 +10,9 @@
 
 struct l8d_engine_thread;
 
-/* -errno. The engine must outlive the thread. */
+/* -errno. The engine must outlive the thread. Reads L8_TEST_STALL_STEP_MS
+ * (test fault injection: every step sleeps that many ms first; -EINVAL if
+ * it is not a number of ms up to 600000). */
 int  l8d_et_start(struct l8_engine *e, struct l8d_engine_thread **out);
 /* Joins the thread (waits for a step in flight). NULL is a no-op. */
 void l8d_et_stop(struct l8d_engine_thread *t);

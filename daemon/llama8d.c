@@ -257,10 +257,16 @@ static int setup(struct l8d *d, int argc, char **argv)
 
     if (!d->conf.no_warmup) {
         sd_notify(0, "STATUS=warming up");
+        uint64_t tw = l8d_now_ns();
         if ((rc = warm_up(d)) < 0) {
             log_err("warm-up step failed: %s", strerror(-rc));
             return rc;
         }
+        /* One token: the first per-token figure of the stall bound (loop.c).
+         * A one-token step costs the most per token (the weights are read
+         * for one token), so the bound of a big prefill chunk errs long. */
+        d->step_tok_ns = l8d_now_ns() - tw;
+        log_info("warm-up step: %.1f ms", (double)d->step_tok_ns / 1e6);
     }
     if ((rc = l8d_et_start(d->engine, &d->et)) < 0)
         return rc;

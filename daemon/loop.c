@@ -43,6 +43,15 @@ enum op { OP_ACCEPT = 1, OP_RECV, OP_DOORBELL, OP_ENGINE, OP_SIGNAL, OP_TIMER,
 
 #define TICK_NS      (100ull * 1000000ull)   /* housekeeping period */
 #define FAST_TICK_NS (1ull * 1000000ull)     /* while a client's backlog waits */
+/* A step counts as hung once it has run step_stall_ms plus STALL_FACTOR
+ * times its expected duration (its tokens x the slowest recent ns per
+ * token). The factor covers what the per-token figure does not see: a
+ * chunk deep in a long context (attention at 128k positions costs ~5x the
+ * projections per token on the 8B model) and a machine slowed by others. */
+#define STALL_FACTOR 8
+/* Per completed step the estimate keeps 15/16 of itself or the new sample,
+ * whichever is larger: one slow outlier fades over a few dozen steps. */
+#define STALL_DECAY_SHIFT 4
 
 static uint64_t ud(enum op op, uint32_t slot, uint32_t gen)
 {
@@ -173,12 +182,21 @@ static void start_step(struct l8d *d)
     d->step_seqs = seqs;
     d->step_n = n;
     d->step_t_submit = t;
+    d->step_tokens = 0;
+    for (uint32_t i = 0; i < n; i++)
+        d->step_tokens += seqs[i].n_tokens;
     /* Clients need not ring while the step runs: see the top comment. */
     for (uint32_t i = 0; i < d->n_slots; i++) {
         struct l8d_session *s = d->sessions[i];
         if (s && s->state == L8D_SESS_READY)
             atomic_store_explicit(&s->sq_ctl->flags, 0, memory_order_relaxed);
     }
+}
+
+static uint64_t step_bound_ns(const struct l8d *d)
+{
+    return (uint64_t)d->conf.step_stall_ms * 1000000ull +
+           STALL_FACTOR * d->step_tok_ns * (d->step_tokens ? d->step_tokens : 1);
 }
 
 static void on_engine_done(struct l8d *d)
@@ -188,6 +206,16 @@ static void on_engine_done(struct l8d *d)
     if (!d->step_in_flight || l8d_et_result(d->et, &status, &t0, &t1) < 0)
         return;
     d->step_in_flight = false;
+    uint64_t per_tok = (t1 - t0) / (d->step_tokens ? d->step_tokens : 1);
+    uint64_t decayed = d->step_tok_ns - (d->step_tok_ns >> STALL_DECAY_SHIFT);
+    d->step_tok_ns = per_tok > decayed ? per_tok : decayed;
+    if (d->step_stalled) {
+        d->step_stalled = false;
+        log_notice("the stalled engine step finished after %.1f s: watchdog pings resume",
+                   (double)(t1 - d->step_t_submit) / 1e9);
+        sd_notifyf(0, "STATUS=serving %s on %s", d->model_name,
+                   l8_backend_name(d->conf.backend));
+    }
     d->ev_t_ns = t1;
     l8_sched_step_done(d->sched, d->step_seqs, d->step_n, status);
     if (status == -EIO) {
@@ -229,8 +257,25 @@ static void begin_drain(struct l8d *d)
 static void housekeeping(struct l8d *d)
 {
     uint64_t now = l8d_now_ns();
-    if (d->watchdog_usec && now - d->last_watchdog_ns >= d->watchdog_usec * 1000ull / 2) {
-        /* From the loop: a loop stuck anywhere stops the pings. */
+    /* A ping says the daemon makes progress: the loop runs (a loop stuck
+     * anywhere never gets here) and the engine is idle or its step is
+     * within its bound. A wedged step (a hung GPU, a deadlock) stops the
+     * pings, and systemd restarts us after WatchdogSec; a step that ends
+     * after all lets them resume. */
+    if (d->step_in_flight && d->conf.step_stall_ms && !d->step_stalled &&
+        now - d->step_t_submit > step_bound_ns(d)) {
+        d->step_stalled = true;
+        double ran = (double)(now - d->step_t_submit) / 1e9;
+        double bound = (double)step_bound_ns(d) / 1e9;
+        log_err("engine step of %u tokens running for %.1f s, past its bound of %.1f s "
+                "(step_stall_ms %u + %u x %.3f ms per token): the engine is hung; "
+                "watchdog pings stopped", d->step_tokens, ran, bound, d->conf.step_stall_ms,
+                STALL_FACTOR, (double)d->step_tok_ns / 1e6);
+        sd_notifyf(0, "STATUS=engine step stalled: running %.1f s, bound %.1f s; "
+                   "watchdog pings stopped", ran, bound);
+    }
+    if (d->watchdog_usec && !d->step_stalled &&
+        now - d->last_watchdog_ns >= d->watchdog_usec * 1000ull / 2) {
         sd_notify(0, "WATCHDOG=1");
         d->last_watchdog_ns = now;
     }
