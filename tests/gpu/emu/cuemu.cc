@@ -1,0 +1,616 @@
+/* cuemu.cc - the CPU side of cuemu.h: fibers for CUDA threads, barriers,
+ * shuffles, and the part of the CUDA runtime API the kernels and their tests
+ * call. Single-threaded: blocks run one after another on the calling thread,
+ * streams are synchronous. See cuemu.h for what this can and cannot find. */
+#include "cuemu.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <map>
+#include <vector>
+
+namespace cuemu {
+
+Thread *cur;
+dim3 block_idx, block_dim, grid_dim;
+
+[[noreturn]] static void die(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "cuemu: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    abort();
+}
+
+/* ---- fibers: a minimal x86-64 context switch (callee-saved registers, the
+ * SSE and x87 control words); a switch costs nanoseconds, not the
+ * sigprocmask system call of swapcontext. */
+extern "C" void cuemu_switch(void **save_sp, void *to_sp);
+asm(R"(
+    .text
+    .globl cuemu_switch
+    .type cuemu_switch, @function
+cuemu_switch:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    subq $8, %rsp
+    stmxcsr (%rsp)
+    fnstcw 4(%rsp)
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    ldmxcsr (%rsp)
+    fldcw 4(%rsp)
+    addq $8, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size cuemu_switch, .-cuemu_switch
+)");
+
+enum { STACK_BYTES = 256 << 10, MAX_THREADS = 1024, WARP = 32 };
+
+struct Fiber {
+    Thread th;
+    void *sp;
+    char *stack;        /* STACK_BYTES above a guard page */
+    bool done;
+};
+
+static struct {
+    std::vector<Fiber> fibers;
+    void *sched_sp;
+    const std::function<void()> *body;
+    const char *kernel;
+    unsigned live;
+    unsigned block_arrived, block_gen;
+    unsigned warp_live[MAX_THREADS / WARP], warp_arrived[MAX_THREADS / WARP],
+        warp_gen[MAX_THREADS / WARP];
+    uint64_t slot[MAX_THREADS];
+    bool progress;
+} S;
+
+static void yield_to_scheduler(Fiber *f)
+{
+    cuemu_switch(&f->sp, S.sched_sp);
+}
+
+static Fiber *cur_fiber() { return &S.fibers[cur->linear]; }
+
+[[noreturn]] static void fiber_main()
+{
+    Fiber *f = cur_fiber();
+    (*S.body)();
+    f->done = true;
+    S.progress = true;
+    /* An exited thread no longer holds back the barriers of the others. */
+    S.live--;
+    S.warp_live[f->th.warp]--;
+    if (S.block_arrived && S.block_arrived == S.live) {
+        S.block_arrived = 0;
+        S.block_gen++;
+    }
+    if (S.warp_arrived[f->th.warp] && S.warp_arrived[f->th.warp] == S.warp_live[f->th.warp]) {
+        S.warp_arrived[f->th.warp] = 0;
+        S.warp_gen[f->th.warp]++;
+    }
+    cuemu_switch(&f->sp, S.sched_sp);
+    die("a finished fiber was resumed");
+}
+
+static void fiber_reset(Fiber *f)
+{
+    /* The stack as cuemu_switch leaves it: control words, six registers, the
+     * return address (fiber_main), and a slot so that fiber_main starts with
+     * the stack aligned as after a call. */
+    uint64_t *top = (uint64_t *)(f->stack + STACK_BYTES);
+    uint32_t ctl[2];
+    asm volatile("stmxcsr %0\n\tfnstcw %1" : "=m"(ctl[0]), "=m"(ctl[1]));
+    *--top = 0;
+    *--top = (uint64_t)(uintptr_t)&fiber_main;
+    for (int i = 0; i < 6; i++)
+        *--top = 0;
+    --top;
+    memcpy(top, ctl, 8);
+    f->sp = top;
+    f->done = false;
+}
+
+void sync_block()
+{
+    Fiber *f = cur_fiber();
+    unsigned gen = S.block_gen;
+    S.progress = true;
+    if (++S.block_arrived == S.live) {
+        S.block_arrived = 0;
+        S.block_gen++;
+        return;
+    }
+    while (S.block_gen == gen)
+        yield_to_scheduler(f);
+}
+
+void sync_warp()
+{
+    Fiber *f = cur_fiber();
+    unsigned w = f->th.warp, gen = S.warp_gen[w];
+    S.progress = true;
+    if (++S.warp_arrived[w] == S.warp_live[w]) {
+        S.warp_arrived[w] = 0;
+        S.warp_gen[w]++;
+        return;
+    }
+    while (S.warp_gen[w] == gen)
+        yield_to_scheduler(f);
+}
+
+uint64_t shfl_xor(uint64_t v, unsigned lane_mask, unsigned width)
+{
+    Fiber *f = cur_fiber();
+    unsigned lane = f->th.lane, src = lane ^ lane_mask;
+    if (width == 0 || width > WARP || (width & (width - 1)))
+        die("%s: shuffle width %u", S.kernel, width);
+    if ((src & ~(width - 1)) != (lane & ~(width - 1)))
+        src = lane;   /* outside the lane's segment: its own value, as the hardware */
+    S.slot[f->th.linear] = v;
+    sync_warp();
+    unsigned src_linear = f->th.warp * WARP + src;
+    if (src_linear >= S.fibers.size() || S.fibers[src_linear].done)
+        die("%s: thread %u shuffles from lane %u, which has exited or does not exist "
+            "(a full-mask shuffle needs the whole warp)", S.kernel, f->th.linear, src);
+    uint64_t r = S.slot[src_linear];
+    sync_warp();   /* nobody overwrites a slot before everyone has read */
+    return r;
+}
+
+static cudaError_t g_last_error = cudaSuccess;
+
+bool check_launch(const Cfg &c, const char *name)
+{
+    uint64_t nthreads = (uint64_t)c.block.x * c.block.y * c.block.z;
+    if (nthreads == 0 || nthreads > MAX_THREADS || c.block.z > 64 || c.grid.x == 0 ||
+        c.grid.y == 0 || c.grid.z == 0 || c.grid.x > 0x7fffffffu || c.grid.y > 65535 ||
+        c.grid.z > 65535) {
+        if (getenv("CUEMU_VERBOSE"))
+            fprintf(stderr, "cuemu: %s: launch refused: grid %ux%ux%u block %ux%ux%u\n", name,
+                    c.grid.x, c.grid.y, c.grid.z, c.block.x, c.block.y, c.block.z);
+        g_last_error = cudaErrorInvalidConfiguration;
+        return false;
+    }
+    if (c.smem > 0)
+        die("%s: dynamic shared memory is not emulated", name);
+    return true;
+}
+
+void run_grid(const Cfg &c, const char *name, const std::function<void()> &body)
+{
+    unsigned nthreads = c.block.x * c.block.y * c.block.z;
+    static char *stacks;
+    if (!stacks) {
+        size_t per = STACK_BYTES + 4096;
+        stacks = (char *)mmap(NULL, per * MAX_THREADS, PROT_READ | PROT_WRITE,
+                              MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (stacks == MAP_FAILED)
+            die("no memory for fiber stacks");
+        for (unsigned i = 0; i < MAX_THREADS; i++)
+            mprotect(stacks + i * per, 4096, PROT_NONE);   /* stack overflow faults */
+    }
+    S.fibers.resize(nthreads);
+    for (unsigned i = 0; i < nthreads; i++) {
+        Fiber &f = S.fibers[i];
+        f.stack = stacks + (size_t)i * (STACK_BYTES + 4096) + 4096;
+        f.th.linear = i;
+        f.th.tid = dim3(i % c.block.x, i / c.block.x % c.block.y, i / (c.block.x * c.block.y));
+        f.th.lane = i % WARP;
+        f.th.warp = i / WARP;
+    }
+    /* Threads run until they wait at a barrier, in thread order or (CUEMU_ORDER=
+     * reverse) the other way round: a missing barrier shows as a read of the
+     * previous block's values, and the two orders expose different ones. */
+    static int reverse = -1;
+    if (reverse < 0) {
+        const char *o = getenv("CUEMU_ORDER");
+        reverse = o && !strcmp(o, "reverse");
+    }
+    S.body = &body;
+    S.kernel = name;
+    grid_dim = c.grid;
+    block_dim = c.block;
+    for (unsigned bz = 0; bz < c.grid.z; bz++)
+        for (unsigned by = 0; by < c.grid.y; by++)
+            for (unsigned bx = 0; bx < c.grid.x; bx++) {
+                block_idx = dim3(bx, by, bz);
+                S.live = nthreads;
+                S.block_arrived = 0;
+                for (unsigned w = 0; w < (nthreads + WARP - 1) / WARP; w++) {
+                    S.warp_live[w] = nthreads - w * WARP < (unsigned)WARP ? nthreads - w * WARP : WARP;
+                    S.warp_arrived[w] = 0;
+                }
+                for (auto &f : S.fibers)
+                    fiber_reset(&f);
+                /* Round robin until every thread has returned; a pass in which
+                 * no thread moves is a deadlock (a barrier some never reach). */
+                while (S.live) {
+                    S.progress = false;
+                    for (unsigned i = 0; i < nthreads; i++) {
+                        Fiber &f = S.fibers[reverse ? nthreads - 1 - i : i];
+                        if (f.done)
+                            continue;
+                        cur = &f.th;
+                        cuemu_switch(&S.sched_sp, f.sp);
+                    }
+                    if (!S.progress && S.live) {
+                        for (auto &f : S.fibers)
+                            if (!f.done)
+                                fprintf(stderr, "  thread %u (warp %u) waits at a barrier\n",
+                                        f.th.linear, f.th.warp);
+                        die("%s: block (%u,%u,%u): deadlock, %u threads wait at barriers that "
+                            "the others never reach", name, bx, by, bz, S.live);
+                    }
+                }
+            }
+    cur = nullptr;
+}
+
+/* ---- device memory: each allocation ends at a PROT_NONE page, so reading or
+ * writing past its end faults at the instruction that does it. */
+struct Alloc {
+    char *map;
+    size_t map_len, bytes;
+};
+static std::map<uintptr_t, Alloc> g_allocs;   /* keyed by the pointer handed out */
+
+static const Alloc *find_alloc(const void *p, uintptr_t *base)
+{
+    uintptr_t a = (uintptr_t)p;
+    auto it = g_allocs.upper_bound(a);
+    if (it == g_allocs.begin())
+        return nullptr;
+    --it;
+    if (a > it->first + it->second.bytes)   /* one past the end is still "in" it */
+        return nullptr;
+    *base = it->first;
+    return &it->second;
+}
+
+void check_device_ptr(const char *kernel, int arg, const void *p)
+{
+    uintptr_t base;
+    if (p && !find_alloc(p, &base))
+        die("%s: argument %d (%p) is not device memory", kernel, arg, p);
+}
+
+static bool is_device(const void *p)
+{
+    uintptr_t base;
+    return find_alloc(p, &base) != nullptr;
+}
+
+/* ---- streams and graphs. Every stream is synchronous: work runs when it
+ * is submitted, except on a stream being captured, where it is recorded into
+ * the graph (and runs at each cudaGraphLaunch). What the real runtime
+ * refuses during a capture (cudaMalloc, synchronous copies, synchronizing
+ * the captured stream) is refused here and invalidates the capture. */
+struct Graph {
+    std::vector<std::function<void()>> ops;
+};
+static cudaStream_t g_capturing;
+static Graph *g_capture;
+static bool g_capture_broken;
+
+static bool capture_refuses(const char *what)
+{
+    if (!g_capture)
+        return false;
+    fprintf(stderr, "cuemu: %s during a stream capture (the capture is invalidated)\n", what);
+    g_capture_broken = true;
+    g_last_error = cudaErrorStreamCaptureUnsupported;
+    return true;
+}
+
+void submit(cudaStream_t st, std::function<void()> op)
+{
+    if (g_capture && st == g_capturing) {
+        g_capture->ops.push_back(std::move(op));
+        return;
+    }
+    if (g_capture && st == 0 && capture_refuses("work on the legacy default stream"))
+        return;
+    op();
+}
+
+}  // namespace cuemu
+
+using namespace cuemu;
+
+extern "C" {
+
+cudaError_t cudaMalloc(void **p, size_t bytes)
+{
+    if (capture_refuses("cudaMalloc"))
+        return cudaErrorStreamCaptureUnsupported;
+    size_t page = 4096, need = (bytes + 15) & ~(size_t)15;
+    size_t len = ((need + page - 1) & ~(page - 1)) + page;
+    char *m = (char *)mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED)
+        return g_last_error = cudaErrorMemoryAllocation;
+    mprotect(m + len - page, page, PROT_NONE);
+    char *user = m + len - page - need;
+    memset(user, 0xa5, need);   /* cudaMalloc gives garbage, not zeros */
+    g_allocs[(uintptr_t)user] = Alloc { m, len, bytes };
+    *p = user;
+    return cudaSuccess;
+}
+
+cudaError_t cudaFree(void *p)
+{
+    if (capture_refuses("cudaFree"))
+        return cudaErrorStreamCaptureUnsupported;
+    if (!p)
+        return cudaSuccess;
+    auto it = g_allocs.find((uintptr_t)p);
+    if (it == g_allocs.end())
+        return g_last_error = cudaErrorInvalidValue;
+    munmap(it->second.map, it->second.map_len);
+    g_allocs.erase(it);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMallocHost(void **p, size_t bytes)
+{
+    *p = malloc(bytes ? bytes : 1);
+    return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+
+cudaError_t cudaFreeHost(void *p)
+{
+    free(p);
+    return cudaSuccess;
+}
+
+cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned int)
+{
+    return cudaMallocHost(p, bytes);
+}
+
+/* The direction must match the pointers, as with the real runtime's checks
+ * on pageable memory: a device pointer where host memory belongs is a bug. */
+static cudaError_t check_copy(void *dst, const void *src, cudaMemcpyKind kind)
+{
+    bool dd = is_device(dst), sd = is_device(src);
+    bool ok = kind == cudaMemcpyDefault ||
+              (kind == cudaMemcpyHostToDevice && dd && !sd) ||
+              (kind == cudaMemcpyDeviceToHost && !dd && sd) ||
+              (kind == cudaMemcpyDeviceToDevice && dd && sd) ||
+              (kind == cudaMemcpyHostToHost && !dd && !sd);
+    return ok ? cudaSuccess : (g_last_error = cudaErrorInvalidValue);
+}
+
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind kind)
+{
+    if (capture_refuses("cudaMemcpy (synchronous)"))
+        return cudaErrorStreamCaptureUnsupported;
+    if (cudaError_t e = check_copy(dst, src, kind))
+        return e;
+    if (n)
+        memmove(dst, src, n);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind kind,
+                            cudaStream_t st)
+{
+    if (cudaError_t e = check_copy(dst, src, kind))
+        return e;
+    if (n)
+        submit(st, [=]() { memmove(dst, src, n); });
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemset(void *p, int v, size_t n)
+{
+    if (capture_refuses("cudaMemset (synchronous)"))
+        return cudaErrorStreamCaptureUnsupported;
+    if (n && !is_device(p))
+        return g_last_error = cudaErrorInvalidValue;
+    memset(p, v, n);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t st)
+{
+    if (n && !is_device(p))
+        return g_last_error = cudaErrorInvalidValue;
+    if (n)
+        submit(st, [=]() { memset(p, v, n); });
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *st, unsigned int)
+{
+    *st = (cudaStream_t) new char;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreate(cudaStream_t *st) { return cudaStreamCreateWithFlags(st, 0); }
+
+cudaError_t cudaStreamDestroy(cudaStream_t st)
+{
+    if (g_capture && st == g_capturing)
+        return g_last_error = cudaErrorStreamCaptureUnsupported;
+    delete (char *)st;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t st)
+{
+    if ((st == g_capturing || st == 0) && capture_refuses("cudaStreamSynchronize"))
+        return cudaErrorStreamCaptureUnsupported;
+    return cudaSuccess;
+}
+
+cudaError_t cudaDeviceSynchronize(void)
+{
+    if (capture_refuses("cudaDeviceSynchronize"))
+        return cudaErrorStreamCaptureUnsupported;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t st, cudaStreamCaptureMode)
+{
+    if (st == 0 || g_capture)
+        return g_last_error = cudaErrorStreamCaptureUnsupported;
+    g_capture = new Graph;
+    g_capturing = st;
+    g_capture_broken = false;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamEndCapture(cudaStream_t st, cudaGraph_t *graph)
+{
+    if (!g_capture || st != g_capturing)
+        return g_last_error = cudaErrorIllegalState;
+    Graph *g = g_capture;
+    g_capture = nullptr;
+    g_capturing = nullptr;
+    if (g_capture_broken) {
+        delete g;
+        *graph = nullptr;
+        return g_last_error = cudaErrorStreamCaptureInvalidated;
+    }
+    *graph = (cudaGraph_t)g;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph, unsigned long long)
+{
+    if (!graph)
+        return g_last_error = cudaErrorInvalidValue;
+    *exec = (cudaGraphExec_t) new Graph(*(Graph *)graph);
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t st)
+{
+    Graph *g = (Graph *)exec;
+    if (!g)
+        return g_last_error = cudaErrorInvalidValue;
+    submit(st, [g]() {
+        for (auto &op : g->ops)
+            op();
+    });
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec)
+{
+    delete (Graph *)exec;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphDestroy(cudaGraph_t graph)
+{
+    delete (Graph *)graph;
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *ev, unsigned int)
+{
+    *ev = (cudaEvent_t) new char;
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
+
+cudaError_t cudaEventSynchronize(cudaEvent_t)
+{
+    if (capture_refuses("cudaEventSynchronize"))
+        return cudaErrorStreamCaptureUnsupported;
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t ev)
+{
+    delete (char *)ev;
+    return cudaSuccess;
+}
+
+/* A small device by default (CUEMU_MEM_MB, 4096): what the engine sizes from
+ * free memory stays small, and every byte handed out is really mapped. */
+cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b)
+{
+    const char *e = getenv("CUEMU_MEM_MB");
+    size_t total = (size_t)(e ? atol(e) : 4096) << 20, used = 0;
+    for (auto &a : g_allocs)
+        used += a.second.bytes;
+    *total_b = total;
+    *free_b = used < total ? total - used : 0;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGetLastError(void)
+{
+    cudaError_t e = g_last_error;
+    g_last_error = cudaSuccess;
+    return e;
+}
+
+cudaError_t cudaPeekAtLastError(void) { return g_last_error; }
+
+const char *cudaGetErrorString(cudaError_t e)
+{
+    switch (e) {
+    case cudaSuccess: return "no error (cuemu)";
+    case cudaErrorInvalidValue: return "invalid argument (cuemu)";
+    case cudaErrorMemoryAllocation: return "out of memory (cuemu)";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument (cuemu)";
+    case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing (cuemu)";
+    case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture (cuemu)";
+    default: return "error (cuemu)";
+    }
+}
+
+cudaError_t cudaGetDeviceCount(int *n)
+{
+    *n = 1;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGetDevice(int *d)
+{
+    *d = 0;
+    return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
+
+/* An H200's figures, where a kernel sizes its grid by them. */
+cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int)
+{
+    switch (a) {
+    case cudaDevAttrMultiProcessorCount: *v = 132; return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMajor: *v = 9; return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMinor: *v = 0; return cudaSuccess;
+    case cudaDevAttrMaxThreadsPerBlock: *v = MAX_THREADS; return cudaSuccess;
+    case cudaDevAttrWarpSize: *v = WARP; return cudaSuccess;
+    default: return g_last_error = cudaErrorInvalidValue;
+    }
+}
+
+}  // extern "C"
