@@ -267,7 +267,7 @@ static void housekeeping(struct l8d *d)
         d->step_stalled = true;
         double ran = (double)(now - d->step_t_submit) / 1e9;
         double bound = (double)step_bound_ns(d) / 1e9;
-        log_err("engine step of %u tokens running for %.1f s, past its bound of %.1f s "
+        log_err("engine step (%u tokens) running for %.1f s, past its bound of %.1f s "
                 "(step_stall_ms %u + %u x %.3f ms per token): the engine is hung; "
                 "watchdog pings stopped", d->step_tokens, ran, bound, d->conf.step_stall_ms,
                 STALL_FACTOR, (double)d->step_tok_ns / 1e6);
