@@ -11,7 +11,7 @@
  * symbols, stale candidates skipped, so ties between equal ranks go left to right exactly
  * as in the reference.
  */
-#include "llama8_tokenizer.h"
+#include "tokenizer_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -24,9 +24,6 @@
 #include <unistd.h>
 
 #include <json-c/json.h>
-
-#define PCRE2_CODE_UNIT_WIDTH 8
-#include <pcre2.h>
 
 /* GPT-2's byte-level alphabet: 188 printable bytes map to their own code point, the other
  * 68 to 256..323. */
@@ -48,27 +45,6 @@ static const char LLAMA3_SPLIT_REGEX[] =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
     "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
-#define NO_LEN UINT32_MAX /* tok_len of an id that is not a token */
-
-/* A bytes -> id table slot.  The first 8 bytes of the key live in the slot, so a lookup
- * of a key of up to 8 bytes (most words) touches only the slot, not the pool. */
-struct vocab_slot {
-    uint64_t prefix;   /* the key's first min(len, 8) bytes, zero-padded */
-    uint32_t tag;      /* hash bits 8..31 | min(len, 255) */
-    uint32_t id_plus1; /* 0: empty */
-};
-
-struct merge_slot {
-    uint64_t key; /* (left id << 32) | right id; UINT64_MAX: empty */
-    uint32_t rank;
-    uint32_t id; /* the merged token */
-};
-
-struct added_token {
-    uint32_t id;
-    bool special;
-};
-
 struct cache_slot {
     uint32_t tag;     /* high half of the key's hash, | 1; 0: empty */
     uint32_t key_off; /* into key_arena */
@@ -88,41 +64,10 @@ struct word_cache {
     uint32_t ids_used;
 };
 
-struct l8tok {
-    uint32_t n_ids;     /* largest id + 1 */
-    uint32_t *tok_off;  /* (n_ids) byte offset of each token in pool */
-    uint32_t *tok_len;  /* (n_ids) byte length, NO_LEN for a hole */
-    uint8_t *tok_kind;  /* (n_ids) TOK_* */
-    char *pool;         /* every token's raw bytes, back to back */
-    size_t pool_len, pool_cap;
-
-    struct vocab_slot *vocab; /* (vocab_mask + 1) model vocabulary: raw bytes -> id */
-    uint32_t vocab_mask;
-    struct merge_slot *merges; /* (merge_mask + 1) */
-    uint32_t merge_mask;
-    uint32_t byte_id[256]; /* the token of each single byte */
-    bool ignore_merges;
-
-    struct added_token *added; /* (n_added) */
-    size_t n_added;
-    struct vocab_slot *added_hash; /* (added_mask + 1) raw bytes -> index + 1 in added */
-    uint32_t added_mask;
-    bool added_first[256];   /* some added token starts with this byte */
-    uint32_t added_lens[64]; /* distinct added token lengths, longest first */
-    size_t n_added_lens;
-
-    pcre2_code *re;
-    bool re_jit;
-    bool llama3_regex; /* the regex is LLAMA3_SPLIT_REGEX: fast_piece() applies */
-
-    pthread_mutex_t cache_lock; /* guards cache; holders take it with trylock */
-    struct word_cache *cache;
-};
-
-enum { TOK_NONE, TOK_VOCAB, TOK_ADDED, TOK_SPECIAL };
-
 /* ---------------------------------------------------------------- small helpers */
 
+/* mix64, hash_bytes and slot_tag place the entries of the tables that the cache file holds
+ * as an image: changing them needs a new L8TOK_CACHE_VERSION (tokenizer_internal.h). */
 static inline uint64_t mix64(uint64_t x)
 {
     x ^= x >> 30;
@@ -539,6 +484,27 @@ char *l8tok__resolve_path(const char *path, const char *name)
     return strdup(path);
 }
 
+/* Parse len bytes of buf (buf[len] == 0) with json-c; -EINVAL if they are not one JSON
+ * value. */
+static int json_parse_buf(const char *buf, size_t len, json_object **out)
+{
+    if (len > INT_MAX)
+        return -EINVAL;
+    json_tokener *jt = json_tokener_new();
+    if (!jt)
+        return -ENOMEM;
+    json_object *root = json_tokener_parse_ex(jt, buf, (int)len);
+    bool ok = root && json_tokener_get_error(jt) == json_tokener_success &&
+              (size_t)json_tokener_get_parse_end(jt) == len;
+    json_tokener_free(jt);
+    if (!ok) {
+        json_object_put(root);
+        return -EINVAL;
+    }
+    *out = root;
+    return 0;
+}
+
 /* Parse a file with json-c; -EINVAL with nothing allocated if it is not JSON. */
 int l8tok__json_load(const char *path, json_object **out);
 int l8tok__json_load(const char *path, json_object **out)
@@ -548,26 +514,9 @@ int l8tok__json_load(const char *path, json_object **out)
     int rc = read_file(path, &buf, &len);
     if (rc < 0)
         return rc;
-    if (len > INT_MAX) {
-        free(buf);
-        return -EINVAL;
-    }
-    json_tokener *jt = json_tokener_new();
-    if (!jt) {
-        free(buf);
-        return -ENOMEM;
-    }
-    json_object *root = json_tokener_parse_ex(jt, buf, (int)len);
-    bool ok = root && json_tokener_get_error(jt) == json_tokener_success &&
-              (size_t)json_tokener_get_parse_end(jt) == len;
-    json_tokener_free(jt);
+    rc = json_parse_buf(buf, len, out);
     free(buf);
-    if (!ok) {
-        json_object_put(root);
-        return -EINVAL;
-    }
-    *out = root;
-    return 0;
+    return rc;
 }
 
 static json_object *get(json_object *o, const char *key)
@@ -854,38 +803,28 @@ void l8tok_free(l8tok *t)
 {
     if (!t)
         return;
-    free(t->tok_off);
-    free(t->tok_len);
-    free(t->tok_kind);
-    free(t->pool);
-    free(t->vocab);
-    free(t->merges);
-    free(t->added);
-    free(t->added_hash);
+    if (t->image) {
+        free(t->image);
+    } else {
+        free(t->tok_off);
+        free(t->tok_len);
+        free(t->tok_kind);
+        free(t->pool);
+        free(t->vocab);
+        free(t->merges);
+        free(t->added);
+        free(t->added_hash);
+    }
     pcre2_code_free(t->re);
     cache_free(t->cache);
     pthread_mutex_destroy(&t->cache_lock);
     free(t);
 }
 
-int l8tok_load(const char *path, l8tok **out)
+/* Build t's tables from a parsed tokenizer.json; *pattern (the Split regex) is borrowed
+ * from root. */
+static int load_json(l8tok *t, json_object *root, const char **pattern)
 {
-    char *file = l8tok__resolve_path(path, "tokenizer.json");
-    if (!file)
-        return -ENOMEM;
-    json_object *root = NULL;
-    int rc = l8tok__json_load(file, &root);
-    free(file);
-    if (rc < 0)
-        return rc;
-
-    l8tok *t = calloc(1, sizeof(*t));
-    if (!t) {
-        json_object_put(root);
-        return -ENOMEM;
-    }
-    pthread_mutex_init(&t->cache_lock, NULL);
-
     json_object *model = get(root, "model");
     json_object *vocab = get(model, "vocab");
     json_object *merges = get(model, "merges");
@@ -893,10 +832,8 @@ int l8tok_load(const char *path, l8tok **out)
     if (!vocab || !json_object_is_type(vocab, json_type_object) || !merges ||
         !json_object_is_type(merges, json_type_array) ||
         (added && !json_object_is_type(added, json_type_null) &&
-         !json_object_is_type(added, json_type_array))) {
-        rc = -EINVAL;
-        goto err;
-    }
+         !json_object_is_type(added, json_type_array)))
+        return -EINVAL;
     if (added && json_object_is_type(added, json_type_null))
         added = NULL;
     json_object *mtype = get(model, "type");
@@ -906,43 +843,97 @@ int l8tok_load(const char *path, l8tok **out)
         !is_null_or_false(get(model, "byte_fallback")) ||
         !(is_null_or_false(cont) || str_is(cont, "")) ||
         !(is_null_or_false(suffix) || str_is(suffix, "")) ||
-        !is_null_or_false(get(root, "normalizer"))) {
-        rc = -ENOTSUP;
-        goto err;
-    }
+        !is_null_or_false(get(root, "normalizer")))
+        return -ENOTSUP;
     t->ignore_merges = !is_null_or_false(get(model, "ignore_merges"));
-    const char *pattern = pretok_regex(get(root, "pre_tokenizer"));
-    if (!pattern) {
-        rc = -ENOTSUP;
-        goto err;
-    }
+    *pattern = pretok_regex(get(root, "pre_tokenizer"));
+    if (!*pattern)
+        return -ENOTSUP;
 
-    rc = count_ids(vocab, added, &t->n_ids);
+    int rc = count_ids(vocab, added, &t->n_ids);
     if (rc < 0)
-        goto err;
+        return rc;
     t->tok_off = calloc(t->n_ids, sizeof(*t->tok_off));
     t->tok_len = malloc(t->n_ids * sizeof(*t->tok_len));
     t->tok_kind = calloc(t->n_ids, 1);
-    if (!t->tok_off || !t->tok_len || !t->tok_kind) {
-        rc = -ENOMEM;
-        goto err;
-    }
+    if (!t->tok_off || !t->tok_len || !t->tok_kind)
+        return -ENOMEM;
     for (uint32_t i = 0; i < t->n_ids; i++)
         t->tok_len[i] = NO_LEN;
 
     int16_t cp_to_byte[BYTE_LEVEL_CPS];
     byte_level_inverse(cp_to_byte);
     if ((rc = load_vocab(t, vocab, cp_to_byte)) < 0 ||
-        (rc = load_merges(t, merges, cp_to_byte)) < 0 || (rc = load_added(t, added)) < 0 ||
-        (rc = compile_regex(t, pattern)) < 0 || (rc = cache_new(&t->cache)) < 0)
+        (rc = load_merges(t, merges, cp_to_byte)) < 0 || (rc = load_added(t, added)) < 0)
+        return rc;
+    return 0;
+}
+
+/* Parsing the real tokenizer.json with json-c and building the tables takes about half a
+ * second, most of a short command's run; so the built tables are kept in a cache file
+ * keyed by the tokenizer.json's contents (tokenizer_cache.c), and a later load reads that
+ * instead (milliseconds).  The file is still read and hashed every time, so an edited
+ * tokenizer.json is never answered from an old cache. */
+int l8tok_load(const char *path, l8tok **out)
+{
+    char *file = l8tok__resolve_path(path, "tokenizer.json");
+    if (!file)
+        return -ENOMEM;
+    char *buf = NULL;
+    json_object *root = NULL;
+    char *cached_pattern = NULL;
+    const char *pattern = NULL;
+    int rc;
+    l8tok *t = calloc(1, sizeof(*t));
+    if (!t) {
+        rc = -ENOMEM;
         goto err;
+    }
+    pthread_mutex_init(&t->cache_lock, NULL);
+
+    uint64_t src_size, src_hash;
+    bool cached = l8tok__cache_enabled() && l8tok__hash_file(file, &src_size, &src_hash) == 1 &&
+                  l8tok__cache_load(t, src_size, src_hash, &cached_pattern) == 0;
+    bool store = false;
+    if (cached) {
+        pattern = cached_pattern;
+    } else {
+        size_t len = 0;
+        if ((rc = read_file(file, &buf, &len)) < 0 || (rc = json_parse_buf(buf, len, &root)) < 0 ||
+            (rc = load_json(t, root, &pattern)) < 0)
+            goto err;
+        /* Keyed by what was parsed, not by the hash above: the file may have changed
+         * between the two reads. */
+        store = len >= L8TOK_CACHE_MIN_SOURCE && l8tok__cache_enabled();
+        if (store) {
+            src_size = len;
+            src_hash = l8tok__hash(buf, len);
+        }
+        free(buf);
+        buf = NULL;
+    }
+    if ((rc = compile_regex(t, pattern)) < 0 || (rc = cache_new(&t->cache)) < 0)
+        goto err;
+    /* Only a tokenizer that loaded completely is cached; failing to cache is not an error. */
+    if (store)
+        l8tok__cache_store(t, src_size, src_hash, pattern);
     json_object_put(root);
+    free(cached_pattern);
+    free(file);
     *out = t;
     return 0;
 err:
+    free(buf);
     json_object_put(root);
+    free(cached_pattern);
+    free(file);
     l8tok_free(t);
     return rc;
+}
+
+bool l8tok__from_cache(const l8tok *t)
+{
+    return t->image != NULL;
 }
 
 /* ---------------------------------------------------------------- lookups */

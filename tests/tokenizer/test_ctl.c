@@ -108,7 +108,12 @@ int main(int argc, char **argv)
     tokjson = argv[2];
     char envvar[4096];
     snprintf(envvar, sizeof(envvar), "LLAMA8_TOKENIZER=%s", tokjson);
-    char *env[] = {envvar, NULL};
+    /* The tokenizer's table cache, where meson puts it (each run would otherwise parse the
+     * tokenizer.json: half a second a run). */
+    const char *cache = getenv("LLAMA8_TOKENIZER_CACHE");
+    char cachevar[4096];
+    snprintf(cachevar, sizeof(cachevar), "LLAMA8_TOKENIZER_CACHE=%s", cache ? cache : "off");
+    char *env[] = {envvar, cachevar, NULL};
     static struct result r;
     char *t = (char *)tokjson;
 
