@@ -206,10 +206,13 @@ static void on_engine_done(struct l8d *d)
     if (!d->step_in_flight || l8d_et_result(d->et, &status, &t0, &t1) < 0)
         return;
     d->step_in_flight = false;
-    uint64_t per_tok = (t1 - t0) / (d->step_tokens ? d->step_tokens : 1);
-    uint64_t decayed = d->step_tok_ns - (d->step_tok_ns >> STALL_DECAY_SHIFT);
-    d->step_tok_ns = per_tok > decayed ? per_tok : decayed;
-    if (d->step_stalled) {
+    if (!d->step_stalled) {
+        uint64_t per_tok = (t1 - t0) / (d->step_tokens ? d->step_tokens : 1);
+        uint64_t decayed = d->step_tok_ns - (d->step_tok_ns >> STALL_DECAY_SHIFT);
+        d->step_tok_ns = per_tok > decayed ? per_tok : decayed;
+    } else {
+        /* Not learnt from: a hang that cleared would otherwise stretch the
+         * bound so far that the next hang went unnoticed for hours. */
         d->step_stalled = false;
         log_notice("the stalled engine step finished after %.1f s: watchdog pings resume",
                    (double)(t1 - d->step_t_submit) / 1e9);
