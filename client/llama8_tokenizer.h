@@ -62,7 +62,16 @@ typedef struct l8tok l8tok;
  * merge that does not parse, -ENOTSUP for a tokenizer.json outside what is implemented (a
  * model other than byte-level BPE, a normalizer, dropout, added tokens with
  * lstrip/rstrip/single_word, a pre-tokenizer other than Split(regex, Isolated) followed by
- * ByteLevel), -ENOMEM.  On success *out is the caller's; release it with l8tok_free(). */
+ * ByteLevel), -ENOMEM.  On success *out is the caller's; release it with l8tok_free().
+ *
+ * Table cache: parsing a large tokenizer.json (the real one: about half a second) is done
+ * once; the built tables are kept in $LLAMA8_TOKENIZER_CACHE (a directory; "off", "0" or
+ * empty: no cache), else $XDG_CACHE_HOME/llama8, else $HOME/.cache/llama8, one file per
+ * tokenizer.json contents (about 15 MB for Llama 3), and later loads read them (tens of
+ * milliseconds).  The tokenizer.json is still read and hashed on every load, so an edited
+ * file is never answered from an old cache; a damaged or foreign cache file is ignored
+ * and rewritten; a cache directory that cannot be written is no error.  Files under 1 MiB
+ * are not cached. */
 int l8tok_load(const char *path, l8tok **out);
 void l8tok_free(l8tok *tok);
 

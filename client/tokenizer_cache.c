@@ -371,7 +371,9 @@ int l8tok__cache_load(l8tok *t, uint64_t src_size, uint64_t src_hash, char **pat
     int rc = l8tok__cache_path(src_size, src_hash, &path);
     if (rc < 0)
         return rc;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO put where the file should be must not hang the load (it is then
+     * refused as not a regular file). */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     free(path);
     if (fd < 0)
         return -errno;
