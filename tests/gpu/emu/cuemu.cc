@@ -30,9 +30,10 @@ dim3 block_idx, block_dim, grid_dim;
     abort();
 }
 
-/* ---- fibers: a minimal x86-64 context switch (callee-saved registers, the
- * SSE and x87 control words); a switch costs nanoseconds, not the
- * sigprocmask system call of swapcontext. */
+/* ---- fibers: a minimal x86-64 context switch of the callee-saved
+ * registers; a switch costs nanoseconds, not the sigprocmask system call of
+ * swapcontext. The SSE and x87 control words are not switched: nothing here
+ * changes rounding modes. */
 extern "C" void cuemu_switch(void **save_sp, void *to_sp);
 asm(R"(
     .text
@@ -45,14 +46,8 @@ cuemu_switch:
     pushq %r13
     pushq %r14
     pushq %r15
-    subq $8, %rsp
-    stmxcsr (%rsp)
-    fnstcw 4(%rsp)
     movq %rsp, (%rdi)
     movq %rsi, %rsp
-    ldmxcsr (%rsp)
-    fldcw 4(%rsp)
-    addq $8, %rsp
     popq %r15
     popq %r14
     popq %r13
@@ -81,7 +76,8 @@ static struct {
     unsigned block_arrived, block_gen;
     unsigned warp_live[MAX_THREADS / WARP], warp_arrived[MAX_THREADS / WARP],
         warp_gen[MAX_THREADS / WARP];
-    uint64_t slot[MAX_THREADS];
+    uint64_t slot[2][MAX_THREADS];   /* shuffles alternate between the two */
+    unsigned shfl_seq[MAX_THREADS];
     bool progress;
 } S;
 
@@ -115,18 +111,14 @@ static Fiber *cur_fiber() { return &S.fibers[cur->linear]; }
 
 static void fiber_reset(Fiber *f)
 {
-    /* The stack as cuemu_switch leaves it: control words, six registers, the
-     * return address (fiber_main), and a slot so that fiber_main starts with
-     * the stack aligned as after a call. */
+    /* The stack as cuemu_switch leaves it: six registers, the return address
+     * (fiber_main), and a slot so that fiber_main starts with the stack
+     * aligned as after a call. */
     uint64_t *top = (uint64_t *)(f->stack + STACK_BYTES);
-    uint32_t ctl[2];
-    asm volatile("stmxcsr %0\n\tfnstcw %1" : "=m"(ctl[0]), "=m"(ctl[1]));
     *--top = 0;
     *--top = (uint64_t)(uintptr_t)&fiber_main;
     for (int i = 0; i < 6; i++)
         *--top = 0;
-    --top;
-    memcpy(top, ctl, 8);
     f->sp = top;
     f->done = false;
 }
@@ -159,23 +151,28 @@ void sync_warp()
         yield_to_scheduler(f);
 }
 
+/* One barrier per shuffle: values go to slot[seq & 1], so the next shuffle
+ * writes the other half, and the one after that (the same half again) can
+ * only start once every lane has passed the next barrier, after its read. */
 uint64_t shfl_xor(uint64_t v, unsigned lane_mask, unsigned width)
 {
     Fiber *f = cur_fiber();
-    unsigned lane = f->th.lane, src = lane ^ lane_mask;
+    unsigned lane = f->th.lane, src = lane ^ lane_mask, me = f->th.linear;
     if (width == 0 || width > WARP || (width & (width - 1)))
         die("%s: shuffle width %u", S.kernel, width);
     if ((src & ~(width - 1)) != (lane & ~(width - 1)))
         src = lane;   /* outside the lane's segment: its own value, as the hardware */
-    S.slot[f->th.linear] = v;
+    unsigned half = S.shfl_seq[me]++ & 1;
+    S.slot[half][me] = v;
     sync_warp();
     unsigned src_linear = f->th.warp * WARP + src;
-    if (src_linear >= S.fibers.size() || S.fibers[src_linear].done)
+    /* The source lane took part in this shuffle: it counted it too (and may
+     * have gone on to write the next one's half, or to exit after it). */
+    if (src_linear >= S.fibers.size() ||
+        S.shfl_seq[src_linear] - S.shfl_seq[me] > 1u)
         die("%s: thread %u shuffles from lane %u, which has exited or does not exist "
-            "(a full-mask shuffle needs the whole warp)", S.kernel, f->th.linear, src);
-    uint64_t r = S.slot[src_linear];
-    sync_warp();   /* nobody overwrites a slot before everyone has read */
-    return r;
+            "(a full-mask shuffle needs the whole warp)", S.kernel, me, src);
+    return S.slot[half][src_linear];
 }
 
 static cudaError_t g_last_error = cudaSuccess;
@@ -243,6 +240,7 @@ void run_grid(const Cfg &c, const char *name, const std::function<void()> &body)
                 }
                 for (auto &f : S.fibers)
                     fiber_reset(&f);
+                memset(S.shfl_seq, 0, sizeof S.shfl_seq);
                 /* Round robin until every thread has returned; a pass in which
                  * no thread moves is a deadlock (a barrier some never reach). */
                 while (S.live) {
@@ -293,6 +291,13 @@ void check_device_ptr(const char *kernel, int arg, const void *p)
     uintptr_t base;
     if (p && !find_alloc(p, &base))
         die("%s: argument %d (%p) is not device memory", kernel, arg, p);
+}
+
+bool device_range(const void *p, size_t bytes)
+{
+    uintptr_t base;
+    const Alloc *a = find_alloc(p, &base);
+    return a && (uintptr_t)p - base + bytes <= a->bytes;
 }
 
 static bool is_device(const void *p)

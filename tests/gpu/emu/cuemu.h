@@ -67,6 +67,8 @@ bool check_launch(const Cfg &cfg, const char *name);
 void submit(cudaStream_t st, std::function<void()> op);
 /* body() as every thread of every block of cfg. */
 void run_grid(const Cfg &cfg, const char *name, const std::function<void()> &body);
+/* Whether [p, p + bytes) lies inside one device allocation. */
+bool device_range(const void *p, size_t bytes);
 /* Aborts, naming the kernel and the argument, if p is not in device memory. */
 void check_device_ptr(const char *kernel, int arg, const void *p);
 
