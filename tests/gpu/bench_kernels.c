@@ -6,12 +6,16 @@
  * Prints a table on stderr and one JSON object on stdout:
  *   {"copy_gbs":..., "rows":[{"name","M","N","K","us","gbs","bw_frac","tflops"}...],
  *    "decode_projection_us":..., "decode_bw_frac":..., "crossover_m":...}
+ * `bench_gpu_kernels attention` runs only the attention rows.
  * Exits 77 without a device. */
 #include <json-c/json.h>
+#include <stdbool.h>
+#include <string.h>
 #include <time.h>
 
 #include "gpu_util.h"
 #include "l8_kernels.h"
+#include "numerics.h"
 
 #define REPS 20
 #define ROT_MAX 16        /* weight copies rotated through, at most */
@@ -91,6 +95,22 @@ static void fill_random(void *d, size_t bytes, int fp8)
     free(h);
 }
 
+/* n values in [-1, 1) as bf16 or f32 (random bytes would be NaNs and
+ * infinities, which attention must not be timed on). */
+static void fill_values(void *d, size_t n, bool bf16)
+{
+    void *h = malloc(n * (bf16 ? 2 : 4));
+    for (size_t i = 0; i < n; i++) {
+        float f = rnd_f();
+        if (bf16)
+            ((uint16_t *)h)[i] = l8_f32_to_bf16(f);
+        else
+            ((float *)h)[i] = f;
+    }
+    CU(cudaMemcpy(d, h, n * (bf16 ? 2 : 4), cudaMemcpyHostToDevice));
+    free(h);
+}
+
 static void prod_init(struct prod_ctx *c, uint32_t M, uint32_t N, uint32_t K, enum l8k_dtype w_dt,
                       enum l8k_dtype x_dt, struct l8k_blas *b)
 {
@@ -165,9 +185,65 @@ static json_object *row(const char *name, uint32_t M, uint32_t N, uint32_t K, fl
     return o;
 }
 
-int main(void)
+/* Paged attention on the 8B's heads (32 query, 8 KV, head_dim 128, bf16 KV
+ * pages of 16): R rows over n_seq sequences of kv positions each; prefill
+ * rows are one sequence's consecutive positions (causal), decode rows one
+ * per sequence at its full length. */
+struct attn_ctx {
+    float *q, *out, *work;
+    void *k, *v;
+    int32_t *pt, *rs, *kl;
+    uint32_t R, max_kv, pps;
+};
+static int do_attn(void *c_, int i)
+{
+    struct attn_ctx *c = c_;
+    (void)i;
+    return l8k_attention(c->q, 32 * 128, c->k, c->v, L8K_BF16, 16, c->pt, c->pps, c->rs, c->kl,
+                         c->R, 32, 8, 128, 0.08838835f, c->max_kv, c->work, c->out, 32 * 128, 0);
+}
+
+static json_object *bench_attention(const char *name, uint32_t n_seq, uint32_t kv, bool prefill,
+                                    double copy_gbs)
+{
+    struct attn_ctx c = { .R = prefill ? kv : n_seq, .max_kv = kv, .pps = (kv + 15) / 16 };
+    size_t pages = (size_t)n_seq * c.pps, half = pages * 8 * 16 * 128 * 2;
+    c.k = dalloc(half);
+    c.v = dalloc(half);
+    fill_values(c.k, half / 2, true);
+    fill_values(c.v, half / 2, true);
+    int32_t *pt = malloc(pages * 4), *rs = malloc(c.R * 4), *kl = malloc(c.R * 4);
+    for (size_t i = 0; i < pages; i++)
+        pt[i] = (int32_t)i;
+    for (uint32_t r = 0; r < c.R; r++) {
+        rs[r] = prefill ? 0 : (int32_t)r;
+        kl[r] = prefill ? (int32_t)(r + 1) : (int32_t)kv;
+    }
+    c.pt = dup_to_dev(pt, pages * 4);
+    c.rs = dup_to_dev(rs, c.R * 4);
+    c.kl = dup_to_dev(kl, c.R * 4);
+    c.q = dalloc((size_t)c.R * 32 * 128 * 4);
+    fill_values(c.q, (size_t)c.R * 32 * 128, false);
+    c.out = dalloc((size_t)c.R * 32 * 128 * 4);
+    size_t wf = l8k_attention_work_floats(c.R, 32, 128, kv);
+    c.work = dalloc(wf * 4 + 16);
+    float us = time_us(do_attn, &c);
+    /* K and V of every sequence read once: what the kernel cannot do without. */
+    double bytes = 2.0 * half, flops = 0;
+    for (uint32_t r = 0; r < c.R; r++)
+        flops += 4.0 * 32 * 128 * kl[r];   /* q.k and p.v, 2 flop each */
+    json_object *o = row(name, c.R, kv, 128, us, bytes, copy_gbs, flops);
+    fprintf(stderr, "  %s: x 32 layers = %.2f ms per step\n", name, 32 * us / 1000.0);
+    free(pt); free(rs); free(kl);
+    cudaFree(c.k); cudaFree(c.v); cudaFree(c.pt); cudaFree(c.rs); cudaFree(c.kl);
+    cudaFree(c.q); cudaFree(c.out); cudaFree(c.work);
+    return o;
+}
+
+int main(int argc, char **argv)
 {
     require_gpu();
+    const bool only_attn = argc > 1 && !strcmp(argv[1], "attention");
     json_object *out = json_object_new_object(), *rows = json_object_new_array();
     struct l8k_blas *b = NULL;
     if (l8k_blas_create(0, &b)) {
@@ -186,6 +262,8 @@ int main(void)
     json_object_object_add(out, "copy_gbs", json_object_new_double(copy_gbs));
     cudaFree(cc.src);
     cudaFree(cc.dst);
+    if (only_attn)
+        goto attention;
 
     /* Decode projections of one 8B layer at M = 1 (FP8 activations), and lm_head. */
     struct { const char *name; uint32_t N, K; } P[] = {
@@ -252,6 +330,14 @@ int main(void)
                                         2.0 * 512 * P[i].N * P[i].K));
         prod_free(&c);
     }
+attention:
+    /* Attention: the prefill of the single-stream benchmark (512 causal rows,
+     * one layer), decode at batch 1 over long contexts, and the serving
+     * benchmark's decode (64 sequences of ~512). */
+    json_object_array_add(rows, bench_attention("attn_prefill_512", 1, 512, true, copy_gbs));
+    json_object_array_add(rows, bench_attention("attn_decode_1x4k", 1, 4096, false, copy_gbs));
+    json_object_array_add(rows, bench_attention("attn_decode_1x32k", 1, 32768, false, copy_gbs));
+    json_object_array_add(rows, bench_attention("attn_decode_64x512", 64, 512, false, copy_gbs));
     json_object_object_add(out, "rows", rows);
     printf("%s\n", json_object_to_json_string_ext(out, JSON_C_TO_STRING_PRETTY));
     json_object_put(out);

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <map>
@@ -534,13 +535,27 @@ cudaError_t cudaGraphDestroy(cudaGraph_t graph)
     return cudaSuccess;
 }
 
+/* An event is the host time at which the stream reached it (work runs when
+ * submitted), so elapsed times are the emulation's, not a GPU's. */
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *ev, unsigned int)
 {
-    *ev = (cudaEvent_t) new char;
+    *ev = (cudaEvent_t) new double(0.0);
     return cudaSuccess;
 }
 
-cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaEventCreate(cudaEvent_t *ev) { return cudaEventCreateWithFlags(ev, 0); }
+
+cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t st)
+{
+    double *t = (double *)ev;
+    submit(st, [t]() {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        *t = ts.tv_sec + ts.tv_nsec * 1e-9;
+    });
+    return cudaSuccess;
+}
+
 cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t)
@@ -550,9 +565,15 @@ cudaError_t cudaEventSynchronize(cudaEvent_t)
     return cudaSuccess;
 }
 
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b)
+{
+    *ms = (float)((*(double *)b - *(double *)a) * 1e3);
+    return cudaSuccess;
+}
+
 cudaError_t cudaEventDestroy(cudaEvent_t ev)
 {
-    delete (char *)ev;
+    delete (double *)ev;
     return cudaSuccess;
 }
 
