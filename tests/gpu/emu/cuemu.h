@@ -2,8 +2,8 @@
  *
  * Most sessions of this project have no GPU, so the kernels would go
  * unexecuted between the rare device runs. This header, force-included when
- * a kernel file is compiled as C++ by the host compiler (tests/gpu/emu/
- * meson.build rewrites each `k<<<cfg>>>(args)` into `k % cuemu::cfg(cfg)(args)`),
+ * a kernel file is compiled as C++ by the host compiler (launches.py rewrites
+ * each `k<<<cfg>>>(args)` into `k % cuemu::cfg(cfg).named("k")(args)`),
  * gives the device-side names a CPU meaning: every CUDA thread of a block
  * is a fiber, blocks run one after another, __syncthreads and warp shuffles
  * are barriers among those fibers, __shared__ variables are statics (one
@@ -59,6 +59,7 @@ struct Cfg {
     dim3 grid, block;
     size_t smem;
     cudaStream_t stream;
+    const char *name;   /* the kernel, as the launch spelled it */
 };
 
 /* false (and cudaGetLastError says why) for a configuration the hardware refuses. */
@@ -79,6 +80,12 @@ template <class... A> struct Bound {
 
 struct CfgArgs {
     Cfg cfg;
+    CfgArgs named(const char *n) const
+    {
+        CfgArgs c = *this;
+        c.cfg.name = n;
+        return c;
+    }
     template <class... A> Bound<std::decay_t<A>...> operator()(A &&...a) const
     {
         return { cfg, std::tuple<std::decay_t<A>...>(std::forward<A>(a)...) };
@@ -87,7 +94,7 @@ struct CfgArgs {
 
 inline CfgArgs cfg(dim3 grid, dim3 block, size_t smem = 0, cudaStream_t st = 0)
 {
-    return { { grid, block, smem, st } };
+    return { { grid, block, smem, st, "kernel" } };
 }
 
 template <class Tup, size_t... I> void check_ptrs(const char *k, const Tup &t, std::index_sequence<I...>)
@@ -103,11 +110,11 @@ template <class Tup, size_t... I> void check_ptrs(const char *k, const Tup &t, s
 
 }  // namespace cuemu
 
-/* k<<<cfg>>>(args), rewritten as k % cuemu::cfg(cfg)(args). */
+/* k<<<cfg>>>(args), rewritten as k % cuemu::cfg(cfg).named("k")(args). */
 template <class... P, class... A> void operator%(void (*f)(P...), cuemu::Bound<A...> &&b)
 {
     static_assert(sizeof...(P) == sizeof...(A), "kernel launched with the wrong argument count");
-    const char *name = __PRETTY_FUNCTION__;
+    const char *name = b.cfg.name;
     if (!cuemu::check_launch(b.cfg, name))
         return;
     cuemu::check_ptrs(name, b.args, std::index_sequence_for<A...>{});
