@@ -660,6 +660,8 @@ int l8c_status(struct l8c_client *c, struct l8c_status *out, int timeout_ms)
         o.prompt_tokens = s->prompt_tokens;
         o.prompt_tokens_cached = s->prompt_tokens_cached;
         o.draining = s->draining;
+        o.step_running_s = s->step_running_s;
+        o.step_stalled = s->step_stalled;
         *out = o;
         rc = 0;
     }

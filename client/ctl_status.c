@@ -69,6 +69,8 @@ int ctl_status(int argc, char **argv)
         json_object_object_add(o, "tokens_per_s", json_object_new_double(s.tokens_per_s));
         json_object_object_add(o, "uptime_s", json_object_new_double(s.uptime_s));
         json_object_object_add(o, "draining", json_object_new_boolean(s.draining));
+        json_object_object_add(o, "step_running_s", json_object_new_double(s.step_running_s));
+        json_object_object_add(o, "step_stalled", json_object_new_boolean(s.step_stalled));
         puts(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY));
         json_object_put(o);
     } else {
@@ -83,6 +85,13 @@ int ctl_status(int argc, char **argv)
                (unsigned long long)s.tokens_generated, s.tokens_per_s,
                (unsigned long long)s.prompt_tokens, (unsigned long long)s.prompt_tokens_cached);
         printf("uptime:    %.1f s%s\n", s.uptime_s, s.draining ? " (draining)" : "");
+        if (s.step_stalled)
+            printf("engine:    STALLED: a step has run %.1f s, past its bound; the watchdog "
+                   "pings stopped, systemd will restart llama8d\n", s.step_running_s);
+        else if (s.step_running_s > 0)
+            printf("engine:    a step running for %.3f s\n", s.step_running_s);
+        else
+            printf("engine:    idle\n");
     }
     l8c_close(c);
     return CTL_OK;

@@ -137,6 +137,8 @@ struct l8c_status {
     double tokens_per_s, uptime_s;
     uint64_t tokens_generated, requests_done, prompt_tokens, prompt_tokens_cached;
     bool draining;
+    double step_running_s;  /* the engine step in flight, 0 when idle */
+    bool step_stalled;      /* it ran past its bound (a hung engine): watchdog pings stopped */
 };
 int l8c_status(struct l8c_client *c, struct l8c_status *out, int timeout_ms);
 

@@ -328,6 +328,8 @@ static void send_status(struct l8d_session *s)
     o.prompt_tokens_cached = st.cached_tokens;
     o.draining = d->state != L8D_RUNNING;
     o.context_length = d->max_ctx;
+    o.step_running_s = d->step_in_flight ? (double)(now - d->step_t_submit) / 1e9 : 0.0;
+    o.step_stalled = d->step_stalled;
     Llama8__DaemonMessage m = LLAMA8__DAEMON_MESSAGE__INIT;
     m.msg_case = LLAMA8__DAEMON_MESSAGE__MSG_STATUS;
     m.status = &o;

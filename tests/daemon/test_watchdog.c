@@ -117,6 +117,25 @@ static int count_pings(struct tdaemon *d, int window_ms, uint64_t *max_gap)
  * so most of STALL_STEP_MS lies past the bound. Until the daemon says the
  * step stalled, then until it says it serves again: no ping may come in
  * between; after it they resume. */
+/* What llama8ctl status shows: the stall while it lasts, then an idle engine. */
+static void check_status(struct tdaemon *d, bool stalled)
+{
+    struct l8c_client *c;
+    char err[L8C_ERRLEN];
+    struct l8c_status s;
+    REQUIRE(l8c_connect(d->sock, "watchdog-status", &c, err) == 0, "%s", err);
+    REQUIRE(l8c_status(c, &s, 10000) == 0, "status: %s", l8c_last_error(c, NULL));
+    if (stalled)
+        CHECK(s.step_stalled && s.step_running_s >= STALL_FLOOR_MS / 1000.0,
+              "status during the stall: stalled %d, step running %.3f s", s.step_stalled,
+              s.step_running_s);
+    else
+        CHECK(!s.step_stalled && s.step_running_s == 0.0,
+              "status once idle: stalled %d, step running %.3f s", s.step_stalled,
+              s.step_running_s);
+    l8c_close(c);
+}
+
 static void stall_once(struct tdaemon *d, struct l8c_client *c, uint64_t id)
 {
     uint32_t prompt[1] = { 5 };
@@ -134,9 +153,10 @@ static void stall_once(struct tdaemon *d, struct l8c_client *c, uint64_t id)
         if (!next_note(d, left_ms(end), note, sizeof(note), &t))
             continue;
         if (!t_stall) {
-            if (strstr(note, "STATUS=engine step stalled"))
+            if (strstr(note, "STATUS=engine step stalled")) {
                 t_stall = t;
-            else
+                check_status(d, true);
+            } else
                 pings_before += is_ping(note);
         } else if (strstr(note, "STATUS=serving")) {
             t_back = t;
@@ -171,6 +191,7 @@ static void stall_once(struct tdaemon *d, struct l8c_client *c, uint64_t id)
     for (end = t_now_ms() + 10000; !resumed && t_now_ms() < end;)
         resumed = next_note(d, left_ms(end), note, sizeof(note), &t) && is_ping(note);
     CHECK(resumed, "pings did not resume after the step ended: %s", d->notes);
+    check_status(d, false);
 }
 
 static void test_pings_stall_stop(void)
