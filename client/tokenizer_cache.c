@@ -18,10 +18,12 @@
  * the tokenizer.  Anything else and the caller parses the JSON and writes a fresh file.
  * Files are written to a temporary name and renamed over, so a reader sees an old whole
  * file or a new whole file, never half of one; a crash that leaves a damaged file behind is
- * caught by the checks.
+ * caught by the checks.  A load refreshes its file's mtime, and writing a new file deletes
+ * the ones unused for 30 days.
  */
 #include "tokenizer_internal.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -30,6 +32,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* Larger than any cache of a tokenizer.json within MAX_TOKENIZER_FILE; a bigger file is
@@ -398,6 +401,8 @@ int l8tok__cache_load(l8tok *t, uint64_t src_size, uint64_t src_hash, char **pat
     }
     if ((rc = read_all(fd, image, size)) < 0)
         goto err;
+    /* Used now: the mtime is what prune_stale() goes by (atime is not kept everywhere). */
+    futimens(fd, NULL);
     close(fd);
     fd = -1;
 
@@ -484,6 +489,31 @@ err:
 }
 
 /* ---------------------------------------------------------------- store */
+
+/* Cache files not used for CACHE_KEEP_DAYS (a tokenizer no model uses any more, ~15 MB
+ * each) and temporaries that old (a writer that died) are deleted when a new file is
+ * written, the only time the directory grows. */
+#define CACHE_KEEP_DAYS 30
+
+static void prune_stale(const char *dir, const char *keep)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    const char *keep_name = strrchr(keep, '/') ? strrchr(keep, '/') + 1 : keep;
+    time_t now = time(NULL);
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        struct stat st;
+        if (strncmp(e->d_name, "tokenizer-", 10) || !strstr(e->d_name, ".bin") ||
+            !strcmp(e->d_name, keep_name))
+            continue;
+        if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
+            now - st.st_mtime > (time_t)CACHE_KEEP_DAYS * 86400)
+            unlinkat(dirfd(d), e->d_name, 0);
+    }
+    closedir(d);
+}
 
 static int write_all(int fd, const void *buf, size_t n)
 {
@@ -584,6 +614,10 @@ int l8tok__cache_store(const l8tok *t, uint64_t src_size, uint64_t src_hash, con
         rc = -errno;
         goto err;
     }
+    char *dir = NULL;
+    if (cache_dir(&dir) == 0)
+        prune_stale(dir, path);
+    free(dir);
     free(tmp);
     free(path);
     free(image);

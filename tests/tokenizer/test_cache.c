@@ -8,6 +8,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <json-c/json.h>
@@ -385,6 +386,41 @@ int main(int argc, char **argv)
         l8tok_free(t);
     }
     free(j);
+
+    /* Unused for 30 days: deleted when a new file is written; a load keeps its own fresh. */
+    {
+        struct timespec old[2] = { { .tv_sec = time(NULL) - 40 * 86400 },
+                                   { .tv_sec = time(NULL) - 40 * 86400 } };
+        char *stale = join(cdir, "tokenizer-00000000000000aa-1.bin");
+        char *stale_tmp = join(cdir, "tokenizer-00000000000000bb-1.bin.Xy12Zw");
+        char *fresh = join(cdir, "tokenizer-00000000000000cc-1.bin");
+        char *other = join(cdir, "notes.txt");
+        CHECK(spit(stale, "x", 1) && spit(stale_tmp, "x", 1) && spit(fresh, "x", 1) &&
+              spit(other, "x", 1), "cannot write into %s", cdir);
+        utimensat(AT_FDCWD, stale, old, 0);
+        utimensat(AT_FDCWD, stale_tmp, old, 0);
+        utimensat(AT_FDCWD, other, old, 0);
+        utimensat(AT_FDCWD, cache, old, 0);
+        t = load(tok_json, true, "a cache file not used for 40 days");
+        l8tok_free(t);
+        struct stat st;
+        CHECK(stat(cache, &st) == 0 && time(NULL) - st.st_mtime < 86400,
+              "a load did not refresh its cache file's mtime");
+        unlink(cache);   /* the next load writes a new file, and prunes */
+        t = load(tok_json, false, "rewrite after unlink");
+        l8tok_free(t);
+        CHECK(access(stale, F_OK) != 0, "a cache file unused for 40 days was kept");
+        CHECK(access(stale_tmp, F_OK) != 0, "a temporary 40 days old was kept");
+        CHECK(access(fresh, F_OK) == 0, "a recently used cache file was deleted");
+        CHECK(access(other, F_OK) == 0, "a file that is not ours was deleted");
+        CHECK(access(cache, F_OK) == 0, "the new cache file is missing");
+        unlink(fresh);
+        unlink(other);
+        free(stale);
+        free(stale_tmp);
+        free(fresh);
+        free(other);
+    }
 
     /* A cache directory that cannot be made: loads from the JSON, no error. */
     char *blocker = join(dir, "test_cache_file");
