@@ -66,17 +66,8 @@ struct word_cache {
 
 /* ---------------------------------------------------------------- small helpers */
 
-/* mix64, hash_bytes and slot_tag place the entries of the tables that the cache file holds
- * as an image: changing them needs a new L8TOK_CACHE_VERSION (tokenizer_internal.h). */
-static inline uint64_t mix64(uint64_t x)
-{
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebull;
-    x ^= x >> 31;
-    return x;
-}
+/* mix64 (tokenizer_internal.h), hash_bytes and slot_tag place the entries of the tables
+ * that the cache file holds as an image: changing them needs a new L8TOK_CACHE_VERSION. */
 
 /* The first min(n, 8) bytes of p, zero-padded; never reads past p + n. */
 static inline uint64_t load_prefix(const uint8_t *p, size_t n)

@@ -56,15 +56,6 @@ static inline uint64_t hash_step(uint64_t v, uint64_t w)
     return v ^ (v >> 29);
 }
 
-static inline uint64_t hash_final(uint64_t x)
-{
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
 /* Four independent lanes over 32-byte blocks: the source (9 MB) and the cache image
  * (15 MB) are hashed on every load, and one lane's multiply chain would be the bottleneck.
  * Incremental, so that the source can be hashed as it is read, in a buffer that stays in
@@ -109,7 +100,7 @@ static uint64_t hash_end(const struct hash_state *s)
 {
     uint64_t h = s->n * HASH_K1;
     for (int k = 0; k < 4; k++)
-        h = hash_final(h ^ s->v[k]);
+        h = mix64(h ^ s->v[k]);
     return h;
 }
 

@@ -19,6 +19,17 @@
 
 #include "llama8_tokenizer.h"
 
+/* splitmix64's finalizer: the table hash of tokenizer.c and the last step of the cache's
+ * content hash. */
+static inline uint64_t mix64(uint64_t x)
+{
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
 #define NO_LEN UINT32_MAX /* tok_len of an id that is not a token */
 #define MAX_ADDED_LENS 64 /* distinct added-token lengths */
 
