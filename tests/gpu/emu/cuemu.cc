@@ -287,13 +287,6 @@ static const Alloc *find_alloc(const void *p, uintptr_t *base)
     return &it->second;
 }
 
-void check_device_ptr(const char *kernel, int arg, const void *p)
-{
-    uintptr_t base;
-    if (p && !find_alloc(p, &base))
-        die("%s: argument %d (%p) is not device memory", kernel, arg, p);
-}
-
 bool device_range(const void *p, size_t bytes)
 {
     uintptr_t base;
@@ -301,10 +294,10 @@ bool device_range(const void *p, size_t bytes)
     return a && (uintptr_t)p - base + bytes <= a->bytes;
 }
 
-static bool is_device(const void *p)
+void check_device_ptr(const char *kernel, int arg, const void *p)
 {
-    uintptr_t base;
-    return find_alloc(p, &base) != nullptr;
+    if (p && !device_range(p, 0))
+        die("%s: argument %d (%p) is not device memory", kernel, arg, p);
 }
 
 /* ---- streams and graphs. Every stream is synchronous: work runs when it
@@ -398,7 +391,7 @@ cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned int)
  * on pageable memory: a device pointer where host memory belongs is a bug. */
 static cudaError_t check_copy(void *dst, const void *src, cudaMemcpyKind kind)
 {
-    bool dd = is_device(dst), sd = is_device(src);
+    bool dd = device_range(dst, 0), sd = device_range(src, 0);
     bool ok = kind == cudaMemcpyDefault ||
               (kind == cudaMemcpyHostToDevice && dd && !sd) ||
               (kind == cudaMemcpyDeviceToHost && !dd && sd) ||
@@ -432,7 +425,7 @@ cudaError_t cudaMemset(void *p, int v, size_t n)
 {
     if (capture_refuses("cudaMemset (synchronous)"))
         return cudaErrorStreamCaptureUnsupported;
-    if (n && !is_device(p))
+    if (n && !device_range(p, 0))
         return g_last_error = cudaErrorInvalidValue;
     memset(p, v, n);
     return cudaSuccess;
@@ -440,7 +433,7 @@ cudaError_t cudaMemset(void *p, int v, size_t n)
 
 cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t st)
 {
-    if (n && !is_device(p))
+    if (n && !device_range(p, 0))
         return g_last_error = cudaErrorInvalidValue;
     if (n)
         submit(st, [=]() { memset(p, v, n); });
