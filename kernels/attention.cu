@@ -10,13 +10,10 @@
  * chunks of D (one position per thread to score, one dimension per thread
  * to accumulate V), with the online softmax across chunks.
  *
- * Prefill rows use the same kernel (a row per token, kv_len = its position
- * + 1), which reads earlier pages for chunked prefill. It re-reads K/V per
- * query token from L2; a tensor-core tile kernel is the next step for long
- * prompts (see tests/gpu/NOTES.md).
- *
- * v1: scores and V accumulation in f32 on CUDA cores; K/V bf16 (fp8 mode) or
- *     f32 (exact mode). */
+ * The row kernel: scores and V accumulation in f32 on CUDA cores; K/V bf16
+ * (fp8 mode) or f32 (exact mode). It serves decode rows, and every row in
+ * exact mode. Prefill chunks with bf16 K/V go to the tile kernel below
+ * (tensor cores, K/V loads shared by a tile of tokens). */
 #include "common.cuh"
 
 #define ATTN_MAX_G 8
@@ -58,8 +55,9 @@ static __global__ __launch_bounds__(D) void attn_kernel(
     const float *__restrict__ q, uint32_t ldq, const KV *__restrict__ kb,
     const KV *__restrict__ vb, uint32_t page_size, const int32_t *__restrict__ page_table,
     uint32_t pt_stride, const int32_t *__restrict__ row_seq, const int32_t *__restrict__ kv_len,
-    uint32_t nh, uint32_t nkv, float softmax_scale, uint32_t max_kv_len, uint32_t span,
-    float *__restrict__ work, float *__restrict__ out, uint32_t ldo)
+    const int32_t *__restrict__ rows, uint32_t nh, uint32_t nkv, float softmax_scale,
+    uint32_t max_kv_len, uint32_t span, float *__restrict__ work, float *__restrict__ out,
+    uint32_t ldo)
 {
     constexpr int CH = D;
     constexpr int VEC = kv_vec<KV>::n;
@@ -68,7 +66,8 @@ static __global__ __launch_bounds__(D) void attn_kernel(
     __shared__ size_t off_s[CH];
     __shared__ float m_s[ATTN_MAX_G], l_s[ATTN_MAX_G], alpha_s[ATTN_MAX_G];
 
-    const uint32_t h = blockIdx.x, r = blockIdx.y, split = blockIdx.z, nsplit = gridDim.z;
+    const uint32_t h = blockIdx.x, r = rows ? (uint32_t)rows[blockIdx.y] : blockIdx.y;
+    const uint32_t split = blockIdx.z, nsplit = gridDim.z;
     const uint32_t G = nh / nkv, t = threadIdx.x;
     const uint32_t lane = t & 31, warp = t >> 5, nwarps = D / 32;
     uint32_t kvl = (uint32_t)max(kv_len[r], 0);
@@ -178,7 +177,7 @@ static __global__ __launch_bounds__(D) void attn_kernel(
         for (uint32_t g = 0; g < ATTN_MAX_G; g++) {
             if (g >= G)
                 break;
-            float *w = work + (((size_t)r * nh + h * G + g) * nsplit + split) * (D + 2);
+            float *w = work + (((size_t)blockIdx.y * nh + h * G + g) * nsplit + split) * (D + 2);
             w[t] = acc[g];
             if (t == 0) {
                 w[D] = m_s[g];
@@ -191,10 +190,12 @@ static __global__ __launch_bounds__(D) void attn_kernel(
 /* Grid (nh, R), block D: combine the splits of one (row, head). */
 template <int D>
 static __global__ void attn_combine_kernel(const float *__restrict__ work, uint32_t nsplit,
-                                           uint32_t nh, float *__restrict__ out, uint32_t ldo)
+                                           const int32_t *__restrict__ rows, uint32_t nh,
+                                           float *__restrict__ out, uint32_t ldo)
 {
-    const uint32_t hq = blockIdx.x, r = blockIdx.y, t = threadIdx.x;
-    const float *w = work + ((size_t)r * nh + hq) * nsplit * (D + 2);
+    const uint32_t hq = blockIdx.x, t = threadIdx.x;
+    const uint32_t r = rows ? (uint32_t)rows[blockIdx.y] : blockIdx.y;
+    const float *w = work + ((size_t)blockIdx.y * nh + hq) * nsplit * (D + 2);
     float M = -INFINITY;
     for (uint32_t s = 0; s < nsplit; s++)
         M = fmaxf(M, w[s * (D + 2) + D]);
@@ -213,10 +214,238 @@ static __global__ void attn_combine_kernel(const float *__restrict__ work, uint3
     out[(size_t)r * ldo + (size_t)hq * D + t] = den > 0.0f ? num / den : 0.0f;
 }
 
-static uint32_t pick_splits(uint32_t R, uint32_t nkv, uint32_t max_kv_len)
+/* ---- prefill: tiles of a chunk's tokens on the tensor cores -------------
+ *
+ * A block serves one (KV head, tile, split): a tile is up to 64 / G
+ * consecutive tokens of one prefill chunk, and with their G query heads they
+ * make the block's 64 query rows (m = token * G + head), 16 per warp. K and
+ * V go through shared memory 64 positions at a time, so each element read
+ * from the pool serves 64 query rows instead of G. Flash-attention 2: S =
+ * Q K^T and O += P V on bf16 MMAs with f32 accumulators; each thread holds
+ * two rows (g and g + 8 of its warp's 16) of S and O, so the online softmax
+ * needs only the 4 threads of a row (shuffles), and the S accumulators are
+ * P's A operand without leaving registers. Q is scaled by softmax_scale *
+ * log2(e) before its rounding to bf16, so the exponentials are exp2f. A
+ * long context with few tiles is split across blocks as the decode rows are,
+ * with its own combine (the partial maxima are in log2 units). */
+#define TILE_M 64          /* query rows (token, head) per block, 16 per warp */
+#define TILE_N 64          /* positions per K/V tile */
+#define TILE_THREADS 128
+#define TILE_MIN_SPLIT 512 /* positions: below this a split is not worth a block */
+
+template <int D>
+static __global__ __launch_bounds__(TILE_THREADS) void attn_tile_kernel(
+    const float *__restrict__ q, uint32_t ldq, const uint16_t *__restrict__ kb,
+    const uint16_t *__restrict__ vb, uint32_t page_size, const int32_t *__restrict__ page_table,
+    uint32_t pt_stride, const int32_t *__restrict__ tiles, uint32_t nh, uint32_t nkv,
+    float q_scale, uint32_t max_kv_len, uint32_t span, float *__restrict__ work,
+    float *__restrict__ out, uint32_t ldo)
 {
-    uint32_t base = R * nkv, target = 2u * (uint32_t)l8k_sm_count();
-    uint32_t by_len = (max_kv_len + ATTN_MIN_SPLIT - 1) / ATTN_MIN_SPLIT;
+    /* +8 halves per row: the fragment loads of a warp fall on distinct banks. */
+    constexpr int LDS = D + 8;
+    __shared__ __align__(16) uint16_t k_s[TILE_N * LDS];
+    __shared__ __align__(16) uint16_t v_s[TILE_N * LDS];
+
+    const uint32_t h = blockIdx.x, tile = blockIdx.y, split = blockIdx.z, nsplit = gridDim.z;
+    const uint32_t G = nh / nkv, tq = TILE_M / G;
+    const int32_t *td = tiles + 4 * (size_t)tile;
+    const uint32_t row0 = (uint32_t)td[0], ntok = min((uint32_t)max(td[1], 0), tq),
+                   pos0 = (uint32_t)max(td[2], 0), seq = (uint32_t)max(td[3], 0);
+    const uint32_t kv_end = min(pos0 + ntok, max_kv_len);
+    const uint32_t start = split * span, end = min(start + span, kv_end);
+    const int32_t *pt = page_table + (size_t)seq * pt_stride;
+    const uint32_t tid = threadIdx.x, warp = tid >> 5, g = (tid & 31) >> 2, t = tid & 3;
+
+    /* This thread's rows: i = 0 is row g of the warp's 16, i = 1 row g + 8. */
+    uint32_t qpos[2], m_row[2];
+    bool valid[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        m_row[i] = warp * 16 + g + 8 * i;
+        valid[i] = m_row[i] / G < ntok;
+        qpos[i] = pos0 + m_row[i] / G;
+    }
+    uint32_t qa[D / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++)
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int i = r & 1, col = kk * 16 + 2 * t + 8 * (r >> 1);
+            float2 x = make_float2(0.0f, 0.0f);
+            if (valid[i]) {
+                const uint32_t m = m_row[i];
+                x = *(const float2 *)(q + (size_t)(row0 + m / G) * ldq +
+                                      (size_t)(h * G + m % G) * D + col);
+            }
+            qa[kk][r] = l8k_pack_bf16x2(x.x * q_scale, x.y * q_scale);
+        }
+
+    float o[D / 8][4];
+#pragma unroll
+    for (int n = 0; n < D / 8; n++)
+        o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    float m_run[2] = { -INFINITY, -INFINITY }, l_run[2] = { 0.0f, 0.0f };
+
+    for (uint32_t k0 = start; k0 < end; k0 += TILE_N) {
+        __syncthreads();   /* every warp is done with the previous tile */
+        for (uint32_t i = tid; i < TILE_N * (D / 8); i += TILE_THREADS) {
+            const uint32_t j = i / (D / 8), c = i % (D / 8) * 8, p = k0 + j;
+            uint4 kx = make_uint4(0, 0, 0, 0), vx = kx;   /* zeros past the end: 0 * P = 0 */
+            if (p < end) {
+                size_t off = (((size_t)pt[p / page_size] * nkv + h) * page_size + p % page_size) *
+                             D + c;
+                kx = *(const uint4 *)(kb + off);
+                vx = *(const uint4 *)(vb + off);
+            }
+            *(uint4 *)(k_s + j * LDS + c) = kx;
+            *(uint4 *)(v_s + j * LDS + c) = vx;
+        }
+        __syncthreads();
+
+        /* S = Q K^T for the tile's 64 positions, 8 at a time. */
+        float s[TILE_N / 8][4];
+#pragma unroll
+        for (int n = 0; n < TILE_N / 8; n++) {
+            s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+            const uint16_t *kr = k_s + (n * 8 + g) * LDS + 2 * t;
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++) {
+                const uint32_t b[2] = { *(const uint32_t *)(kr + kk * 16),
+                                        *(const uint32_t *)(kr + kk * 16 + 8) };
+                l8k_mma_bf16_16816(s[n], qa[kk], b);
+            }
+        }
+        /* Causal mask (and the split's end), then the rows' maxima over the
+         * 4 threads that share them. */
+        float mx[2] = { -INFINITY, -INFINITY };
+#pragma unroll
+        for (int n = 0; n < TILE_N / 8; n++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int i = r >> 1;
+                const uint32_t p = k0 + n * 8 + 2 * t + (r & 1);
+                if (p > qpos[i] || p >= end)
+                    s[n][r] = -INFINITY;
+                mx[i] = fmaxf(mx[i], s[n][r]);
+            }
+        float m_use[2], alpha[2];
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+            mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+            const float m_new = fmaxf(m_run[i], mx[i]);
+            m_use[i] = m_new == -INFINITY ? 0.0f : m_new;   /* no row seen yet: no NaN */
+            alpha[i] = exp2f(m_run[i] - m_use[i]);
+            m_run[i] = m_new;
+        }
+        /* P = 2^(S - m) rounded to bf16, as the P V product takes it; the row
+         * sums add the rounded weights, so numerator and denominator agree. */
+        uint32_t pa[TILE_N / 16][4];
+        float sum[2] = { 0.0f, 0.0f };
+#pragma unroll
+        for (int n = 0; n < TILE_N / 8; n++) {
+            const uint32_t lo = l8k_pack_bf16x2(exp2f(s[n][0] - m_use[0]), exp2f(s[n][1] - m_use[0]));
+            const uint32_t hi = l8k_pack_bf16x2(exp2f(s[n][2] - m_use[1]), exp2f(s[n][3] - m_use[1]));
+            sum[0] += __uint_as_float(lo << 16) + __uint_as_float(lo & 0xffff0000u);
+            sum[1] += __uint_as_float(hi << 16) + __uint_as_float(hi & 0xffff0000u);
+            /* Columns 0-7 of a 16-position step are a[0], a[1]; 8-15 are a[2], a[3]. */
+            pa[n / 2][(n & 1) * 2] = lo;
+            pa[n / 2][(n & 1) * 2 + 1] = hi;
+        }
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+            l_run[i] = l_run[i] * alpha[i] + sum[i];   /* this thread's share of the row */
+#pragma unroll
+        for (int n = 0; n < D / 8; n++) {
+            o[n][0] *= alpha[0];
+            o[n][1] *= alpha[0];
+            o[n][2] *= alpha[1];
+            o[n][3] *= alpha[1];
+        }
+        /* O += P V: B[k][n] = V[position k][dimension n]. */
+#pragma unroll
+        for (int j = 0; j < TILE_N / 16; j++) {
+            const uint16_t *vr = v_s + (j * 16 + 2 * t) * LDS + g;
+#pragma unroll
+            for (int n = 0; n < D / 8; n++) {
+                const uint16_t *v0 = vr + n * 8;
+                const uint32_t b[2] = { (uint32_t)v0[0] | (uint32_t)v0[LDS] << 16,
+                                        (uint32_t)v0[8 * LDS] | (uint32_t)v0[9 * LDS] << 16 };
+                l8k_mma_bf16_16816(o[n], pa[j], b);
+            }
+        }
+    }
+
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        l_run[i] += __shfl_xor_sync(0xffffffffu, l_run[i], 1);
+        l_run[i] += __shfl_xor_sync(0xffffffffu, l_run[i], 2);
+    }
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        if (!valid[i])
+            continue;
+        const uint32_t m = m_row[i];
+        if (nsplit == 1) {
+            const float inv = l_run[i] > 0.0f ? 1.0f / l_run[i] : 0.0f;
+            float *orow = out + (size_t)(row0 + m / G) * ldo + (size_t)(h * G + m % G) * D + 2 * t;
+#pragma unroll
+            for (int n = 0; n < D / 8; n++)
+                *(float2 *)(orow + n * 8) = make_float2(o[n][2 * i] * inv, o[n][2 * i + 1] * inv);
+        } else {
+            float *w = work + ((((size_t)tile * gridDim.x + h) * TILE_M + m) * nsplit + split) *
+                              (D + 2);
+#pragma unroll
+            for (int n = 0; n < D / 8; n++)
+                *(float2 *)(w + n * 8 + 2 * t) = make_float2(o[n][2 * i], o[n][2 * i + 1]);
+            if (t == 0) {
+                w[D] = m_run[i];
+                w[D + 1] = l_run[i];
+            }
+        }
+    }
+}
+
+/* Grid (TILE_M, nkv, n_tiles), block D: combine the splits of one query row
+ * of a tile (maxima in log2 units). */
+template <int D>
+static __global__ void attn_tile_combine_kernel(const float *__restrict__ work, uint32_t nsplit,
+                                                const int32_t *__restrict__ tiles, uint32_t nh,
+                                                float *__restrict__ out, uint32_t ldo)
+{
+    const uint32_t m = blockIdx.x, h = blockIdx.y, tile = blockIdx.z, t = threadIdx.x;
+    const uint32_t G = nh / gridDim.y;
+    const int32_t *td = tiles + 4 * (size_t)tile;
+    if (m / G >= min((uint32_t)max(td[1], 0), TILE_M / G))
+        return;   /* no token: the tile kernel wrote nothing for this row */
+    const float *w = work + (((size_t)tile * gridDim.y + h) * TILE_M + m) * nsplit * (D + 2);
+    float M = -INFINITY;
+    for (uint32_t s = 0; s < nsplit; s++)
+        M = fmaxf(M, w[s * (D + 2) + D]);
+    float num = 0.0f, den = 0.0f;
+    if (M > -INFINITY) {
+        for (uint32_t s = 0; s < nsplit; s++) {
+            const float *ws = w + s * (D + 2);
+            float l = ws[D + 1];
+            if (l <= 0.0f)
+                continue;
+            float a = exp2f(ws[D] - M);
+            num = fmaf(a, ws[t], num);
+            den = fmaf(a, l, den);
+        }
+    }
+    out[(size_t)((uint32_t)td[0] + m / G) * ldo + (size_t)(h * G + m % G) * D + t] =
+        den > 0.0f ? num / den : 0.0f;
+}
+
+/* ---- launches ------------------------------------------------------------ */
+
+/* Blocks per split plan: enough for 2 blocks per SM, not more than the
+ * length makes worth it. */
+static uint32_t pick_splits(uint32_t base, uint32_t max_kv_len, uint32_t min_split)
+{
+    uint32_t target = 2u * (uint32_t)l8k_sm_count();
+    uint32_t by_len = (max_kv_len + min_split - 1) / min_split;
     uint32_t n = base >= target ? 1 : (target + base - 1) / base;
     if (n > by_len)
         n = by_len;
@@ -225,46 +454,61 @@ static uint32_t pick_splits(uint32_t R, uint32_t nkv, uint32_t max_kv_len)
     return n ? n : 1;
 }
 
+/* Positions per split: a multiple of the chunk the kernel steps by. */
+static uint32_t split_span(uint32_t max_kv_len, uint32_t nsplit, uint32_t chunk)
+{
+    uint32_t per = (max_kv_len + nsplit - 1) / nsplit;
+    uint32_t span = (per + chunk - 1) / chunk * chunk;
+    return span ? span : chunk;
+}
+
+extern "C" uint32_t l8k_attention_tile_tokens(uint32_t nh, uint32_t nkv)
+{
+    return nkv && nh % nkv == 0 && nh / nkv <= ATTN_MAX_G ? TILE_M / (nh / nkv) : 0;
+}
+
 extern "C" size_t l8k_attention_work_floats(uint32_t R, uint32_t nh, uint32_t D,
                                             uint32_t max_kv_len)
 {
-    /* The worst case over nkv (nkv = nh gives the fewest splits, nkv = 1 the most). */
-    uint32_t n = pick_splits(R, 1, max_kv_len);
-    return n > 1 ? (size_t)R * nh * n * (D + 2) : 0;
+    /* Rows: the worst case over nkv (nkv = 1 gives the most splits). */
+    uint32_t n = pick_splits(R, max_kv_len, ATTN_MIN_SPLIT);
+    size_t rows = n > 1 ? (size_t)R * nh * n * (D + 2) : 0;
+    /* Tiles: splits only while tiles x nkv < target, and then tiles x nkv x
+     * splits < 2 target. */
+    size_t tiles = max_kv_len > TILE_MIN_SPLIT
+                       ? (size_t)4 * l8k_sm_count() * TILE_M * (D + 2) : 0;
+    return rows > tiles ? rows : tiles;
 }
 
 template <typename KV, int D>
-static int launch(const float *q, uint32_t ldq, const void *k_base, const void *v_base,
-                  uint32_t page_size, const int32_t *page_table, uint32_t pt_stride,
-                  const int32_t *row_seq, const int32_t *kv_len, uint32_t R, uint32_t nh,
-                  uint32_t nkv, float scale, uint32_t max_kv_len, float *work, float *out,
-                  uint32_t ldo, cudaStream_t st)
+static int launch_rows(const float *q, uint32_t ldq, const void *k_base, const void *v_base,
+                       uint32_t page_size, const int32_t *page_table, uint32_t pt_stride,
+                       const int32_t *row_seq, const int32_t *kv_len, const int32_t *rows,
+                       uint32_t R, uint32_t nh, uint32_t nkv, float scale, uint32_t max_kv_len,
+                       float *work, float *out, uint32_t ldo, cudaStream_t st)
 {
-    uint32_t nsplit = pick_splits(R, nkv, max_kv_len);
+    uint32_t nsplit = pick_splits(R * nkv, max_kv_len, ATTN_MIN_SPLIT);
     if (nsplit > 1 && !work)
         return -EINVAL;
-    /* span: positions per split, a multiple of the chunk. */
-    uint32_t per = (max_kv_len + nsplit - 1) / nsplit;
-    uint32_t span = (per + D - 1) / D * D;
-    if (span == 0)
-        span = D;
+    uint32_t span = split_span(max_kv_len, nsplit, D);
     dim3 grid(nkv, R, nsplit);
     attn_kernel<KV, D><<<grid, D, 0, st>>>(q, ldq, (const KV *)k_base, (const KV *)v_base,
-                                           page_size, page_table, pt_stride, row_seq, kv_len, nh,
-                                           nkv, scale, max_kv_len, span, work, out, ldo);
+                                           page_size, page_table, pt_stride, row_seq, kv_len,
+                                           rows, nh, nkv, scale, max_kv_len, span, work, out,
+                                           ldo);
     int rc = l8k_launch_status();
     if (rc || nsplit == 1)
         return rc;
-    attn_combine_kernel<D><<<dim3(nh, R), D, 0, st>>>(work, nsplit, nh, out, ldo);
+    attn_combine_kernel<D><<<dim3(nh, R), D, 0, st>>>(work, nsplit, rows, nh, out, ldo);
     return l8k_launch_status();
 }
 
 extern "C" int l8k_attention(const float *q, uint32_t ldq, const void *k_base, const void *v_base,
                              enum l8k_dtype kv_dt, uint32_t page_size, const int32_t *page_table,
                              uint32_t pt_stride, const int32_t *row_seq, const int32_t *kv_len,
-                             uint32_t R, uint32_t nh, uint32_t nkv, uint32_t D, float softmax_scale,
-                             uint32_t max_kv_len, float *work, float *out, uint32_t ldo,
-                             cudaStream_t st)
+                             const int32_t *rows, uint32_t R, uint32_t nh, uint32_t nkv,
+                             uint32_t D, float softmax_scale, uint32_t max_kv_len, float *work,
+                             float *out, uint32_t ldo, cudaStream_t st)
 {
     if (!q || !k_base || !v_base || !page_table || !row_seq || !kv_len || !out || nkv == 0 ||
         nh % nkv || nh / nkv > ATTN_MAX_G || page_size == 0 || ldq < nh * D || ldo < nh * D ||
@@ -272,23 +516,64 @@ extern "C" int l8k_attention(const float *q, uint32_t ldq, const void *k_base, c
         return -EINVAL;
     if (R == 0)
         return 0;
-    if (max_kv_len == 0) {
-        /* Nothing to attend to: zeros, as a kv_len 0 row. */
-        for (uint32_t r = 0; r < R; r++)
-            if (cudaMemsetAsync(out + (size_t)r * ldo, 0, (size_t)nh * D * 4, st) != cudaSuccess)
-                return -EIO;
-        return 0;
-    }
 #define L8K_ATTN_ARGS q, ldq, k_base, v_base, page_size, page_table, pt_stride, row_seq, kv_len, \
-                      R, nh, nkv, softmax_scale, max_kv_len, work, out, ldo, st
+                      rows, R, nh, nkv, softmax_scale, max_kv_len, work, out, ldo, st
     if (kv_dt == L8K_BF16 && D == 128)
-        return launch<uint16_t, 128>(L8K_ATTN_ARGS);
+        return launch_rows<uint16_t, 128>(L8K_ATTN_ARGS);
     if (kv_dt == L8K_BF16 && D == 64)
-        return launch<uint16_t, 64>(L8K_ATTN_ARGS);
+        return launch_rows<uint16_t, 64>(L8K_ATTN_ARGS);
     if (kv_dt == L8K_F32 && D == 128)
-        return launch<float, 128>(L8K_ATTN_ARGS);
+        return launch_rows<float, 128>(L8K_ATTN_ARGS);
     if (kv_dt == L8K_F32 && D == 64)
-        return launch<float, 64>(L8K_ATTN_ARGS);
+        return launch_rows<float, 64>(L8K_ATTN_ARGS);
 #undef L8K_ATTN_ARGS
+    return -EINVAL;
+}
+
+template <int D>
+static int launch_tiles(const float *q, uint32_t ldq, const void *k_base, const void *v_base,
+                        uint32_t page_size, const int32_t *page_table, uint32_t pt_stride,
+                        const int32_t *tiles, uint32_t n_tiles, uint32_t nh, uint32_t nkv,
+                        float scale, uint32_t max_kv_len, float *work, float *out, uint32_t ldo,
+                        cudaStream_t st)
+{
+    uint32_t nsplit = pick_splits(n_tiles * nkv, max_kv_len, TILE_MIN_SPLIT);
+    if (nsplit > 1 && !work)
+        return -EINVAL;
+    uint32_t span = split_span(max_kv_len, nsplit, TILE_N);
+    const float q_scale = scale * 1.44269504088896341f;   /* log2(e): exp2f in the kernel */
+    attn_tile_kernel<D><<<dim3(nkv, n_tiles, nsplit), TILE_THREADS, 0, st>>>(
+        q, ldq, (const uint16_t *)k_base, (const uint16_t *)v_base, page_size, page_table,
+        pt_stride, tiles, nh, nkv, q_scale, max_kv_len, span, work, out, ldo);
+    int rc = l8k_launch_status();
+    if (rc || nsplit == 1)
+        return rc;
+    attn_tile_combine_kernel<D><<<dim3(TILE_M, nkv, n_tiles), D, 0, st>>>(work, nsplit, tiles,
+                                                                           nh, out, ldo);
+    return l8k_launch_status();
+}
+
+extern "C" int l8k_attention_prefill(const float *q, uint32_t ldq, const void *k_base,
+                                     const void *v_base, uint32_t page_size,
+                                     const int32_t *page_table, uint32_t pt_stride,
+                                     const int32_t *tiles, uint32_t n_tiles, uint32_t nh,
+                                     uint32_t nkv, uint32_t D, float softmax_scale,
+                                     uint32_t max_kv_len, float *work, float *out, uint32_t ldo,
+                                     cudaStream_t st)
+{
+    if (!q || !k_base || !v_base || !page_table || !tiles || !out ||
+        !l8k_attention_tile_tokens(nh, nkv) || page_size == 0 || ldq < nh * D ||
+        ldo < nh * D || ldq % 2 || ldo % 2 || !l8k_aligned16(k_base) || !l8k_aligned16(v_base) ||
+        n_tiles > 65535u)
+        return -EINVAL;
+    if (n_tiles == 0)
+        return 0;
+#define L8K_TILE_ARGS q, ldq, k_base, v_base, page_size, page_table, pt_stride, tiles, n_tiles, \
+                      nh, nkv, softmax_scale, max_kv_len, work, out, ldo, st
+    if (D == 128)
+        return launch_tiles<128>(L8K_TILE_ARGS);
+    if (D == 64)
+        return launch_tiles<64>(L8K_TILE_ARGS);
+#undef L8K_TILE_ARGS
     return -EINVAL;
 }

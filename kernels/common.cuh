@@ -119,6 +119,33 @@ __device__ __forceinline__ uint16_t l8k_float_to_bf16(float f)
     return u;
 }
 
+/* Two floats as the bf16 pair of one 32-bit register (lo: the lower
+ * column), nearest even: the operand format of the bf16 tensor-core MMA. */
+__device__ __forceinline__ uint32_t l8k_pack_bf16x2(float lo, float hi)
+{
+    return (uint32_t)l8k_float_to_bf16(lo) | (uint32_t)l8k_float_to_bf16(hi) << 16;
+}
+
+/* d += a b on the tensor cores, one warp: mma.sync m16n8k16, bf16 inputs,
+ * f32 accumulators, with the PTX ISA's fragment layouts (lane = 4 g + t):
+ *   a (16x16, row): a[0] = A[g][2t, 2t+1], a[1] = A[g+8][2t, 2t+1],
+ *                   a[2] = A[g][2t+8, 2t+9], a[3] = A[g+8][2t+8, 2t+9];
+ *   b (16x8, col):  b[0] = B[2t, 2t+1][g], b[1] = B[2t+8, 2t+9][g];
+ *   d (16x8):       d[0], d[1] = D[g][2t, 2t+1], d[2], d[3] = D[g+8][2t, 2t+1].
+ * sm_80 and later; cuemu.h implements the same layouts on the CPU. */
+__device__ __forceinline__ void l8k_mma_bf16_16816(float (&d)[4], const uint32_t (&a)[4],
+                                                   const uint32_t (&b)[2])
+{
+#if defined(CUEMU)
+    cuemu::mma_m16n8k16_bf16(d, a, b);
+#elif defined(__CUDA_ARCH__)
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
+}
+
 /* The per-token scale of l8_quantize_act_row(), IEEE division. */
 __device__ __forceinline__ float l8k_act_scale(float amax)
 {

@@ -122,12 +122,13 @@ int l8k_rope_kv(float *qkv, uint32_t ldq, const int32_t *pos, const float *inv_f
 
 /* Paged causal attention for R query rows (decode rows, or the tokens of
  * prefill chunks: each row is one token).
- *   q [R, ldq] f32, heads at cols [h*D, (h+1)*D), already rotated;
+ *   q [*, ldq] f32, heads at cols [h*D, (h+1)*D), already rotated;
+ *   rows: the rows to compute, rows[i] for i < R (NULL: rows 0 .. R-1);
  *   row r attends to positions [0, kv_len[r]) of sequence row_seq[r], whose
  *   pages are page_table[row_seq[r] * pt_stride + p / page_size];
  *   query head h reads KV head h / (nh / nkv) (one block serves all the
  *   query heads of a KV head, so each K/V element is loaded once for them);
- *   out [R, ldo] f32, head h at cols [h*D, (h+1)*D).
+ *   out [*, ldo] f32, head h at cols [h*D, (h+1)*D).
  * Rows with kv_len 0 write zeros. Sequences longer than a split's span are
  * split across blocks (flash-decoding) and combined; n_splits is chosen from
  * max_kv_len, which must bound every kv_len[r] (checked on the device: rows
@@ -137,8 +138,28 @@ size_t l8k_attention_work_floats(uint32_t R, uint32_t nh, uint32_t D, uint32_t m
 int l8k_attention(const float *q, uint32_t ldq, const void *k_base, const void *v_base,
                   enum l8k_dtype kv_dt, uint32_t page_size, const int32_t *page_table,
                   uint32_t pt_stride, const int32_t *row_seq, const int32_t *kv_len,
-                  uint32_t R, uint32_t nh, uint32_t nkv, uint32_t D, float softmax_scale,
-                  uint32_t max_kv_len, float *work, float *out, uint32_t ldo, cudaStream_t st);
+                  const int32_t *rows, uint32_t R, uint32_t nh, uint32_t nkv, uint32_t D,
+                  float softmax_scale, uint32_t max_kv_len, float *work, float *out,
+                  uint32_t ldo, cudaStream_t st);
+
+/* Tokens per prefill tile: 64 / (nh / nkv) (0: a head layout the tile
+ * kernel does not take). */
+uint32_t l8k_attention_tile_tokens(uint32_t nh, uint32_t nkv);
+
+/* Causal attention for prefill chunks on the tensor cores, bf16 K/V pools
+ * only (flash-attention: each K/V element read serves a tile of tokens and
+ * their query heads; q and the softmax weights are rounded to bf16 for the
+ * products, accumulation is f32). Tile i is tiles[4i .. 4i+3] = {row0,
+ * n_tok, pos0, seq}: rows row0 .. row0 + n_tok - 1 are the tokens at
+ * positions pos0 .. pos0 + n_tok - 1 of sequence seq, and each attends to
+ * positions [0, its own]; n_tok <= l8k_attention_tile_tokens(). Shapes,
+ * page table, max_kv_len (bounds every pos0 + n_tok, checked on the device)
+ * and work as l8k_attention; ldq and ldo even. */
+int l8k_attention_prefill(const float *q, uint32_t ldq, const void *k_base, const void *v_base,
+                          uint32_t page_size, const int32_t *page_table, uint32_t pt_stride,
+                          const int32_t *tiles, uint32_t n_tiles, uint32_t nh, uint32_t nkv,
+                          uint32_t D, float softmax_scale, uint32_t max_kv_len, float *work,
+                          float *out, uint32_t ldo, cudaStream_t st);
 
 /* ---- sample.cu ----------------------------------------------------------- */
 

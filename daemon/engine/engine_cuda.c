@@ -10,6 +10,9 @@
  *          GEMV up to gemv_max_m rows, cuBLASLt FP8 GEMM above), bf16 KV.
  *   Residual stream, norms, RoPE, softmax and lm_head are f32 in both (the
  *   lm_head takes bf16 activations through cuBLASLt for many rows in fp8).
+ *   Attention: prefill chunks on the bf16 pool go to the tile kernel
+ *   (tensor cores: q and the softmax weights rounded to bf16 for the
+ *   products); decode rows, and every row in exact, to the row kernel (f32).
  *
  * Weights: q/k/v and gate/up are concatenated along their output rows at
  * load, so each is one product. Upload: worker threads copy the mapped
@@ -66,7 +69,7 @@ struct glayer {
 };
 
 struct meta_layout {        /* offsets (in int32 units) into the metadata block */
-    size_t tok, pos, slot, row_seq, kv_len, logit_rows, pt, total;
+    size_t tok, pos, slot, row_seq, kv_len, logit_rows, tiles, drows, pt, total;
 };
 
 struct dgraph {             /* a decode step captured for (B rows, kv bucket) */
@@ -366,8 +369,10 @@ static int dense_source(const struct l8_dense *d, const void **src, enum l8k_dty
     return 0;
 }
 
+/* T rows, S sequences, L logit rows, NT prefill tiles, ND decode rows
+ * beside them (NT = 0: the row kernel takes every row). */
 static void meta_plan(struct cuda_engine *e, uint32_t T, uint32_t S, uint32_t pt_stride,
-                      uint32_t L, struct meta_layout *ml)
+                      uint32_t L, uint32_t NT, uint32_t ND, struct meta_layout *ml)
 {
     size_t o = 0;
     ml->tok = o; o += T;
@@ -376,6 +381,8 @@ static void meta_plan(struct cuda_engine *e, uint32_t T, uint32_t S, uint32_t pt
     ml->row_seq = o; o += T;
     ml->kv_len = o; o += T;
     ml->logit_rows = o; o += L;
+    ml->tiles = o; o += (size_t)4 * NT;
+    ml->drows = o; o += ND;
     o = (o + 3) & ~(size_t)3;
     ml->pt = o; o += (size_t)S * pt_stride;
     ml->total = o;
@@ -642,7 +649,7 @@ static int cuda_create(const struct l8_model *m, const struct l8_engine_opts *o,
         if (e->use_graphs) {
             struct meta_layout gl;
             meta_plan(e, e->graph_max_b, e->graph_max_b,
-                      (e->graph_max_kv + e->ps - 1) / e->ps, e->graph_max_b, &gl);
+                      (e->graph_max_kv + e->ps - 1) / e->ps, e->graph_max_b, 0, 0, &gl);
             if (dmalloc((void **)&e->d_gmeta, gl.total * 4, &abytes)) {
                 rc = -ENOMEM;
                 snprintf(err, L8_ERRLEN, "out of GPU memory for the graph metadata");
@@ -796,15 +803,20 @@ static bool uses_penalty(const struct l8_seq *q)
  * the host's side, so a captured pass replays with new metadata. */
 struct fwd {
     uint32_t T, pt_stride, max_kv;
-    const int32_t *tok, *pos, *slot, *rseq, *kvl, *lrows, *pt;
+    uint32_t n_tiles, n_drows;     /* n_tiles > 0: prefill tiles, and decode rows apart */
+    const int32_t *tok, *pos, *slot, *rseq, *kvl, *lrows, *pt, *tiles, *drows;
 };
 
 static void fwd_at(struct fwd *f, const int32_t *d, const struct meta_layout *ml, uint32_t T,
-                   uint32_t pt_stride, uint32_t max_kv)
+                   uint32_t pt_stride, uint32_t max_kv, uint32_t n_tiles, uint32_t n_drows)
 {
     f->T = T;
     f->pt_stride = pt_stride;
     f->max_kv = max_kv;
+    f->n_tiles = n_tiles;
+    f->n_drows = n_drows;
+    f->tiles = d + ml->tiles;
+    f->drows = d + ml->drows;
     f->tok = d + ml->tok;
     f->pos = d + ml->pos;
     f->slot = d + ml->slot;
@@ -812,6 +824,29 @@ static void fwd_at(struct fwd *f, const int32_t *d, const struct meta_layout *ml
     f->kvl = d + ml->kv_len;
     f->lrows = d + ml->logit_rows;
     f->pt = d + ml->pt;
+}
+
+/* One layer's attention into e->att: the tile kernel for prefill chunks and
+ * the row kernel for the decode rows beside them, or the row kernel for
+ * every row (decode steps, and the exact numerics' f32 pool). */
+static int attention(struct cuda_engine *e, const struct fwd *f, const void *kb, const void *vb)
+{
+    const struct l8_config *c = e->c;
+    const uint32_t D = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads,
+                   QKV = (nh + 2 * nkv) * D;
+    const float sm_scale = 1.0f / sqrtf((float)D);
+    if (!f->n_tiles)
+        return l8k_attention(e->qkv, QKV, kb, vb, e->kv_dt, e->ps, f->pt, f->pt_stride, f->rseq,
+                             f->kvl, NULL, f->T, nh, nkv, D, sm_scale, f->max_kv, e->attn_work,
+                             e->att, nh * D, e->st);
+    int rc = l8k_attention_prefill(e->qkv, QKV, kb, vb, e->ps, f->pt, f->pt_stride, f->tiles,
+                                   f->n_tiles, nh, nkv, D, sm_scale, f->max_kv, e->attn_work,
+                                   e->att, nh * D, e->st);
+    if (rc || !f->n_drows)
+        return rc;
+    return l8k_attention(e->qkv, QKV, kb, vb, e->kv_dt, e->ps, f->pt, f->pt_stride, f->rseq,
+                         f->kvl, f->drows, f->n_drows, nh, nkv, D, sm_scale, f->max_kv,
+                         e->attn_work, e->att, nh * D, e->st);
 }
 
 /* Embedding and every layer; the last layer's down output stays in e->y
@@ -823,7 +858,6 @@ static int fwd_layers(struct cuda_engine *e, const struct fwd *f)
                    nkv = c->n_kv_heads, V = c->vocab, QKV = (nh + 2 * nkv) * D, T = f->T;
     const enum l8k_dtype idt = in_dt(e);
     void *ib = in_buf(e);
-    const float sm_scale = 1.0f / sqrtf((float)D);
     const size_t kv_elt = e->kv_dt == L8K_F32 ? 4 : 2;
     int rc;
     if ((rc = l8k_embed(e->embed, e->embed_dt, V, H, f->tok, T, e->x, e->st)))
@@ -837,9 +871,7 @@ static int fwd_layers(struct cuda_engine *e, const struct fwd *f)
             (rc = project(e, &g->qkv, T, NULL, e->qkv)) ||
             (rc = l8k_rope_kv(e->qkv, QKV, f->pos, e->inv_freq, T, nh, nkv, D, kb, vb, e->kv_dt,
                               e->ps, f->slot, e->st)) ||
-            (rc = l8k_attention(e->qkv, QKV, kb, vb, e->kv_dt, e->ps, f->pt, f->pt_stride, f->rseq,
-                                f->kvl, T, nh, nkv, D, sm_scale, f->max_kv, e->attn_work, e->att,
-                                nh * D, e->st)))
+            (rc = attention(e, f, kb, vb)))
             return rc;
         if (e->num == L8_NUMERICS_FP8 &&
             (rc = l8k_quantize_rows(e->att, T, nh * D, e->xq, e->xs, e->st)))
@@ -1072,7 +1104,7 @@ static int graph_step(struct cuda_engine *e, struct l8_seq *seqs, uint32_t n_seq
     const uint32_t Bb = graph_batch(e, n_seqs), kvb = graph_kv(e, max_kv);
     const uint32_t pt_stride = (kvb + e->ps - 1) / e->ps;
     struct meta_layout ml;
-    meta_plan(e, Bb, Bb, pt_stride, Bb, &ml);
+    meta_plan(e, Bb, Bb, pt_stride, Bb, 0, 0, &ml);
     int32_t *hm = e->h_gmeta;
     for (uint32_t s = 0; s < Bb; s++) {
         int32_t *pt = hm + ml.pt + (size_t)s * pt_stride;
@@ -1101,7 +1133,7 @@ static int graph_step(struct cuda_engine *e, struct l8_seq *seqs, uint32_t n_seq
         cudaSuccess)
         return -EIO;
     struct fwd f;
-    fwd_at(&f, e->d_gmeta, &ml, Bb, pt_stride, kvb);
+    fwd_at(&f, e->d_gmeta, &ml, Bb, pt_stride, kvb, 0, 0);
     struct dgraph *g = graph_find(e, Bb, kvb);
     if (g && g->warm && !g->exec && !g->failed)
         graph_capture(e, g, &f);   /* on failure: eager below, from now on */
@@ -1165,15 +1197,37 @@ static int cuda_step(void *impl, struct l8_seq *seqs, uint32_t n_seqs)
         T += q->n_tokens;
     }
 
+    /* Prefill chunks go to the tile kernel (bf16 pool), in tiles of tq
+     * tokens; the decode rows of the same step to the row kernel. */
+    const uint32_t tq = l8k_attention_tile_tokens(e->c->n_heads, e->c->n_kv_heads);
+    uint32_t n_tiles = 0, n_drows = 0;
+    bool tiles = false;
+    for (uint32_t s = 0; s < n_seqs && e->kv_dt == L8K_BF16 && tq; s++)
+        tiles |= seqs[s].n_tokens > 1;
+    for (uint32_t s = 0; s < n_seqs && tiles; s++) {
+        if (seqs[s].n_tokens > 1)
+            n_tiles += (seqs[s].n_tokens + tq - 1) / tq;
+        else
+            n_drows++;
+    }
     struct meta_layout ml;
-    meta_plan(e, T, n_seqs, pt_stride, n_rows, &ml);
+    meta_plan(e, T, n_seqs, pt_stride, n_rows, n_tiles, n_drows, &ml);
     if (grow_pair((void **)&e->h_meta, (void **)&e->d_meta, &e->meta_cap, ml.total, 4))
         return -ENOMEM;
     int32_t *hm = e->h_meta;
-    uint32_t t = 0;
+    uint32_t t = 0, ti = 0, di = 0;
     for (uint32_t s = 0; s < n_seqs; s++) {
         const struct l8_seq *q = &seqs[s];
         int32_t *pt = hm + ml.pt + (size_t)s * pt_stride;
+        if (tiles && q->n_tokens == 1)
+            hm[ml.drows + di++] = (int32_t)t;
+        for (uint32_t i = 0; tiles && q->n_tokens > 1 && i < q->n_tokens; i += tq, ti++) {
+            int32_t *td = hm + ml.tiles + 4 * (size_t)ti;
+            td[0] = (int32_t)(t + i);
+            td[1] = (int32_t)(q->n_tokens - i < tq ? q->n_tokens - i : tq);
+            td[2] = (int32_t)(q->pos + i);
+            td[3] = (int32_t)s;
+        }
         uint32_t np = (q->pos + q->n_tokens + e->ps - 1) / e->ps;
         for (uint32_t p = 0; p < pt_stride; p++)
             pt[p] = p < np ? (int32_t)q->pages[p] : 0;
@@ -1191,7 +1245,7 @@ static int cuda_step(void *impl, struct l8_seq *seqs, uint32_t n_seqs)
     if (cudaMemcpyAsync(e->d_meta, hm, ml.total * 4, cudaMemcpyHostToDevice, e->st) != cudaSuccess)
         return -EIO;
     struct fwd f;
-    fwd_at(&f, e->d_meta, &ml, T, pt_stride, max_kv);
+    fwd_at(&f, e->d_meta, &ml, T, pt_stride, max_kv, n_tiles, n_drows);
     TRY(fwd_layers(e, &f));
     TRY(upload_history(e, seqs, n_seqs));
     /* Logits and sampling, in chunks of lch rows. */

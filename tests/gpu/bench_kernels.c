@@ -179,49 +179,71 @@ static json_object *row(const char *name, uint32_t M, uint32_t N, uint32_t K, fl
     json_object_object_add(o, "bw_frac", json_object_new_double(copy_gbs > 0 ? gbs / copy_gbs : 0));
     json_object_object_add(o, "tflops",
                            json_object_new_double(us > 0 ? flops / (us * 1e-6) / 1e12 : 0));
-    fprintf(stderr, "%-22s M=%-4u N=%-6u K=%-6u %9.1f us %7.0f GB/s (%.2f of copy) %7.1f TFLOP/s\n",
+    fprintf(stderr, "%-24s M=%-4u N=%-6u K=%-6u %9.1f us %7.0f GB/s (%.2f of copy) %7.1f TFLOP/s\n",
             name, M, N, K, us, gbs, copy_gbs > 0 ? gbs / copy_gbs : 0,
             us > 0 ? flops / (us * 1e-6) / 1e12 : 0);
     return o;
 }
 
 /* Paged attention on the 8B's heads (32 query, 8 KV, head_dim 128, bf16 KV
- * pages of 16): R rows over n_seq sequences of kv positions each; prefill
- * rows are one sequence's consecutive positions (causal), decode rows one
- * per sequence at its full length. */
+ * pages of 16). Decode: one row per sequence at its full length, n_seq
+ * sequences of kv positions. Prefill: the last n_tok positions of one
+ * sequence of kv, causal, through the tile kernel (what the engine runs) or,
+ * as the baseline, through the row kernel (a row per token). */
+enum attn_kind { ATTN_DECODE, ATTN_PREFILL_ROWS, ATTN_PREFILL_TILES };
+
 struct attn_ctx {
+    enum attn_kind kind;
     float *q, *out, *work;
     void *k, *v;
-    int32_t *pt, *rs, *kl;
-    uint32_t R, max_kv, pps;
+    int32_t *pt, *rs, *kl, *tiles;
+    uint32_t R, n_tiles, max_kv, pps;
 };
 static int do_attn(void *c_, int i)
 {
     struct attn_ctx *c = c_;
     (void)i;
+    if (c->kind == ATTN_PREFILL_TILES)
+        return l8k_attention_prefill(c->q, 32 * 128, c->k, c->v, 16, c->pt, c->pps, c->tiles,
+                                     c->n_tiles, 32, 8, 128, 0.08838835f, c->max_kv, c->work,
+                                     c->out, 32 * 128, 0);
     return l8k_attention(c->q, 32 * 128, c->k, c->v, L8K_BF16, 16, c->pt, c->pps, c->rs, c->kl,
-                         c->R, 32, 8, 128, 0.08838835f, c->max_kv, c->work, c->out, 32 * 128, 0);
+                         NULL, c->R, 32, 8, 128, 0.08838835f, c->max_kv, c->work, c->out,
+                         32 * 128, 0);
 }
 
-static json_object *bench_attention(const char *name, uint32_t n_seq, uint32_t kv, bool prefill,
-                                    double copy_gbs)
+static json_object *bench_attention(const char *name, enum attn_kind kind, uint32_t n,
+                                    uint32_t kv, double copy_gbs)
 {
-    struct attn_ctx c = { .R = prefill ? kv : n_seq, .max_kv = kv, .pps = (kv + 15) / 16 };
+    const bool prefill = kind != ATTN_DECODE;
+    const uint32_t n_seq = prefill ? 1 : n, pos0 = prefill ? kv - n : 0;
+    struct attn_ctx c = { .kind = kind, .R = prefill ? n : n_seq, .max_kv = kv,
+                          .pps = (kv + 15) / 16 };
     size_t pages = (size_t)n_seq * c.pps, half = pages * 8 * 16 * 128 * 2;
     c.k = dalloc(half);
     c.v = dalloc(half);
     fill_values(c.k, half / 2, true);
     fill_values(c.v, half / 2, true);
     int32_t *pt = malloc(pages * 4), *rs = malloc(c.R * 4), *kl = malloc(c.R * 4);
+    int32_t *tiles = malloc(((size_t)c.R / 16 + 1) * 16);
     for (size_t i = 0; i < pages; i++)
         pt[i] = (int32_t)i;
     for (uint32_t r = 0; r < c.R; r++) {
         rs[r] = prefill ? 0 : (int32_t)r;
-        kl[r] = prefill ? (int32_t)(r + 1) : (int32_t)kv;
+        kl[r] = prefill ? (int32_t)(pos0 + r + 1) : (int32_t)kv;
+    }
+    const uint32_t tq = l8k_attention_tile_tokens(32, 8);
+    for (uint32_t r = 0; prefill && r < c.R; r += tq, c.n_tiles++) {
+        int32_t *t = tiles + 4 * c.n_tiles;
+        t[0] = (int32_t)r;
+        t[1] = (int32_t)(c.R - r < tq ? c.R - r : tq);
+        t[2] = (int32_t)(pos0 + r);
+        t[3] = 0;
     }
     c.pt = dup_to_dev(pt, pages * 4);
     c.rs = dup_to_dev(rs, c.R * 4);
     c.kl = dup_to_dev(kl, c.R * 4);
+    c.tiles = dup_to_dev(tiles, ((size_t)c.R / 16 + 1) * 16);
     c.q = dalloc((size_t)c.R * 32 * 128 * 4);
     fill_values(c.q, (size_t)c.R * 32 * 128, false);
     c.out = dalloc((size_t)c.R * 32 * 128 * 4);
@@ -234,9 +256,9 @@ static json_object *bench_attention(const char *name, uint32_t n_seq, uint32_t k
         flops += 4.0 * 32 * 128 * kl[r];   /* q.k and p.v, 2 flop each */
     json_object *o = row(name, c.R, kv, 128, us, bytes, copy_gbs, flops);
     fprintf(stderr, "  %s: x 32 layers = %.2f ms per step\n", name, 32 * us / 1000.0);
-    free(pt); free(rs); free(kl);
+    free(pt); free(rs); free(kl); free(tiles);
     cudaFree(c.k); cudaFree(c.v); cudaFree(c.pt); cudaFree(c.rs); cudaFree(c.kl);
-    cudaFree(c.q); cudaFree(c.out); cudaFree(c.work);
+    cudaFree(c.tiles); cudaFree(c.q); cudaFree(c.out); cudaFree(c.work);
     return o;
 }
 
@@ -332,12 +354,21 @@ int main(int argc, char **argv)
     }
 attention:
     /* Attention: the prefill of the single-stream benchmark (512 causal rows,
-     * one layer), decode at batch 1 over long contexts, and the serving
-     * benchmark's decode (64 sequences of ~512). */
-    json_object_array_add(rows, bench_attention("attn_prefill_512", 1, 512, true, copy_gbs));
-    json_object_array_add(rows, bench_attention("attn_decode_1x4k", 1, 4096, false, copy_gbs));
-    json_object_array_add(rows, bench_attention("attn_decode_1x32k", 1, 32768, false, copy_gbs));
-    json_object_array_add(rows, bench_attention("attn_decode_64x512", 64, 512, false, copy_gbs));
+     * one layer) on the tile kernel and, as its baseline, the row kernel; a
+     * 512-token chunk after 3.5k of context; decode at batch 1 over long
+     * contexts, and the serving benchmark's decode (64 sequences of ~512). */
+    json_object_array_add(rows, bench_attention("attn_prefill_512", ATTN_PREFILL_TILES, 512, 512,
+                                                copy_gbs));
+    json_object_array_add(rows, bench_attention("attn_prefill_512_rows", ATTN_PREFILL_ROWS, 512,
+                                                512, copy_gbs));
+    json_object_array_add(rows, bench_attention("attn_prefill_512_at_3584", ATTN_PREFILL_TILES,
+                                                512, 4096, copy_gbs));
+    json_object_array_add(rows, bench_attention("attn_decode_1x4k", ATTN_DECODE, 1, 4096,
+                                                copy_gbs));
+    json_object_array_add(rows, bench_attention("attn_decode_1x32k", ATTN_DECODE, 1, 32768,
+                                                copy_gbs));
+    json_object_array_add(rows, bench_attention("attn_decode_64x512", ATTN_DECODE, 64, 512,
+                                                copy_gbs));
     json_object_object_add(out, "rows", rows);
     printf("%s\n", json_object_to_json_string_ext(out, JSON_C_TO_STRING_PRETTY));
     json_object_put(out);

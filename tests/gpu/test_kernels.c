@@ -20,6 +20,11 @@
  * A wrong scale, operand order or layout is off by O(1), far above both. */
 #define TOL_TC 5e-5
 #define TOL_FP8_TC 1e-3
+/* Prefill attention against a reference on the same bf16 q: what is left is
+ * the rounding of the softmax weights to bf16 for P V (<= 2^-9 each, and
+ * the row sums add the rounded weights) and the MMA's f32 sums. A masking
+ * or indexing mistake moves a row by O(1/length). */
+#define TOL_ATTN_TC 3e-3
 
 /* ---- quantize ------------------------------------------------------------- */
 
@@ -435,8 +440,10 @@ static void test_rope_kv(enum l8k_dtype kv_dt)
     cudaFree(dq); cudaFree(di); cudaFree(dp); cudaFree(ds); cudaFree(dk); cudaFree(dv);
 }
 
+/* subset: only the odd rows, through a rows list in reverse order; the
+ * even rows must stay as poisoned. */
 static void test_attention(enum l8k_dtype kv_dt, uint32_t D, uint32_t nh, uint32_t nkv,
-                           uint32_t R, const uint32_t *kvl, uint32_t max_kv)
+                           uint32_t R, const uint32_t *kvl, uint32_t max_kv, bool subset)
 {
     const uint32_t ps = 16;
     const uint32_t pps = (max_kv + ps - 1) / ps + 1;   /* pages per sequence */
@@ -506,17 +513,170 @@ static void test_attention(enum l8k_dtype kv_dt, uint32_t D, uint32_t nh, uint32
     float *dq = dup_to_dev(q, (size_t)R * ldq * 4), *dout = dalloc((size_t)R * ldq * 4);
     size_t wf = l8k_attention_work_floats(R, nh, D, max_kv);
     float *dwk = dalloc(wf * 4 + 16);
-    KOK(l8k_attention(dq, ldq, dk, dv, kv_dt, ps, dpt, pps, drs, dkl, R, nh, nkv, D, scale,
-                      max_kv, dwk, dout, ldq, 0));
+    int32_t sel[64], n_sel = 0;
+    for (uint32_t r = R; subset && r-- > 0;)
+        if (r % 2)
+            sel[n_sel++] = (int32_t)r;
+    int32_t *dsel = subset ? dup_to_dev(sel, n_sel * 4) : NULL;
+    KOK(l8k_attention(dq, ldq, dk, dv, kv_dt, ps, dpt, pps, drs, dkl, dsel,
+                      subset ? (uint32_t)n_sel : R, nh, nkv, D, scale, max_kv, dwk, dout, ldq,
+                      0));
     float *out = malloc((size_t)R * ldq * 4);
     to_host(out, dout, (size_t)R * ldq * 4);
+    uint32_t untouched = 0;
+    for (uint32_t r = 0; subset && r < R; r++) {
+        float *o = out + (size_t)r * ldq;
+        if (r % 2 == 0) {
+            for (uint32_t i = 0; i < ldq; i++)
+                untouched += isnan(o[i]);
+            for (uint32_t i = 0; i < ldq; i++)
+                o[i] = (float)ref[(size_t)r * ldq + i];   /* not compared */
+        }
+    }
+    CHECK(!subset || untouched == (R + 1) / 2 * ldq, "attention rows list: %u of %u elements "
+          "outside the list left alone", untouched, (R + 1) / 2 * ldq);
     double e = rel_err(out, ref, (size_t)R * ldq);
-    CHECK(e <= TOL_SUM, "attention kv dt%d D=%u nh=%u nkv=%u R=%u max_kv=%u: rel err %.3g",
-          kv_dt, D, nh, nkv, R, max_kv, e);
+    CHECK(e <= TOL_SUM, "attention kv dt%d D=%u nh=%u nkv=%u R=%u max_kv=%u%s: rel err %.3g",
+          kv_dt, D, nh, nkv, R, max_kv, subset ? " (rows list)" : "", e);
     free(k); free(v); free(pt); free(rs); free(kl); free(perm); free(q); free(ref); free(sc);
     free(out);
     cudaFree(dk); cudaFree(dv); cudaFree(dpt); cudaFree(drs); cudaFree(dkl); cudaFree(dq);
     cudaFree(dout); cudaFree(dwk);
+    if (dsel)
+        cudaFree(dsel);
+}
+
+/* Prefill on the tensor cores, as the engine lays out a mixed step: each
+ * chunk {pos0, n_tok} is a sequence whose rows follow a decode row of
+ * another sequence; tiles for the chunks (l8k_attention_prefill), the row
+ * kernel through its rows list for the decode rows. bf16 pool, shuffled
+ * pages, poisoned output. */
+struct chunk {
+    uint32_t pos0, n_tok;
+};
+
+static void test_attention_prefill(uint32_t D, uint32_t nh, uint32_t nkv, const struct chunk *ch,
+                                   uint32_t n_ch)
+{
+    const uint32_t ps = 16, G = nh / nkv, tq = l8k_attention_tile_tokens(nh, nkv);
+    const uint32_t S = 2 * n_ch;   /* chunk c: sequence 2c; its decode row: sequence 2c + 1 */
+    uint32_t max_kv = 0, R = 0, n_tiles = 0;
+    uint32_t *seq_len = malloc(S * 4);
+    for (uint32_t c = 0; c < n_ch; c++) {
+        seq_len[2 * c] = ch[c].pos0 + ch[c].n_tok;
+        seq_len[2 * c + 1] = 1 + rnd_u32() % 700;
+        for (int j = 0; j < 2; j++)
+            max_kv = seq_len[2 * c + j] > max_kv ? seq_len[2 * c + j] : max_kv;
+        R += 1 + ch[c].n_tok;
+        n_tiles += (ch[c].n_tok + tq - 1) / tq;
+    }
+    const uint32_t pps = (max_kv + ps - 1) / ps, n_pages = S * pps + 2;
+    const size_t half = (size_t)n_pages * nkv * ps * D;
+    uint16_t *k = malloc(half * 2), *v = malloc(half * 2);
+    for (size_t i = 0; i < half; i++) {
+        k[i] = l8_f32_to_bf16(rnd_n(1.0f));
+        v[i] = l8_f32_to_bf16(rnd_n(1.0f));
+    }
+    uint32_t *perm = malloc(n_pages * 4);
+    for (uint32_t i = 0; i < n_pages; i++)
+        perm[i] = i;
+    for (uint32_t i = n_pages - 1; i > 0; i--) {
+        uint32_t j = rnd_u32() % (i + 1), tmp = perm[i];
+        perm[i] = perm[j];
+        perm[j] = tmp;
+    }
+    int32_t *pt = malloc((size_t)S * pps * 4), *rs = malloc(R * 4), *kl = malloc(R * 4);
+    int32_t *tiles = malloc((size_t)n_tiles * 16), *drows = malloc(n_ch * 4);
+    uint32_t *qpos = malloc(R * 4);
+    bool *is_dec = malloc(R);
+    for (uint32_t i = 0; i < S * pps; i++)
+        pt[i] = (int32_t)perm[i];
+    uint32_t r = 0, ti = 0;
+    for (uint32_t c = 0; c < n_ch; c++) {
+        drows[c] = (int32_t)r;
+        rs[r] = (int32_t)(2 * c + 1);
+        kl[r] = (int32_t)seq_len[2 * c + 1];
+        qpos[r] = seq_len[2 * c + 1] - 1;
+        is_dec[r++] = true;
+        for (uint32_t i = 0; i < ch[c].n_tok; i += tq, ti++) {
+            tiles[4 * ti] = (int32_t)(r + i);
+            tiles[4 * ti + 1] = (int32_t)(ch[c].n_tok - i < tq ? ch[c].n_tok - i : tq);
+            tiles[4 * ti + 2] = (int32_t)(ch[c].pos0 + i);
+            tiles[4 * ti + 3] = (int32_t)(2 * c);
+        }
+        for (uint32_t i = 0; i < ch[c].n_tok; i++, r++) {
+            rs[r] = (int32_t)(2 * c);
+            kl[r] = (int32_t)(ch[c].pos0 + i + 1);
+            qpos[r] = ch[c].pos0 + i;
+            is_dec[r] = false;
+        }
+    }
+    const uint32_t ldq = (nh + 2 * nkv) * D, ldo = nh * D;   /* q inside a qkv row, as the engine */
+    float *q = malloc((size_t)R * ldq * 4);
+    for (size_t i = 0; i < (size_t)R * ldq; i++)
+        q[i] = rnd_n(1.0f);
+    const float scale = 1.0f / sqrtf((float)D), qs = scale * 1.44269504088896341f;
+    double *ref = calloc((size_t)R * ldo, 8), *sc = malloc((size_t)max_kv * 8);
+    for (r = 0; r < R; r++)
+        for (uint32_t h = 0; h < nh; h++) {
+            const uint32_t kh = h / G, L = qpos[r] + 1;
+            const float *qr = q + (size_t)r * ldq + h * D;
+            double mx = -INFINITY, sum = 0;
+            for (uint32_t p = 0; p < L; p++) {
+                size_t off = (((size_t)pt[rs[r] * pps + p / ps] * nkv + kh) * ps + p % ps) * D;
+                double s = 0;
+                for (uint32_t d = 0; d < D; d++) {
+                    /* the tile kernel: bf16(q * scale * log2 e), base-2 softmax */
+                    double qd = is_dec[r] ? (double)qr[d] * scale
+                                          : l8_bf16_to_f32(l8_f32_to_bf16(qr[d] * qs));
+                    s += qd * l8_bf16_to_f32(k[off + d]);
+                }
+                sc[p] = is_dec[r] ? s : s * 0.69314718055994530942;   /* 2^s = e^(s ln 2) */
+                mx = sc[p] > mx ? sc[p] : mx;
+            }
+            for (uint32_t p = 0; p < L; p++) {
+                sc[p] = exp(sc[p] - mx);
+                sum += sc[p];
+            }
+            for (uint32_t p = 0; p < L; p++) {
+                size_t off = (((size_t)pt[rs[r] * pps + p / ps] * nkv + kh) * ps + p % ps) * D;
+                for (uint32_t d = 0; d < D; d++)
+                    ref[(size_t)r * ldo + h * D + d] += sc[p] / sum * l8_bf16_to_f32(v[off + d]);
+            }
+        }
+    void *dk = dup_to_dev(k, half * 2), *dv = dup_to_dev(v, half * 2);
+    int32_t *dpt = dup_to_dev(pt, (size_t)S * pps * 4), *drs = dup_to_dev(rs, R * 4),
+            *dkl = dup_to_dev(kl, R * 4), *dti = dup_to_dev(tiles, (size_t)n_tiles * 16),
+            *ddr = dup_to_dev(drows, n_ch * 4);
+    float *dq = dup_to_dev(q, (size_t)R * ldq * 4), *dout = dalloc((size_t)R * ldo * 4);
+    float *dwk = dalloc(l8k_attention_work_floats(R, nh, D, max_kv) * 4 + 16);
+    KOK(l8k_attention_prefill(dq, ldq, dk, dv, ps, dpt, pps, dti, n_tiles, nh, nkv, D, scale,
+                              max_kv, dwk, dout, ldo, 0));
+    KOK(l8k_attention(dq, ldq, dk, dv, L8K_BF16, ps, dpt, pps, drs, dkl, ddr, n_ch, nh, nkv, D,
+                      scale, max_kv, dwk, dout, ldo, 0));
+    float *out = malloc((size_t)R * ldo * 4);
+    to_host(out, dout, (size_t)R * ldo * 4);
+    /* The prefill rows and the decode rows, each against its definition. */
+    double num[2] = { 0, 0 }, den[2] = { 0, 0 };
+    uint32_t nan = 0;
+    for (r = 0; r < R; r++)
+        for (uint32_t i = 0; i < ldo; i++) {
+            float o = out[(size_t)r * ldo + i];
+            double d = (double)o - ref[(size_t)r * ldo + i];
+            nan += isnan(o) != 0;
+            num[is_dec[r]] += d * d;
+            den[is_dec[r]] += ref[(size_t)r * ldo + i] * ref[(size_t)r * ldo + i];
+        }
+    double ep = sqrt(num[0] / den[0]), ed = sqrt(num[1] / den[1]);
+    CHECK(nan == 0 && ep <= TOL_ATTN_TC && ed <= TOL_SUM,
+          "attention prefill D=%u nh=%u nkv=%u, %u tiles, max_kv %u: %u NaN, prefill rows rel "
+          "err %.3g (tensor cores), decode rows %.3g", D, nh, nkv, n_tiles, max_kv, nan, ep, ed);
+    printf("  attention prefill D=%u nh=%u nkv=%u, %u tiles, max_kv %u: rel err %.3g\n", D, nh,
+           nkv, n_tiles, max_kv, ep);
+    free(seq_len); free(k); free(v); free(perm); free(pt); free(rs); free(kl); free(tiles);
+    free(drows); free(qpos); free(is_dec); free(q); free(ref); free(sc); free(out);
+    cudaFree(dk); cudaFree(dv); cudaFree(dpt); cudaFree(drs); cudaFree(dkl); cudaFree(dti);
+    cudaFree(ddr); cudaFree(dq); cudaFree(dout); cudaFree(dwk);
 }
 
 /* ---- sampling -------------------------------------------------------------- */
@@ -605,8 +765,17 @@ static void test_refusals(struct l8k_blas *b)
     CHECK(l8k_gemv(d, L8K_FP8, NULL, d, L8K_F32, NULL, 1, 4, 16, d, 4, 0) == -EINVAL,
           "gemv fp8 without scale");
     CHECK(l8k_attention(d, 128, d, d, L8K_BF16, 16, (int32_t *)d, 1, (int32_t *)d, (int32_t *)d,
-                        1, 12, 1, 128, 1.0f, 16, d, d, 128 * 12, 0) == -EINVAL,
+                        NULL, 1, 12, 1, 128, 1.0f, 16, d, d, 128 * 12, 0) == -EINVAL,
           "attention G > 8");
+    CHECK(l8k_attention_prefill(d, 128 * 12, d, d, 16, (int32_t *)d, 1, (int32_t *)d, 1, 12, 1,
+                                128, 1.0f, 16, d, d, 128 * 12, 0) == -EINVAL,
+          "attention prefill G > 8");
+    CHECK(l8k_attention_prefill(d, 128 * 4 + 1, d, d, 16, (int32_t *)d, 1, (int32_t *)d, 1, 4, 1,
+                                128, 1.0f, 16, d, d, 128 * 4, 0) == -EINVAL,
+          "attention prefill odd ldq");
+    CHECK(l8k_attention_prefill(d, 96 * 4, d, d, 16, (int32_t *)d, 1, (int32_t *)d, 1, 4, 1, 96,
+                                1.0f, 16, d, d, 96 * 4, 0) == -EINVAL,
+          "attention prefill D = 96");
     CHECK(l8k_rmsnorm(d, NULL, d, 1e-5f, 16, NULL, 1, L8K_FP8, d, NULL, 0) == -EINVAL,
           "rmsnorm fp8 without scale");
     CHECK(l8k_gemm_fp8(b, (uint8_t *)d, d, (uint8_t *)d, d, 1, 6, 16, d, 0) == -EINVAL,
@@ -643,11 +812,24 @@ int main(void)
         uint32_t mixed[19];
         for (int i = 0; i < 19; i++)
             mixed[i] = (uint32_t)(i * 53 % 400);   /* includes 0 (a padding row) */
-        test_attention(L8K_F32, 128, 4, 1, 1, one, 1);
-        test_attention(L8K_F32, 128, 32, 8, 1, longr, 3001);   /* split-K */
-        test_attention(L8K_BF16, 128, 32, 8, 1, longr, 4096);  /* bound above the length */
-        test_attention(L8K_BF16, 128, 8, 2, 19, mixed, 400);
-        test_attention(L8K_F32, 64, 8, 8, 19, mixed, 400);
+        test_attention(L8K_F32, 128, 4, 1, 1, one, 1, false);
+        test_attention(L8K_F32, 128, 32, 8, 1, longr, 3001, false);   /* split-K */
+        test_attention(L8K_BF16, 128, 32, 8, 1, longr, 4096, false);  /* bound above the length */
+        test_attention(L8K_BF16, 128, 8, 2, 19, mixed, 400, false);
+        test_attention(L8K_F32, 64, 8, 8, 19, mixed, 400, false);
+        test_attention(L8K_BF16, 128, 8, 2, 19, mixed, 400, true);
+        test_attention(L8K_F32, 128, 4, 1, 7, mixed + 5, 4000, true); /* split-K, rows list */
+    }
+    {
+        /* One token, partial tiles from 0, one whole tile at an odd position,
+         * a chunk after earlier pages, and a long context with few tiles
+         * (split across blocks). */
+        const struct chunk c1[] = { { 0, 1 }, { 0, 37 }, { 5, 16 }, { 300, 70 }, { 3000, 9 } };
+        test_attention_prefill(128, 32, 8, c1, 5);          /* the 8B: G = 4, 16 tokens a tile */
+        test_attention_prefill(128, 4, 1, c1 + 1, 3);       /* the golden model's heads */
+        const struct chunk c2[] = { { 0, 130 }, { 64, 64 }, { 1100, 3 } };
+        test_attention_prefill(64, 8, 8, c2, 3);            /* G = 1: 64 tokens a tile */
+        test_attention_prefill(64, 6, 2, c2, 3);            /* G = 3: 21 tokens, rows unused */
     }
     test_sample();
     test_refusals(b);

@@ -79,6 +79,8 @@ static struct {
         warp_gen[MAX_THREADS / WARP];
     uint64_t slot[2][MAX_THREADS];   /* shuffles alternate between the two */
     unsigned shfl_seq[MAX_THREADS];
+    uint32_t mma_slot[2][MAX_THREADS][6];   /* a[4], b[2]; alternate as the shuffles */
+    unsigned mma_seq[MAX_THREADS];
     bool progress;
 } S;
 
@@ -176,6 +178,42 @@ uint64_t shfl_xor(uint64_t v, unsigned lane_mask, unsigned width)
     return S.slot[half][src_linear];
 }
 
+/* The MMA from its definition: every lane posts its fragments, one warp
+ * barrier, then each lane computes its four outputs from the others'
+ * registers, reading A[r][k] and B[k][c] where the PTX ISA's layouts put
+ * them. Products of bf16 are exact in f32; the sum runs in k order. */
+void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2])
+{
+    Fiber *f = cur_fiber();
+    const unsigned me = f->th.linear, w = f->th.warp;
+    if (S.warp_live[w] != WARP)
+        die("%s: thread %u: mma.sync with %u live lanes in its warp (it needs all 32)",
+            S.kernel, me, S.warp_live[w]);
+    const unsigned half = S.mma_seq[me]++ & 1;
+    memcpy(S.mma_slot[half][me], a, 16);
+    memcpy(S.mma_slot[half][me] + 4, b, 8);
+    sync_warp();
+    for (unsigned l = 0; l < WARP; l++)
+        if (S.mma_seq[w * WARP + l] - S.mma_seq[me] > 1u)
+            die("%s: thread %u: lane %u of its warp did not take part in the mma", S.kernel,
+                me, l);
+    const uint32_t(*L)[6] = &S.mma_slot[half][w * WARP];
+    auto elt = [](uint32_t reg, unsigned k) {
+        return __uint_as_float((k & 1 ? reg >> 16 : reg & 0xffffu) << 16);
+    };
+    const unsigned g = f->th.lane >> 2, t = f->th.lane & 3;
+    for (unsigned i = 0; i < 4; i++) {
+        const unsigned r = g + (i >= 2 ? 8 : 0), c = 2 * t + (i & 1);
+        float acc = d[i];
+        for (unsigned k = 0; k < 16; k++) {
+            float av = elt(L[(r & 7) * 4 + (k & 7) / 2][(r >= 8) + 2 * (k >= 8)], k);
+            float bv = elt(L[c * 4 + (k & 7) / 2][4 + (k >= 8)], k);
+            acc += av * bv;
+        }
+        d[i] = acc;
+    }
+}
+
 static cudaError_t g_last_error = cudaSuccess;
 
 bool check_launch(const Cfg &c, const char *name)
@@ -236,12 +274,13 @@ void run_grid(const Cfg &c, const char *name, const std::function<void()> &body)
                 S.live = nthreads;
                 S.block_arrived = 0;
                 for (unsigned w = 0; w < (nthreads + WARP - 1) / WARP; w++) {
-                    S.warp_live[w] = nthreads - w * WARP < (unsigned)WARP ? nthreads - w * WARP : WARP;
+                    S.warp_live[w] = nthreads - w * WARP < (unsigned)WARP ? nthreads - w * WARP : (unsigned)WARP;
                     S.warp_arrived[w] = 0;
                 }
                 for (auto &f : S.fibers)
                     fiber_reset(&f);
                 memset(S.shfl_seq, 0, sizeof S.shfl_seq);
+                memset(S.mma_seq, 0, sizeof S.mma_seq);
                 /* Round robin until every thread has returned; a pass in which
                  * no thread moves is a deadlock (a barrier some never reach). */
                 while (S.live) {

@@ -40,6 +40,7 @@
 #define __shared__ static
 #define __launch_bounds__(...)
 #define __forceinline__ inline
+#define CUEMU 1   /* kernels/common.cuh: the tensor-core MMA comes from here */
 
 namespace cuemu {
 
@@ -54,6 +55,9 @@ extern dim3 block_idx, block_dim, grid_dim;
 void sync_block();
 void sync_warp();
 uint64_t shfl_xor(uint64_t v, unsigned lane_mask, unsigned width);
+/* mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 for the calling
+ * lane (layouts in kernels/common.cuh); a barrier of the whole warp. */
+void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]);
 
 struct Cfg {
     dim3 grid, block;
