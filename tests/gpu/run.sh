@@ -8,13 +8,16 @@
 #     build's libraries, the carried Debian packages are unpacked into
 #     /tmp/sysroot and the build pointed there (tests/gpu/deps.sh)
 #  3. build: meson -Dcuda=enabled -Dgpu_archs=90a, release, ninja -j16; on
-#     failure the carried prebuilt binaries (.gpucarry/bin)
-#  4. llama8-mkmodel --preset llama-3.1-8b into /tmp, in the background
-#     while the tests run (8 threads; the tests need few)
-#  5. gpu tests: test_gpu_kernels; test_gpu_engine on the golden tiny model
+#     failure the carried prebuilt binaries (.gpucarry/bin); meanwhile
+#     llama8-mkmodel --preset llama-3.1-8b writes into /tmp in the
+#     background (8 threads; the tests need few)
+#  4. gpu tests: test_gpu_kernels; test_gpu_engine on the golden tiny model
+#  4b. compute-sanitizer racecheck and memcheck on the attention kernels
+#  5. waits for the synthetic 8B checkpoint
 #  6. test_gpu_engine on the synthetic 8B (real head sizes, 8 KV heads):
 #     cuda exact vs cpu exact, cuda fp8 vs cpu fp8 band
 #  7. tests/bench/bench_gpu.sh (kernels, single stream graphs on/off, serving)
+#  8. ncu on the two prefill attention kernels, if time is left
 # Every stage has a timeout cut to what is left of an overall budget
 # (L8_RUN_BUDGET_S, default 470 s), so one hang does not lose the rest.
 # What comes back ($OUT: at most 8 files): summary.txt, run.log,
@@ -153,6 +156,22 @@ head -60 "$OUT/test_engine.log"
 
 grep -h "graph capture" "$OUT"/test_*.log 2>/dev/null | head -3 | tee -a "$SUMMARY"
 
+# Races and bad accesses in the attention kernels (shared-memory tiles, the
+# one thing the CPU emulation cannot show): compute-sanitizer where the
+# machine's runtime allows it (KINDS.md: Firecracker yes, gVisor no).
+stamp "4b. compute-sanitizer on the attention kernels"
+CS=$(command -v compute-sanitizer || ls "$(dirname "$NVCC")/compute-sanitizer" \
+     "$(dirname "$(dirname "$NVCC")")/compute-sanitizer/compute-sanitizer" 2>/dev/null | head -1)
+if [ -n "$CS" ] && [ $(( BUDGET - ($(date +%s) - T0) )) -gt 330 ]; then
+    for tool in racecheck memcheck; do
+        timeout "$(tmo 30 300)" "$CS" --tool "$tool" --error-exitcode 3 \
+            "$W/bin/test_gpu_kernels" attention >"$W/logs/sanitizer-$tool.log" 2>&1
+        say "compute-sanitizer $tool (test_gpu_kernels attention) rc=$? $(grep -E 'SUMMARY|not supported|FAIL' "$W/logs/sanitizer-$tool.log" | tail -2 | tr '\n' ' ')"
+    done
+else
+    say "compute-sanitizer: skipped (${CS:-not found}; $(( BUDGET - ($(date +%s) - T0) ))s left)"
+fi
+
 stamp "5. synthetic 8B checkpoint"
 if [ -n "${MK_PID:-}" ]; then
     # wait for it, but not past what the stages after it need
@@ -181,4 +200,20 @@ if [ -f "$MODEL/config.json" ]; then
     grep -h "graph capture" "$W"/bench/*.log 2>/dev/null | head -3 | tee -a "$SUMMARY"
 else
     say "benchmarks skipped: no checkpoint"
+fi
+
+# What limits the prefill attention kernels (issue 5 asks for the profile,
+# not a guess): Nsight Compute's speed-of-light and memory sections on the
+# first 512-token prefill of each kernel, if time is left.
+stamp "8. ncu on the attention kernels"
+if command -v ncu >/dev/null 2>&1 && [ $(( BUDGET - ($(date +%s) - T0) )) -gt 40 ]; then
+    for k in attn_tile_kernel attn_kernel; do
+        timeout "$(tmo 30)" ncu --clock-control none --section SpeedOfLight \
+            --section MemoryWorkloadAnalysis --section Occupancy -k "regex:^$k" -c 1 \
+            "$W/bin/bench_gpu_kernels" attention >"$W/logs/ncu-$k.log" 2>&1
+        say "ncu $k rc=$?"
+        grep -E "Duration|Throughput|Achieved Occupancy|Registers|L2 Hit|DRAM" "$W/logs/ncu-$k.log" | head -12 | tee -a "$SUMMARY"
+    done
+else
+    say "ncu: skipped ($(command -v ncu || echo not found); $(( BUDGET - ($(date +%s) - T0) ))s left)"
 fi

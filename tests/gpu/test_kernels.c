@@ -783,10 +783,41 @@ static void test_refusals(struct l8k_blas *b)
     cudaFree(d);
 }
 
-int main(void)
+/* The attention kernels alone (test_gpu_kernels attention): what
+ * tests/gpu/run.sh runs under compute-sanitizer's racecheck and memcheck. */
+static void test_attention_all(void)
+{
+    uint32_t one[1] = { 1 }, longr[1] = { 3001 };
+    uint32_t mixed[19];
+    for (int i = 0; i < 19; i++)
+        mixed[i] = (uint32_t)(i * 53 % 400);   /* includes 0 (a padding row) */
+    test_attention(L8K_F32, 128, 4, 1, 1, one, 1, false);
+    test_attention(L8K_F32, 128, 32, 8, 1, longr, 3001, false);   /* split-K */
+    test_attention(L8K_BF16, 128, 32, 8, 1, longr, 4096, false);  /* bound above the length */
+    test_attention(L8K_BF16, 128, 8, 2, 19, mixed, 400, false);
+    test_attention(L8K_F32, 64, 8, 8, 19, mixed, 400, false);
+    test_attention(L8K_BF16, 128, 8, 2, 19, mixed, 400, true);
+    test_attention(L8K_F32, 128, 4, 1, 7, mixed + 5, 4000, true); /* split-K, rows list */
+    /* One token, partial tiles from 0, one whole tile at an odd position, a
+     * chunk after earlier pages, and a long context with few tiles (split
+     * across blocks). */
+    const struct chunk c1[] = { { 0, 1 }, { 0, 37 }, { 5, 16 }, { 300, 70 }, { 3000, 9 } };
+    test_attention_prefill(128, 32, 8, c1, 5);          /* the 8B: G = 4, 16 tokens a tile */
+    test_attention_prefill(128, 4, 1, c1 + 1, 3);       /* the golden model's heads */
+    const struct chunk c2[] = { { 0, 130 }, { 64, 64 }, { 1100, 3 } };
+    test_attention_prefill(64, 8, 8, c2, 3);            /* G = 1: 64 tokens a tile */
+    test_attention_prefill(64, 6, 2, c2, 3);            /* G = 3: 21 tokens, rows unused */
+}
+
+int main(int argc, char **argv)
 {
     require_gpu();
     g_rng ^= (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull;  /* fresh inputs every run */
+    if (argc > 1 && strcmp(argv[1], "attention") == 0) {
+        test_attention_all();
+        printf("%s (%d failures)\n", g_failures ? "FAILED" : "ok", g_failures);
+        return g_failures ? 1 : 0;
+    }
     struct l8k_blas *b = NULL;
     int rc = l8k_blas_create(0, &b);
     CHECK(rc == 0, "l8k_blas_create: %d", rc);
@@ -807,30 +838,7 @@ int main(void)
         test_gemm(b);
     test_rope_kv(L8K_F32);
     test_rope_kv(L8K_BF16);
-    {
-        uint32_t one[1] = { 1 }, longr[1] = { 3001 };
-        uint32_t mixed[19];
-        for (int i = 0; i < 19; i++)
-            mixed[i] = (uint32_t)(i * 53 % 400);   /* includes 0 (a padding row) */
-        test_attention(L8K_F32, 128, 4, 1, 1, one, 1, false);
-        test_attention(L8K_F32, 128, 32, 8, 1, longr, 3001, false);   /* split-K */
-        test_attention(L8K_BF16, 128, 32, 8, 1, longr, 4096, false);  /* bound above the length */
-        test_attention(L8K_BF16, 128, 8, 2, 19, mixed, 400, false);
-        test_attention(L8K_F32, 64, 8, 8, 19, mixed, 400, false);
-        test_attention(L8K_BF16, 128, 8, 2, 19, mixed, 400, true);
-        test_attention(L8K_F32, 128, 4, 1, 7, mixed + 5, 4000, true); /* split-K, rows list */
-    }
-    {
-        /* One token, partial tiles from 0, one whole tile at an odd position,
-         * a chunk after earlier pages, and a long context with few tiles
-         * (split across blocks). */
-        const struct chunk c1[] = { { 0, 1 }, { 0, 37 }, { 5, 16 }, { 300, 70 }, { 3000, 9 } };
-        test_attention_prefill(128, 32, 8, c1, 5);          /* the 8B: G = 4, 16 tokens a tile */
-        test_attention_prefill(128, 4, 1, c1 + 1, 3);       /* the golden model's heads */
-        const struct chunk c2[] = { { 0, 130 }, { 64, 64 }, { 1100, 3 } };
-        test_attention_prefill(64, 8, 8, c2, 3);            /* G = 1: 64 tokens a tile */
-        test_attention_prefill(64, 6, 2, c2, 3);            /* G = 3: 21 tokens, rows unused */
-    }
+    test_attention_all();
     test_sample();
     test_refusals(b);
     l8k_blas_destroy(b);
