@@ -9,6 +9,8 @@
  *   exact, batched: case1 and case2 in one step on interleaved pages;
  *   fp8 numerics: mean relative error <= 0.12 and argmax agreement >= 80%
  *     over all positions (the CPU engine's band);
+ *   fp8, a mixed step (prefill tiles beside a decode row) equal, bitwise,
+ *     to the same work in separate steps;
  *   exact, decode graphs: 3 sequences at different lengths per decode step
  *     (padded to a graph of 4), eager warm-up, capture, replays: case3's
  *     logits, and graphs on vs off (L8_CUDA_GRAPHS=0) within 1e-5;
@@ -232,6 +234,69 @@ static void run_decode_and_batch(const struct l8_model *m, const struct l8_tenso
     free(o1);
     free(o2);
     l8_engine_destroy(e);
+}
+
+/* fp8, a mixed step: a prefill chunk of case2 (3 tiles, the tile kernel)
+ * beside a decode row of case1 (the row kernel through its rows list)
+ * gives bitwise the logits of the same work in separate steps. Everything
+ * runs through the GEMV (L8_GEMV_MAX_M=64) and eagerly (L8_CUDA_GRAPHS=0),
+ * whose results do not depend on the other rows of a step, so any
+ * difference is the step's layout: tiles, decode rows, their metadata. */
+static void run_mixed_step(const struct l8_model *m, const struct l8_tensor_set *ref)
+{
+    const uint32_t V = m->cfg.vocab, n_pages = 32, CH = 40;
+    uint32_t t1[64], t2[64], S1, S2;
+    load_tokens(ref, 1, t1, &S1);
+    load_tokens(ref, 2, t2, &S2);
+    uint32_t pa[8], pb[8];
+    for (uint32_t i = 0; i < 8; i++) {
+        pa[i] = 3 * i + 2;   /* interleaved, out of order between the two */
+        pb[i] = 23 - 3 * i;
+    }
+    setenv("L8_GEMV_MAX_M", "64", 1);
+    setenv("L8_CUDA_GRAPHS", "0", 1);
+    float *mixed = malloc((size_t)(CH + 1) * V * 4), *apart = malloc((size_t)(CH + 1) * V * 4);
+    for (int run = 0; run < 2; run++) {
+        struct l8_engine *e = make(m, L8_NUMERICS_FP8, n_pages, 4);
+        float *out = run ? apart : mixed;
+        /* case1's prompt but its last token, then its last token as a decode row */
+        struct l8_seq a = { .tokens = t1, .n_tokens = S1 - 1, .pos = 0, .pages = pa,
+                            .n_pages = 8, .logits = L8_LOGITS_NONE };
+        int r = l8_engine_step(e, &a, 1);
+        CHECK(r == 0, "mixed: prompt step failed %d", r);
+        struct l8_seq b[2] = {
+            { .tokens = &t1[S1 - 1], .n_tokens = 1, .pos = S1 - 1, .pages = pa, .n_pages = 8,
+              .logits = L8_LOGITS_LAST, .logits_out = out + (size_t)CH * V },
+            { .tokens = t2, .n_tokens = CH, .pos = 0, .pages = pb, .n_pages = 8,
+              .logits = L8_LOGITS_ALL, .logits_out = out },
+        };
+        if (run == 0) {
+            r = l8_engine_step(e, b, 2);
+            CHECK(r == 0, "mixed step failed %d", r);
+        } else {
+            for (int i = 0; i < 2; i++) {
+                r = l8_engine_step(e, &b[i], 1);
+                CHECK(r == 0, "separate step %d failed %d", i, r);
+            }
+        }
+        l8_engine_destroy(e);
+    }
+    unsetenv("L8_GEMV_MAX_M");
+    unsetenv("L8_CUDA_GRAPHS");
+    uint32_t diff = 0;
+    for (size_t i = 0; i < (size_t)(CH + 1) * V; i++)
+        diff += memcmp(&mixed[i], &apart[i], 4) != 0;
+    /* and the chunk is case2's prefix: within the fp8 band of the reference */
+    const float *r2 = ref_need(ref, "case2.logits")->data;
+    double mean = 0;
+    for (uint32_t p = 0; p < CH; p++)
+        mean += ref_rel_l2(mixed + (size_t)p * V, r2 + (size_t)p * V, V) / CH;
+    printf("fp8 mixed step (decode row + %u-token chunk) vs separate steps: %u of %zu logits "
+           "differ; chunk vs reference mean_rel %.3g\n", CH, diff, (size_t)(CH + 1) * V, mean);
+    CHECK(diff == 0, "mixed step: %u logits differ from separate steps", diff);
+    CHECK(mean <= FP8_MEAN_TOL, "mixed step: chunk mean rel %.3g", mean);
+    free(mixed);
+    free(apart);
 }
 
 /* ---- the synthetic 8B: cuda against cpu on the real shapes ----------------- */
@@ -542,6 +607,7 @@ int main(int argc, char **argv)
     run_decode_and_batch(m, ref);
     run_graph_batch(m, ref);
     run_golden(m, ref, L8_NUMERICS_FP8);
+    run_mixed_step(m, ref);
     run_determinism(m, ref);
     l8_st_close(ref);
     l8_model_free(m);
