@@ -206,14 +206,15 @@ fi
 # not a guess): Nsight Compute's speed-of-light and memory sections on the
 # first 512-token prefill of each kernel, if time is left.
 stamp "8. ncu on the attention kernels"
-if command -v ncu >/dev/null 2>&1 && [ $(( BUDGET - ($(date +%s) - T0) )) -gt 40 ]; then
+NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu "$(dirname "$(dirname "$NVCC")")"/nsight-compute*/ncu 2>/dev/null | head -1)
+if [ -n "$NCU" ] && [ $(( BUDGET - ($(date +%s) - T0) )) -gt 40 ]; then
     for k in attn_tile_kernel attn_kernel; do
-        timeout "$(tmo 30)" ncu --clock-control none --section SpeedOfLight \
+        timeout "$(tmo 30)" "$NCU" --clock-control none --section SpeedOfLight \
             --section MemoryWorkloadAnalysis --section Occupancy -k "regex:^$k" -c 1 \
             "$W/bin/bench_gpu_kernels" attention >"$W/logs/ncu-$k.log" 2>&1
         say "ncu $k rc=$?"
         grep -E "Duration|Throughput|Achieved Occupancy|Registers|L2 Hit|DRAM" "$W/logs/ncu-$k.log" | head -12 | tee -a "$SUMMARY"
     done
 else
-    say "ncu: skipped ($(command -v ncu || echo not found); $(( BUDGET - ($(date +%s) - T0) ))s left)"
+    say "ncu: skipped (${NCU:-not found}; $(( BUDGET - ($(date +%s) - T0) ))s left)"
 fi
