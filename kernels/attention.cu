@@ -17,7 +17,11 @@
 #include "common.cuh"
 
 #define ATTN_MAX_G 8
-#define ATTN_MIN_SPLIT 256   /* positions: below this a split is not worth a block */
+/* Positions: below this a split is not worth a block. One chunk of the 8B's
+ * head_dim: a block's time is a chain of dependent loads per chunk, and at
+ * batch 1 most SMs are idle, so more splits of one chunk each finish
+ * sooner (v1.1 had 256: 24 blocks for a 640-token context; now 40). */
+#define ATTN_MIN_SPLIT 128
 #define ATTN_MAX_SPLITS 64
 
 template <typename KV> struct kv_vec;

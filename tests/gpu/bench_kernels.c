@@ -363,6 +363,8 @@ attention:
                                                 512, copy_gbs));
     json_object_array_add(rows, bench_attention("attn_prefill_512_at_3584", ATTN_PREFILL_TILES,
                                                 512, 4096, copy_gbs));
+    json_object_array_add(rows, bench_attention("attn_decode_1x640", ATTN_DECODE, 1, 640,
+                                                copy_gbs));   /* the single-stream benchmark's end */
     json_object_array_add(rows, bench_attention("attn_decode_1x4k", ATTN_DECODE, 1, 4096,
                                                 copy_gbs));
     json_object_array_add(rows, bench_attention("attn_decode_1x32k", ATTN_DECODE, 1, 32768,
