@@ -146,6 +146,27 @@ __device__ __forceinline__ void l8k_mma_bf16_16816(float (&d)[4], const uint32_t
 #endif
 }
 
+/* Programmatic dependent launch (sm_90+, l8k_pdl_enabled()): a kernel
+ * launched with it may start while the kernel before it in the stream is
+ * still running, and must call l8k_pdl_wait() before it reads anything
+ * that kernel wrote or writes anything; a kernel that calls l8k_pdl_allow()
+ * lets its successor's blocks be scheduled from then on (else when it
+ * ends). Both are no-ops on older devices, in launches without the
+ * attribute, and under the emulation (blocks there run in stream order). */
+__device__ __forceinline__ void l8k_pdl_wait(void)
+{
+#if !defined(CUEMU) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void l8k_pdl_allow(void)
+{
+#if !defined(CUEMU) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+
 /* The per-token scale of l8_quantize_act_row(), IEEE division. */
 __device__ __forceinline__ float l8k_act_scale(float amax)
 {

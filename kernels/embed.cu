@@ -35,16 +35,3 @@ extern "C" int l8k_embed(const void *table, enum l8k_dtype table_dt, uint32_t vo
     embed_kernel<<<T, EMBED_THREADS, 0, st>>>(table, table_dt, vocab, H, ids, out);
     return l8k_launch_status();
 }
-
-extern "C" int l8k_sm_count(void)
-{
-    static int cached = 0; /* a benign race: every writer stores the same value */
-    if (cached == 0) {
-        int dev = 0, n = 0;
-        if (cudaGetDevice(&dev) != cudaSuccess ||
-            cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-            return 1;
-        cached = n;
-    }
-    return cached;
-}

@@ -12,7 +12,10 @@
  * v1: warp per 2 rows, 4 steps in flight, x read through L1 (it is reused by
  *     every warp of the block and by every block).  Compute per weight byte
  *     grows with MT; past MT ~ 4-8 the cuBLASLt path wins (measured by
- *     tests/gpu/bench_kernels). */
+ *     tests/gpu/bench_kernels).
+ * v1.2: programmatic dependent launch on sm_90: the first group of weight
+ *     loads is issued before waiting for the kernel before (the RMSNorm,
+ *     quantize or SiLU that writes x, which lets it start early). */
 #include "common.cuh"
 
 #define GEMV_THREADS 256
@@ -95,11 +98,11 @@ static __global__ __launch_bounds__(GEMV_THREADS) void gemv_kernel(
             acc[m][r] = 0.0f;
 
     const size_t wrow = (size_t)K * WB, xrow = (size_t)K * XB;
-    for (uint32_t k0 = lane * EPL; k0 < K; k0 += STEP * GEMV_UNROLL) {
-        uint4 wv[GEMV_UNROLL][GEMV_ROWS];
-        /* All loads of this group first: GEMV_UNROLL x ROWS x 16 bytes in
-         * flight per lane. Weights are streamed (evict-first): they are not
-         * re-read within a step. */
+    /* Groups of GEMV_UNROLL steps: all loads of a group first (GEMV_UNROLL x
+     * ROWS x 16 bytes in flight per lane), then their products. Weights are
+     * streamed (evict-first): they are not re-read within a step. */
+    uint4 wv[GEMV_UNROLL][GEMV_ROWS];
+    auto load_group = [&](uint32_t k0) {
 #pragma unroll
         for (int u = 0; u < GEMV_UNROLL; u++) {
             uint32_t k = k0 + u * STEP;
@@ -111,6 +114,14 @@ static __global__ __launch_bounds__(GEMV_THREADS) void gemv_kernel(
                     wv[u][r] = make_uint4(0, 0, 0, 0);
             }
         }
+    };
+    uint32_t k0 = lane * EPL;
+    /* The first group of weights does not depend on the kernel before this
+     * one: with PDL it is in flight while that kernel finishes. X, xs and Y
+     * do depend on it. */
+    load_group(k0);
+    l8k_pdl_wait();
+    while (k0 < K) {
 #pragma unroll
         for (int u = 0; u < GEMV_UNROLL; u++) {
             uint32_t k = k0 + u * STEP;
@@ -133,6 +144,9 @@ static __global__ __launch_bounds__(GEMV_THREADS) void gemv_kernel(
                         acc[m][r] = fmaf(xf[e], wf[r][e], acc[m][r]);
             }
         }
+        k0 += STEP * GEMV_UNROLL;
+        if (k0 < K)
+            load_group(k0);
     }
 
 #pragma unroll
@@ -161,6 +175,31 @@ static __global__ __launch_bounds__(GEMV_THREADS) void gemv_kernel(
     }
 }
 
+/* With l8k_pdl_enabled(), through cudaLaunchKernelEx with programmatic
+ * stream serialization: the kernel's blocks may start (and stream their
+ * first weights) while the kernel before it in the stream finishes. */
+template <int WT, int XT, int MT>
+static int launch_one(dim3 grid, cudaStream_t st, const uint8_t *w, const float *ws,
+                      const uint8_t *x, const float *xs, uint32_t mv, uint32_t N, uint32_t K,
+                      float *y, uint32_t ldy)
+{
+    if (l8k_pdl_enabled()) {
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[0].val.programmaticStreamSerializationAllowed = 1;
+        /* grid, block, dynamic shared memory, stream, attributes */
+        cudaLaunchConfig_t cfg = { grid, dim3(GEMV_THREADS), 0, st, attr, 1 };
+        if (cudaLaunchKernelEx(&cfg, gemv_kernel<WT, XT, MT>, w, ws, x, xs, mv, N, K, y, ldy) !=
+            cudaSuccess) {
+            cudaGetLastError();
+            return -EIO;
+        }
+    } else {
+        gemv_kernel<WT, XT, MT><<<grid, GEMV_THREADS, 0, st>>>(w, ws, x, xs, mv, N, K, y, ldy);
+    }
+    return l8k_launch_status();
+}
+
 template <int WT, int XT>
 static int launch_mt(const void *w, const float *ws, const void *x, const float *xs, uint32_t M,
                      uint32_t N, uint32_t K, float *y, uint32_t ldy, cudaStream_t st)
@@ -174,15 +213,15 @@ static int launch_mt(const void *w, const float *ws, const void *x, const float 
         const float *xsp = xs ? xs + m0 : NULL;
         float *yp = y + (size_t)m0 * ldy;
         const uint8_t *wp = (const uint8_t *)w;
+        int rc;
         if (mv == 1)
-            gemv_kernel<WT, XT, 1><<<grid, GEMV_THREADS, 0, st>>>(wp, ws, xp, xsp, mv, N, K, yp, ldy);
+            rc = launch_one<WT, XT, 1>(grid, st, wp, ws, xp, xsp, mv, N, K, yp, ldy);
         else if (mv == 2)
-            gemv_kernel<WT, XT, 2><<<grid, GEMV_THREADS, 0, st>>>(wp, ws, xp, xsp, mv, N, K, yp, ldy);
+            rc = launch_one<WT, XT, 2>(grid, st, wp, ws, xp, xsp, mv, N, K, yp, ldy);
         else if (mv <= 4)
-            gemv_kernel<WT, XT, 4><<<grid, GEMV_THREADS, 0, st>>>(wp, ws, xp, xsp, mv, N, K, yp, ldy);
+            rc = launch_one<WT, XT, 4>(grid, st, wp, ws, xp, xsp, mv, N, K, yp, ldy);
         else
-            gemv_kernel<WT, XT, 8><<<grid, GEMV_THREADS, 0, st>>>(wp, ws, xp, xsp, mv, N, K, yp, ldy);
-        int rc = l8k_launch_status();
+            rc = launch_one<WT, XT, 8>(grid, st, wp, ws, xp, xsp, mv, N, K, yp, ldy);
         if (rc)
             return rc;
     }

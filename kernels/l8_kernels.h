@@ -12,6 +12,7 @@
  * pointers. Token rows are independent: row t of an output depends only on
  * row t of its inputs (what lets the engine pad CUDA-graph batches). */
 #pragma once
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cuda_runtime_api.h>
@@ -195,6 +196,12 @@ int l8k_philox_uniform(uint64_t seed, uint64_t index0, uint32_t n, float *out, c
 
 /* Multiprocessor count of the current device (cached per process). */
 int l8k_sm_count(void);
+
+/* Whether the decode GEMV is launched with programmatic dependent launch
+ * (it streams its first weights while the kernel before it finishes): a
+ * device of compute capability 9 or more, and L8_PDL not "0" (cached per
+ * process; L8_PDL=0 is the baseline for the benchmark). */
+bool l8k_pdl_enabled(void);
 
 #ifdef __cplusplus
 }

@@ -3,7 +3,9 @@
  *
  * One block per token row. Values are recomputed between passes rather
  * than kept in shared memory: rows are up to 28672 wide and the second read
- * hits L1/L2; recomputation is bitwise identical (same operations). */
+ * hits L1/L2; recomputation is bitwise identical (same operations). Each
+ * kernel lets the next one start early (l8k_pdl_allow): in decode that is
+ * the GEMV, which streams weights until it must wait for these rows. */
 #include "common.cuh"
 
 #define QUANT_THREADS 256
@@ -45,6 +47,7 @@ static __global__ void quantize_rows_kernel(const float *__restrict__ x, uint32_
                                             uint8_t *__restrict__ q, float *__restrict__ scale)
 {
     __shared__ float red[32];
+    l8k_pdl_allow();   /* the product after this (a PDL GEMV) may start its weight loads */
     const float *xr = x + (size_t)blockIdx.x * K;
     store_row([&](uint32_t i) { return xr[i]; }, K, L8K_FP8, q + (size_t)blockIdx.x * K,
               scale + blockIdx.x, red);
@@ -57,6 +60,7 @@ static __global__ void rmsnorm_kernel(float *__restrict__ x, const float *__rest
 {
     __shared__ float red[32];
     __shared__ double redd[32];
+    l8k_pdl_allow();
     uint32_t j = blockIdx.x;
     size_t r = rows ? (size_t)rows[j] : j;
     float *xr = x + r * H;
@@ -84,6 +88,7 @@ static __global__ void silu_mul_kernel(const float *__restrict__ gu, uint32_t I,
                                        float *__restrict__ out_scale)
 {
     __shared__ float red[32];
+    l8k_pdl_allow();
     const float *g = gu + (size_t)blockIdx.x * 2 * I;
     const float *u = g + I;
     store_row([&](uint32_t i) {

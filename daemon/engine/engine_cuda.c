@@ -661,12 +661,13 @@ static int cuda_create(const struct l8_model *m, const struct l8_engine_opts *o,
         fprintf(stderr,
                 "llama8 cuda: weights %.2f GiB uploaded in %.2f s (%.1f GB/s); activations "
                 "%.1f MiB; KV pool %u pages of %u (%.1f MiB, %s); fp8 GEMM path %d; "
-                "decode graphs %s; %.1f GiB free of %.1f\n",
+                "decode graphs %s; GEMV with PDL %s; %.1f GiB free of %.1f\n",
                 (double)wbytes / 1073741824.0, up_s, up_s > 0 ? (double)up.bytes / up_s / 1e9 : 0,
                 (double)(abytes - (size_t)e->n_pages * page_bytes) / 1048576.0, e->n_pages,
                 e->ps, (double)e->n_pages * page_bytes / 1048576.0,
                 e->kv_dt == L8K_F32 ? "f32" : "bf16", (int)l8k_blas_fp8_path(e->blas),
-                e->use_graphs ? "on" : "off (L8_CUDA_GRAPHS=0)", (double)free_b / 1073741824.0, (double)total_b / 1073741824.0);
+                e->use_graphs ? "on" : "off (L8_CUDA_GRAPHS=0)", l8k_pdl_enabled() ? "on" : "off",
+                (double)free_b / 1073741824.0, (double)total_b / 1073741824.0);
     }
     free(up.jobs);
     *impl = e;

@@ -7,7 +7,8 @@
 #              (TTFT = prefill step incl. the first token, decode tok/s, load
 #              time; peak GPU memory sampled by nvidia-smi every 50 ms): run 1
 #              cold, run 2 warm (both with decode graphs), run 3 with
-#              L8_CUDA_GRAPHS=0 (eager decode, for the graphs' gain)
+#              L8_CUDA_GRAPHS=0 (eager decode, for the graphs' gain), run 4
+#              with L8_PDL=0 (GEMVs without programmatic dependent launch)
 #   serving:   llama8d (cuda fp8) + llama8ctl bench: 256 requests, prompts
 #              128-512, 128 new, 64 in flight
 # Each stage has its own timeout; a failed stage becomes a row with "error".
@@ -33,14 +34,15 @@ echo "kernels rc=$?"; cat "$OUT/kernels.log"
 
 echo "== single stream"
 python3 -c 'import random; r=random.Random(0); print(",".join(["128000"]+[str(r.randrange(1000,120000)) for _ in range(511)]))' >"$OUT/prompt512.txt"
-for run in 1 2 3; do
+for run in 1 2 3 4; do
     peak_start "$OUT/mem_single$run.txt"
-    graphs=1
+    graphs=1 pdl=1
     [ $run = 3 ] && graphs=0
-    L8_CUDA_GRAPHS=$graphs timeout 180 "$BIN/llama8-run" --model "$MODEL" --backend cuda --numerics fp8 \
+    [ $run = 4 ] && pdl=0
+    L8_CUDA_GRAPHS=$graphs L8_PDL=$pdl timeout 180 "$BIN/llama8-run" --model "$MODEL" --backend cuda --numerics fp8 \
         --tokens-file "$OUT/prompt512.txt" --max-new 128 --ignore-eos --json \
         >"$OUT/single$run.json" 2>"$OUT/single$run.log"
-    echo "single run $run (graphs $graphs) rc=$? $(cat "$OUT/single$run.json")"
+    echo "single run $run (graphs $graphs, pdl $pdl) rc=$? $(cat "$OUT/single$run.json")"
     echo "$(peak_stop "$OUT/mem_single$run.txt")" >"$OUT/peak_single$run.txt"
     tail -3 "$OUT/single$run.log"
 done
@@ -99,6 +101,11 @@ rows.append({"method": "llama8 cuda fp8 eager decode (llama8-run, L8_CUDA_GRAPHS
                          "peak_vram_mib": peak("peak_single3.txt")} if s3 else {},
              "notes": "as above without CUDA graphs: the graphs' share of decode speed",
              "error": None if s3 else "llama8-run failed (see single3.log)"})
+s4 = load("single4.json")
+rows.append({"method": "llama8 cuda fp8 without PDL (llama8-run, L8_PDL=0)", "kind": "llama8",
+             "metrics": {"ttft_ms": s4.get("prefill_ms"), "decode_tok_s": s4.get("decode_tokens_per_s")} if s4 else {},
+             "notes": "as the graphs run, GEMVs launched without programmatic dependent launch: its share of decode speed",
+             "error": None if s4 else "llama8-run failed (see single4.log)"})
 v = load("serve.json")
 rows.append({"method": "llama8 cuda fp8 (llama8d + llama8ctl bench)", "kind": "llama8",
              "metrics": dict(v, peak_vram_mib=peak("peak_serve.txt")) if isinstance(v, dict) else {},

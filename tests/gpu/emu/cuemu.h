@@ -128,6 +128,23 @@ template <class... P, class... A> void operator%(void (*f)(P...), cuemu::Bound<A
     });
 }
 
+namespace cuemu {
+/* cudaLaunchKernelEx: the launch as k<<<>>>; programmatic stream
+ * serialization is the one attribute used, and in stream order (every block
+ * of the previous kernel done) it changes nothing. */
+template <class... P, class... A>
+cudaError_t launch_ex(const cudaLaunchConfig_t *c, void (*k)(P...), A &&...a)
+{
+    for (unsigned i = 0; i < c->numAttrs; i++)
+        if (c->attrs[i].id != cudaLaunchAttributeProgrammaticStreamSerialization)
+            return cudaErrorNotSupported;
+    k % cuemu::cfg(c->gridDim, c->blockDim, c->dynamicSmemBytes, c->stream)
+            .named("cudaLaunchKernelEx")(std::forward<A>(a)...);
+    return cudaSuccess;
+}
+}  // namespace cuemu
+#define cudaLaunchKernelEx cuemu::launch_ex
+
 #define threadIdx (cuemu::cur->tid)
 #define blockIdx (cuemu::block_idx)
 #define blockDim (cuemu::block_dim)
