@@ -105,7 +105,7 @@ static __global__ __launch_bounds__(D) void attn_kernel(
             size_t off = (((size_t)page * nkv + h) * page_size + p % page_size) * D;
             off_s[t] = off;
             const uint4 *kr = (const uint4 *)(kb + off);
-#pragma unroll 4
+#pragma unroll 8
             for (int d0 = 0; d0 < D; d0 += VEC) {
                 float k[VEC];
                 kv_decode16<KV>(kr[d0 / VEC], k);
@@ -149,13 +149,15 @@ static __global__ __launch_bounds__(D) void attn_kernel(
         }
         __syncthreads();
 
-        /* Phase 3: thread t accumulates dimension t of V. */
+        /* Phase 3: thread t accumulates dimension t of V. The loads do not
+         * depend on each other: unrolled 16 deep so that many are in flight
+         * (at batch 1 this loop is a chain of memory latencies). */
         uint32_t n = min((uint32_t)CH, end - c0);
 #pragma unroll
         for (int g = 0; g < ATTN_MAX_G; g++)
             if ((uint32_t)g < G)
                 acc[g] *= alpha_s[g];
-#pragma unroll 4
+#pragma unroll 16
         for (uint32_t j = 0; j < n; j++) {
             float v = kv_load1<KV>(vb + off_s[j] + t);
 #pragma unroll
