@@ -108,9 +108,9 @@ int l8k_gemm_bf16(struct l8k_blas *b, const uint16_t *w, const uint16_t *x, uint
 
 /* RoPE (rotate_half convention) and KV append, for T tokens.
  * qkv [T, ldq] f32: q heads at cols [0, nh*D), k at [nh*D, (nh+nkv)*D),
- * v at [(nh+nkv)*D, (nh+2nkv)*D). q and k are rotated in place by angle
- * pos[t] * inv_freq[i] (angle and its sine/cosine in f64); then k and v of
- * token t go to the pool at slot_map[t] = page * page_size + slot
+ * v at [(nh+nkv)*D, (nh+2nkv)*D); D even, <= 512. q and k are rotated in
+ * place by angle pos[t] * inv_freq[i] (angle and its sine/cosine in f64);
+ * then k and v of token t go to the pool at slot_map[t] = page * page_size + slot
  * (slot_map[t] < 0: not stored, a padding row).
  * k_base: this layer's K pool [n_pages][nkv][page_size][D] of kv_dt (F32 or
  * BF16); v_base: the same for V. */

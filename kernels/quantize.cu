@@ -8,7 +8,10 @@
  * the GEMV, which streams weights until it must wait for these rows. */
 #include "common.cuh"
 
-#define QUANT_THREADS 256
+/* A decode row is one block on one SM, and each pass over it is a chain of
+ * memory latencies, one per load a thread makes: 1024 threads make a
+ * 4096-wide pass one load deep (256 made it four). */
+#define QUANT_THREADS 1024
 
 /* Store the row's values (produced by f(i)) in out_dt. For FP8, amax is
  * found first, then the values are recomputed and quantized. */
@@ -43,7 +46,7 @@ static __device__ __forceinline__ size_t row_bytes(enum l8k_dtype dt, uint32_t n
     return dt == L8K_F32 ? 4u * n : dt == L8K_BF16 ? 2u * n : n;
 }
 
-static __global__ void quantize_rows_kernel(const float *__restrict__ x, uint32_t K,
+static __global__ __launch_bounds__(QUANT_THREADS) void quantize_rows_kernel(const float *__restrict__ x, uint32_t K,
                                             uint8_t *__restrict__ q, float *__restrict__ scale)
 {
     __shared__ float red[32];
@@ -53,7 +56,7 @@ static __global__ void quantize_rows_kernel(const float *__restrict__ x, uint32_
               scale + blockIdx.x, red);
 }
 
-static __global__ void rmsnorm_kernel(float *__restrict__ x, const float *__restrict__ add,
+static __global__ __launch_bounds__(QUANT_THREADS) void rmsnorm_kernel(float *__restrict__ x, const float *__restrict__ add,
                                       const float *__restrict__ w, float eps, uint32_t H,
                                       const int32_t *__restrict__ rows, enum l8k_dtype out_dt,
                                       void *__restrict__ out, float *__restrict__ out_scale)
@@ -83,7 +86,7 @@ static __global__ void rmsnorm_kernel(float *__restrict__ x, const float *__rest
               (char *)out + row_bytes(out_dt, H) * j, out_scale + j, red);
 }
 
-static __global__ void silu_mul_kernel(const float *__restrict__ gu, uint32_t I,
+static __global__ __launch_bounds__(QUANT_THREADS) void silu_mul_kernel(const float *__restrict__ gu, uint32_t I,
                                        enum l8k_dtype out_dt, void *__restrict__ out,
                                        float *__restrict__ out_scale)
 {
