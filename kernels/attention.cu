@@ -193,15 +193,12 @@ static __global__ __launch_bounds__(D) void attn_kernel(
     }
 }
 
-/* Grid (nh, R), block D: combine the splits of one (row, head). */
-template <int D>
-static __global__ void attn_combine_kernel(const float *__restrict__ work, uint32_t nsplit,
-                                           const int32_t *__restrict__ rows, uint32_t nh,
-                                           float *__restrict__ out, uint32_t ldo)
+/* The combined output, dimension t, of nsplit partials at w (each: acc[D],
+ * max, sum; a split that saw no position has sum 0). Maxima in natural
+ * units (row kernel) or log2 units (tile kernel). */
+template <int D, bool LOG2>
+__device__ __forceinline__ float combine_splits(const float *w, uint32_t nsplit, uint32_t t)
 {
-    const uint32_t hq = blockIdx.x, t = threadIdx.x;
-    const uint32_t r = rows ? (uint32_t)rows[blockIdx.y] : blockIdx.y;
-    const float *w = work + ((size_t)blockIdx.y * nh + hq) * nsplit * (D + 2);
     float M = -INFINITY;
     for (uint32_t s = 0; s < nsplit; s++)
         M = fmaxf(M, w[s * (D + 2) + D]);
@@ -212,12 +209,24 @@ static __global__ void attn_combine_kernel(const float *__restrict__ work, uint3
             float l = ws[D + 1];
             if (l <= 0.0f)
                 continue;
-            float a = expf(ws[D] - M);
+            float a = LOG2 ? exp2f(ws[D] - M) : expf(ws[D] - M);
             num = fmaf(a, ws[t], num);
             den = fmaf(a, l, den);
         }
     }
-    out[(size_t)r * ldo + (size_t)hq * D + t] = den > 0.0f ? num / den : 0.0f;
+    return den > 0.0f ? num / den : 0.0f;
+}
+
+/* Grid (nh, R), block D: combine the splits of one (row, head). */
+template <int D>
+static __global__ void attn_combine_kernel(const float *__restrict__ work, uint32_t nsplit,
+                                           const int32_t *__restrict__ rows, uint32_t nh,
+                                           float *__restrict__ out, uint32_t ldo)
+{
+    const uint32_t hq = blockIdx.x, t = threadIdx.x;
+    const uint32_t r = rows ? (uint32_t)rows[blockIdx.y] : blockIdx.y;
+    const float *w = work + ((size_t)blockIdx.y * nh + hq) * nsplit * (D + 2);
+    out[(size_t)r * ldo + (size_t)hq * D + t] = combine_splits<D, false>(w, nsplit, t);
 }
 
 /* ---- prefill: tiles of a chunk's tokens on the tensor cores -------------
@@ -425,23 +434,8 @@ static __global__ void attn_tile_combine_kernel(const float *__restrict__ work, 
     if (m / G >= min((uint32_t)max(td[1], 0), TILE_M / G))
         return;   /* no token: the tile kernel wrote nothing for this row */
     const float *w = work + (((size_t)tile * gridDim.y + h) * TILE_M + m) * nsplit * (D + 2);
-    float M = -INFINITY;
-    for (uint32_t s = 0; s < nsplit; s++)
-        M = fmaxf(M, w[s * (D + 2) + D]);
-    float num = 0.0f, den = 0.0f;
-    if (M > -INFINITY) {
-        for (uint32_t s = 0; s < nsplit; s++) {
-            const float *ws = w + s * (D + 2);
-            float l = ws[D + 1];
-            if (l <= 0.0f)
-                continue;
-            float a = exp2f(ws[D] - M);
-            num = fmaf(a, ws[t], num);
-            den = fmaf(a, l, den);
-        }
-    }
     out[(size_t)((uint32_t)td[0] + m / G) * ldo + (size_t)(h * G + m % G) * D + t] =
-        den > 0.0f ? num / den : 0.0f;
+        combine_splits<D, true>(w, nsplit, t);
 }
 
 /* ---- launches ------------------------------------------------------------ */

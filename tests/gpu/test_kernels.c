@@ -440,6 +440,20 @@ static void test_rope_kv(enum l8k_dtype kv_dt)
     cudaFree(dq); cudaFree(di); cudaFree(dp); cudaFree(ds); cudaFree(dk); cudaFree(dv);
 }
 
+/* 0 .. n-1 in a random order (malloc'd): page tables that are not in order. */
+static uint32_t *shuffled(uint32_t n)
+{
+    uint32_t *perm = malloc(n * 4);
+    for (uint32_t i = 0; i < n; i++)
+        perm[i] = i;
+    for (uint32_t i = n - 1; i > 0; i--) {
+        uint32_t j = rnd_u32() % (i + 1), tmp = perm[i];
+        perm[i] = perm[j];
+        perm[j] = tmp;
+    }
+    return perm;
+}
+
 /* subset: only the odd rows, through a rows list in reverse order; the
  * even rows must stay as poisoned. */
 static void test_attention(enum l8k_dtype kv_dt, uint32_t D, uint32_t nh, uint32_t nkv,
@@ -462,14 +476,7 @@ static void test_attention(enum l8k_dtype kv_dt, uint32_t D, uint32_t nh, uint32
     }
     /* Each row its own sequence with a shuffled page table. */
     int32_t *pt = malloc((size_t)S * pps * 4), *rs = malloc(R * 4), *kl = malloc(R * 4);
-    uint32_t *perm = malloc(n_pages * 4);
-    for (uint32_t i = 0; i < n_pages; i++)
-        perm[i] = i;
-    for (uint32_t i = n_pages - 1; i > 0; i--) {
-        uint32_t j = rnd_u32() % (i + 1), tmp = perm[i];
-        perm[i] = perm[j];
-        perm[j] = tmp;
-    }
+    uint32_t *perm = shuffled(n_pages);
     for (uint32_t i = 0; i < S * pps; i++)
         pt[i] = (int32_t)perm[i];
     for (uint32_t r = 0; r < R; r++) {
@@ -577,14 +584,7 @@ static void test_attention_prefill(uint32_t D, uint32_t nh, uint32_t nkv, const 
         k[i] = l8_f32_to_bf16(rnd_n(1.0f));
         v[i] = l8_f32_to_bf16(rnd_n(1.0f));
     }
-    uint32_t *perm = malloc(n_pages * 4);
-    for (uint32_t i = 0; i < n_pages; i++)
-        perm[i] = i;
-    for (uint32_t i = n_pages - 1; i > 0; i--) {
-        uint32_t j = rnd_u32() % (i + 1), tmp = perm[i];
-        perm[i] = perm[j];
-        perm[j] = tmp;
-    }
+    uint32_t *perm = shuffled(n_pages);
     int32_t *pt = malloc((size_t)S * pps * 4), *rs = malloc(R * 4), *kl = malloc(R * 4);
     int32_t *tiles = malloc((size_t)n_tiles * 16), *drows = malloc(n_ch * 4);
     uint32_t *qpos = malloc(R * 4);
