@@ -1,8 +1,10 @@
 #!/bin/bash
 # bench_gpu.sh BIN_DIR MODEL_DIR OUT_DIR - the GPU benchmarks of issue 5.
 #
-#   kernels:   bench_gpu_kernels (copy ceiling, decode projections' fraction
-#              of copy bandwidth, GEMV/cuBLASLt crossover, prefill FP8 GEMM)
+#   kernels:   bench_gpu_kernels (copy and FP8 GEMM ceilings, decode
+#              projections' fraction of copy bandwidth, GEMV/cuBLASLt
+#              crossover, prefill FP8 products' fraction of the FP8 ceiling,
+#              attention)
 #   single:    llama8-run, cuda fp8, 512-token prompt, 128 new, batch 1
 #              (TTFT = prefill step incl. the first token, decode tok/s, load
 #              time; peak GPU memory sampled by nvidia-smi every 50 ms): run 1
@@ -82,8 +84,8 @@ def peak(p):
 rows = []
 k = load("kernels.json")
 rows.append({"method": "llama8 kernels (bench_gpu_kernels)", "kind": "llama8",
-             "metrics": {x: k.get(x) for x in ("copy_gbs", "decode_projection_us", "decode_bw_frac", "crossover_m", "fp8_gemm_path")} if k else {},
-             "notes": "decode_bw_frac: bytes of one token's projections / their time / measured D2D copy rate",
+             "metrics": {x: k.get(x) for x in ("copy_gbs", "decode_projection_us", "decode_bw_frac", "crossover_m", "fp8_gemm_path", "fp8_gemm_tflops", "prefill_products_us", "prefill_tc_frac")} if k else {},
+             "notes": "decode_bw_frac: bytes of one token's projections / their time / measured D2D copy rate; prefill_tc_frac: FLOP/s of one layer's 512-token FP8 products / the same cuBLASLt path's FLOP/s on 8192^3",
              "error": None if k else "bench_gpu_kernels failed (see kernels.log)"})
 s = load("single2.json") or load("single1.json")
 s1 = load("single1.json")

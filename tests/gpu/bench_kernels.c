@@ -341,17 +341,39 @@ int main(int argc, char **argv)
     fprintf(stderr, "GEMV faster up to M = %u (engine default 8; L8_GEMV_MAX_M overrides)\n", cross);
     json_object_object_add(out, "crossover_m", json_object_new_int(cross));
 
-    /* Prefill products, 512 tokens. */
+    /* Ceiling 2: FP8 tensor throughput, our cuBLASLt FP8 path on a shape
+     * that fills the GPU (8192^3). */
+    double fp8_tflops = 0;
+    {
+        struct prod_ctx c;
+        prod_init(&c, 8192, 8192, 8192, L8K_FP8, L8K_FP8, b);
+        c.use_blas = 1;
+        float us = time_us(do_prod, &c);
+        fp8_tflops = us > 0 ? 2.0 * 8192 * 8192 * 8192 / (us * 1e-6) / 1e12 : 0;
+        fprintf(stderr, "FP8 GEMM 8192^3: %.1f us, %.0f TFLOP/s\n", us, fp8_tflops);
+        json_object_object_add(out, "fp8_gemm_tflops", json_object_new_double(fp8_tflops));
+        prod_free(&c);
+    }
+
+    /* Prefill products, 512 tokens, and their fraction of that ceiling. */
+    double pre_us = 0, pre_flops = 0;
     for (int i = 0; i < 4; i++) {
         struct prod_ctx c;
         prod_init(&c, 512, P[i].N, P[i].K, L8K_FP8, L8K_FP8, b);
         c.use_blas = 1;
         float us = time_us(do_prod, &c);
+        double fl = 2.0 * 512 * P[i].N * P[i].K;
         json_object_array_add(rows, row(P[i].name, 512, P[i].N, P[i].K, us,
-                                        (double)P[i].N * P[i].K + 512.0 * P[i].K, copy_gbs,
-                                        2.0 * 512 * P[i].N * P[i].K));
+                                        (double)P[i].N * P[i].K + 512.0 * P[i].K, copy_gbs, fl));
+        pre_us += us;
+        pre_flops += fl;
         prod_free(&c);
     }
+    double tc_frac = pre_us > 0 && fp8_tflops > 0 ? pre_flops / (pre_us * 1e-6) / 1e12 / fp8_tflops : 0;
+    fprintf(stderr, "prefill products (512 tokens, one layer): %.1f us, %.2f of the FP8 ceiling; "
+                    "x 32 layers = %.2f ms\n", pre_us, tc_frac, 32 * pre_us / 1000.0);
+    json_object_object_add(out, "prefill_products_us", json_object_new_double(pre_us));
+    json_object_object_add(out, "prefill_tc_frac", json_object_new_double(tc_frac));
 attention:
     /* Attention: the prefill of the single-stream benchmark (512 causal rows,
      * one layer) on the tile kernel and, as its baseline, the row kernel; a
