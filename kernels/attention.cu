@@ -70,6 +70,8 @@ static __global__ __launch_bounds__(D) void attn_kernel(
     __shared__ size_t off_s[CH];
     __shared__ float m_s[ATTN_MAX_G], l_s[ATTN_MAX_G], alpha_s[ATTN_MAX_G];
 
+    l8k_pdl_wait();
+    l8k_pdl_allow();
     const uint32_t h = blockIdx.x, r = rows ? (uint32_t)rows[blockIdx.y] : blockIdx.y;
     const uint32_t split = blockIdx.z, nsplit = gridDim.z;
     const uint32_t G = nh / nkv, t = threadIdx.x;
@@ -223,6 +225,8 @@ static __global__ void attn_combine_kernel(const float *__restrict__ work, uint3
                                            const int32_t *__restrict__ rows, uint32_t nh,
                                            float *__restrict__ out, uint32_t ldo)
 {
+    l8k_pdl_wait();
+    l8k_pdl_allow();
     const uint32_t hq = blockIdx.x, t = threadIdx.x;
     const uint32_t r = rows ? (uint32_t)rows[blockIdx.y] : blockIdx.y;
     const float *w = work + ((size_t)blockIdx.y * nh + hq) * nsplit * (D + 2);
@@ -491,16 +495,14 @@ static int launch_rows(const float *q, uint32_t ldq, const void *k_base, const v
     if (nsplit > 1 && !work)
         return -EINVAL;
     uint32_t span = split_span(max_kv_len, nsplit, D);
-    dim3 grid(nkv, R, nsplit);
-    attn_kernel<KV, D><<<grid, D, 0, st>>>(q, ldq, (const KV *)k_base, (const KV *)v_base,
-                                           page_size, page_table, pt_stride, row_seq, kv_len,
-                                           rows, nh, nkv, scale, max_kv_len, span, work, out,
-                                           ldo);
-    int rc = l8k_launch_status();
+    int rc = l8k_launch("attn_kernel", attn_kernel<KV, D>, dim3(nkv, R, nsplit), dim3(D), st, q,
+                        ldq, (const KV *)k_base, (const KV *)v_base, page_size, page_table,
+                        pt_stride, row_seq, kv_len, rows, nh, nkv, scale, max_kv_len, span, work,
+                        out, ldo);
     if (rc || nsplit == 1)
         return rc;
-    attn_combine_kernel<D><<<dim3(nh, R), D, 0, st>>>(work, nsplit, rows, nh, out, ldo);
-    return l8k_launch_status();
+    return l8k_launch("attn_combine_kernel", attn_combine_kernel<D>, dim3(nh, R), dim3(D), st,
+                      (const float *)work, nsplit, rows, nh, out, ldo);
 }
 
 extern "C" int l8k_attention(const float *q, uint32_t ldq, const void *k_base, const void *v_base,

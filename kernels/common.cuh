@@ -87,9 +87,7 @@ __device__ __forceinline__ float l8k_block_max(float v, float *red)
 __device__ __forceinline__ float2 l8k_fp8x2_to_float2(uint16_t two)
 {
     __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)two, __NV_E4M3);
-    __half2 hh;
-    memcpy(&hh, &h, sizeof hh);
-    return __half22float2(hh);
+    return __half22float2(__half2(h));
 }
 
 __device__ __forceinline__ float l8k_fp8_to_float(uint8_t c)
@@ -155,7 +153,9 @@ __device__ __forceinline__ void l8k_mma_bf16_16816(float (&d)[4], const uint32_t
  * attribute, and under the emulation (blocks there run in stream order). */
 __device__ __forceinline__ void l8k_pdl_wait(void)
 {
-#if !defined(CUEMU) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if defined(CUEMU)
+    cuemu::pdl_wait();
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
@@ -165,6 +165,33 @@ __device__ __forceinline__ void l8k_pdl_allow(void)
 #if !defined(CUEMU) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" :::);
 #endif
+}
+
+/* k over grid x block on st, with programmatic stream serialization when
+ * l8k_pdl_enabled(): every thread of k must call l8k_pdl_wait() before it
+ * reads what an earlier kernel wrote or writes anything (the emulation
+ * checks that each thread calls it). name: k's, for the emulation's
+ * messages. 0, or -EIO for a launch the runtime refused. */
+template <class... P, class... A>
+static int l8k_launch(const char *name, void (*k)(P...), dim3 grid, dim3 block, cudaStream_t st,
+                      A... args)
+{
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    /* grid, block, dynamic shared memory, stream, attributes */
+    const cudaLaunchConfig_t cfg = { grid, block, 0, st, attr, l8k_pdl_enabled() ? 1u : 0u };
+#if defined(CUEMU)
+    cudaError_t e = cuemu::launch_named(name, &cfg, k, args...);
+#else
+    (void)name;
+    cudaError_t e = cudaLaunchKernelEx(&cfg, k, args...);
+#endif
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return -EIO;
+    }
+    return l8k_launch_status();
 }
 
 /* The per-token scale of l8_quantize_act_row(), IEEE division. */

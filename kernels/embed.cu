@@ -7,6 +7,8 @@ static __global__ void embed_kernel(const void *__restrict__ table, enum l8k_dty
                                     uint32_t vocab, uint32_t H, const int32_t *__restrict__ ids,
                                     float *__restrict__ out)
 {
+    l8k_pdl_wait();
+    l8k_pdl_allow();
     int32_t id = ids[blockIdx.x];
     float *o = out + (size_t)blockIdx.x * H;
     if (id < 0 || (uint32_t)id >= vocab) {
@@ -32,6 +34,6 @@ extern "C" int l8k_embed(const void *table, enum l8k_dtype table_dt, uint32_t vo
         return -EINVAL;
     if (T == 0)
         return 0;
-    embed_kernel<<<T, EMBED_THREADS, 0, st>>>(table, table_dt, vocab, H, ids, out);
-    return l8k_launch_status();
+    return l8k_launch("embed_kernel", embed_kernel, dim3(T), dim3(EMBED_THREADS), st, table,
+                      table_dt, vocab, H, ids, out);
 }

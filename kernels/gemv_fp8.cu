@@ -13,9 +13,9 @@
  *     every warp of the block and by every block).  Compute per weight byte
  *     grows with MT; past MT ~ 4-8 the cuBLASLt path wins (measured by
  *     tests/gpu/bench_kernels).
- * v1.2: programmatic dependent launch on sm_90: the first group of weight
- *     loads is issued before waiting for the kernel before (the RMSNorm,
- *     quantize or SiLU that writes x, which lets it start early). */
+ * v1.2: programmatic dependent launch on sm_90 (l8k_launch): the first
+ *     group of weight loads is issued before waiting for the kernel before
+ *     (the RMSNorm, quantize or SiLU that writes x). */
 #include "common.cuh"
 
 #define GEMV_THREADS 256
@@ -87,8 +87,6 @@ static __global__ __launch_bounds__(GEMV_THREADS) void gemv_kernel(
     constexpr uint32_t STEP = 32 * EPL;    /* weights per warp per step */
     const uint32_t lane = threadIdx.x & 31;
     const uint32_t row0 = (blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5)) * GEMV_ROWS;
-    if (row0 >= N)
-        return;
 
     float acc[MT][GEMV_ROWS];
 #pragma unroll
@@ -119,8 +117,11 @@ static __global__ __launch_bounds__(GEMV_THREADS) void gemv_kernel(
     /* The first group of weights does not depend on the kernel before this
      * one: with PDL it is in flight while that kernel finishes. X, xs and Y
      * do depend on it. */
-    load_group(k0);
+    if (row0 < N)
+        load_group(k0);
     l8k_pdl_wait();
+    if (row0 >= N)
+        return;
     while (k0 < K) {
 #pragma unroll
         for (int u = 0; u < GEMV_UNROLL; u++) {
@@ -148,6 +149,7 @@ static __global__ __launch_bounds__(GEMV_THREADS) void gemv_kernel(
         if (k0 < K)
             load_group(k0);
     }
+    l8k_pdl_allow();   /* every load issued: the next kernel may be scheduled */
 
 #pragma unroll
     for (int m = 0; m < MT; m++)
@@ -175,31 +177,6 @@ static __global__ __launch_bounds__(GEMV_THREADS) void gemv_kernel(
     }
 }
 
-/* With l8k_pdl_enabled(), through cudaLaunchKernelEx with programmatic
- * stream serialization: the kernel's blocks may start (and stream their
- * first weights) while the kernel before it in the stream finishes. */
-template <int WT, int XT, int MT>
-static int launch_one(dim3 grid, cudaStream_t st, const uint8_t *w, const float *ws,
-                      const uint8_t *x, const float *xs, uint32_t mv, uint32_t N, uint32_t K,
-                      float *y, uint32_t ldy)
-{
-    if (l8k_pdl_enabled()) {
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[0].val.programmaticStreamSerializationAllowed = 1;
-        /* grid, block, dynamic shared memory, stream, attributes */
-        cudaLaunchConfig_t cfg = { grid, dim3(GEMV_THREADS), 0, st, attr, 1 };
-        if (cudaLaunchKernelEx(&cfg, gemv_kernel<WT, XT, MT>, w, ws, x, xs, mv, N, K, y, ldy) !=
-            cudaSuccess) {
-            cudaGetLastError();
-            return -EIO;
-        }
-    } else {
-        gemv_kernel<WT, XT, MT><<<grid, GEMV_THREADS, 0, st>>>(w, ws, x, xs, mv, N, K, y, ldy);
-    }
-    return l8k_launch_status();
-}
-
 template <int WT, int XT>
 static int launch_mt(const void *w, const float *ws, const void *x, const float *xs, uint32_t M,
                      uint32_t N, uint32_t K, float *y, uint32_t ldy, cudaStream_t st)
@@ -213,15 +190,13 @@ static int launch_mt(const void *w, const float *ws, const void *x, const float 
         const float *xsp = xs ? xs + m0 : NULL;
         float *yp = y + (size_t)m0 * ldy;
         const uint8_t *wp = (const uint8_t *)w;
-        int rc;
-        if (mv == 1)
-            rc = launch_one<WT, XT, 1>(grid, st, wp, ws, xp, xsp, mv, N, K, yp, ldy);
-        else if (mv == 2)
-            rc = launch_one<WT, XT, 2>(grid, st, wp, ws, xp, xsp, mv, N, K, yp, ldy);
-        else if (mv <= 4)
-            rc = launch_one<WT, XT, 4>(grid, st, wp, ws, xp, xsp, mv, N, K, yp, ldy);
-        else
-            rc = launch_one<WT, XT, 8>(grid, st, wp, ws, xp, xsp, mv, N, K, yp, ldy);
+        void (*k)(const uint8_t *, const float *, const uint8_t *, const float *, uint32_t,
+                  uint32_t, uint32_t, float *, uint32_t) =
+            mv == 1 ? gemv_kernel<WT, XT, 1> : mv == 2 ? gemv_kernel<WT, XT, 2>
+                                             : mv <= 4 ? gemv_kernel<WT, XT, 4>
+                                                       : gemv_kernel<WT, XT, 8>;
+        int rc = l8k_launch("gemv_kernel", k, grid, dim3(GEMV_THREADS), st, wp, ws, xp, xsp, mv,
+                            N, K, yp, ldy);
         if (rc)
             return rc;
     }

@@ -197,10 +197,11 @@ int l8k_philox_uniform(uint64_t seed, uint64_t index0, uint32_t n, float *out, c
 /* Multiprocessor count of the current device (cached per process). */
 int l8k_sm_count(void);
 
-/* Whether the decode GEMV is launched with programmatic dependent launch
- * (it streams its first weights while the kernel before it finishes): a
- * device of compute capability 9 or more, and L8_PDL not "0" (cached per
- * process; L8_PDL=0 is the baseline for the benchmark). */
+/* Whether the kernels of a decode step are launched with programmatic
+ * dependent launch (each is scheduled while the one before runs; the GEMV
+ * streams its first weights before it waits): a device of compute
+ * capability 9 or more, and L8_PDL not "0" (cached per process; L8_PDL=0
+ * is the benchmark's baseline). */
 bool l8k_pdl_enabled(void);
 
 #ifdef __cplusplus

@@ -4,8 +4,9 @@
  * One block per token row. Values are recomputed between passes rather
  * than kept in shared memory: rows are up to 28672 wide and the second read
  * hits L1/L2; recomputation is bitwise identical (same operations). Each
- * kernel lets the next one start early (l8k_pdl_allow): in decode that is
- * the GEMV, which streams weights until it must wait for these rows. */
+ * kernel, once its inputs are ready, lets the next one start (PDL): in
+ * decode that is the GEMV, which streams weights until it must wait for
+ * these rows. */
 #include "common.cuh"
 
 /* A decode row is one block on one SM, and each pass over it is a chain of
@@ -50,7 +51,8 @@ static __global__ __launch_bounds__(QUANT_THREADS) void quantize_rows_kernel(con
                                             uint8_t *__restrict__ q, float *__restrict__ scale)
 {
     __shared__ float red[32];
-    l8k_pdl_allow();   /* the product after this (a PDL GEMV) may start its weight loads */
+    l8k_pdl_wait();
+    l8k_pdl_allow();
     const float *xr = x + (size_t)blockIdx.x * K;
     store_row([&](uint32_t i) { return xr[i]; }, K, L8K_FP8, q + (size_t)blockIdx.x * K,
               scale + blockIdx.x, red);
@@ -63,6 +65,7 @@ static __global__ __launch_bounds__(QUANT_THREADS) void rmsnorm_kernel(float *__
 {
     __shared__ float red[32];
     __shared__ double redd[32];
+    l8k_pdl_wait();
     l8k_pdl_allow();
     uint32_t j = blockIdx.x;
     size_t r = rows ? (size_t)rows[j] : j;
@@ -91,6 +94,7 @@ static __global__ __launch_bounds__(QUANT_THREADS) void silu_mul_kernel(const fl
                                        float *__restrict__ out_scale)
 {
     __shared__ float red[32];
+    l8k_pdl_wait();
     l8k_pdl_allow();
     const float *g = gu + (size_t)blockIdx.x * 2 * I;
     const float *u = g + I;
@@ -109,8 +113,8 @@ extern "C" int l8k_quantize_rows(const float *x, uint32_t T, uint32_t K, uint8_t
         return -EINVAL;
     if (T == 0)
         return 0;
-    quantize_rows_kernel<<<T, QUANT_THREADS, 0, st>>>(x, K, q, scale);
-    return l8k_launch_status();
+    return l8k_launch("quantize_rows_kernel", quantize_rows_kernel, dim3(T), dim3(QUANT_THREADS),
+                      st, x, K, q, scale);
 }
 
 extern "C" int l8k_rmsnorm(float *x, const float *add, const float *w, float eps, uint32_t H,
@@ -122,9 +126,8 @@ extern "C" int l8k_rmsnorm(float *x, const float *add, const float *w, float eps
         return -EINVAL;
     if (n_out == 0)
         return 0;
-    rmsnorm_kernel<<<n_out, QUANT_THREADS, 0, st>>>(x, add, w, eps, H, rows, out_dt, out,
-                                                    out_scale);
-    return l8k_launch_status();
+    return l8k_launch("rmsnorm_kernel", rmsnorm_kernel, dim3(n_out), dim3(QUANT_THREADS), st, x,
+                      add, w, eps, H, rows, out_dt, out, out_scale);
 }
 
 extern "C" int l8k_silu_mul(const float *gu, uint32_t T, uint32_t I, enum l8k_dtype out_dt,
@@ -135,6 +138,6 @@ extern "C" int l8k_silu_mul(const float *gu, uint32_t T, uint32_t I, enum l8k_dt
         return -EINVAL;
     if (T == 0)
         return 0;
-    silu_mul_kernel<<<T, QUANT_THREADS, 0, st>>>(gu, I, out_dt, out, out_scale);
-    return l8k_launch_status();
+    return l8k_launch("silu_mul_kernel", silu_mul_kernel, dim3(T), dim3(QUANT_THREADS), st, gu, I,
+                      out_dt, out, out_scale);
 }

@@ -26,6 +26,8 @@ static __global__ __launch_bounds__(ROPE_THREADS) void rope_kv_kernel(float *__r
                                       const int32_t *__restrict__ slot_map)
 {
     __shared__ float cos_s[ROPE_MAX_HALF], sin_s[ROPE_MAX_HALF];
+    l8k_pdl_wait();
+    l8k_pdl_allow();
     uint32_t t = blockIdx.x, half = D / 2;
     float *row = qkv + (size_t)t * ldq;
     double p = (double)pos[t];
@@ -74,15 +76,12 @@ extern "C" int l8k_rope_kv(float *qkv, uint32_t ldq, const int32_t *pos, const f
     if (T == 0)
         return 0;
     if (kv_dt == L8K_F32)
-        rope_kv_kernel<float><<<T, ROPE_THREADS, 0, st>>>(qkv, ldq, pos, inv_freq, nh, nkv, D,
-                                                          (float *)k_base, (float *)v_base,
-                                                          page_size, slot_map);
-    else if (kv_dt == L8K_BF16)
-        rope_kv_kernel<uint16_t><<<T, ROPE_THREADS, 0, st>>>(qkv, ldq, pos, inv_freq, nh, nkv, D,
-                                                             (uint16_t *)k_base,
-                                                             (uint16_t *)v_base, page_size,
-                                                             slot_map);
-    else
-        return -EINVAL;
-    return l8k_launch_status();
+        return l8k_launch("rope_kv_kernel", rope_kv_kernel<float>, dim3(T), dim3(ROPE_THREADS),
+                          st, qkv, ldq, pos, inv_freq, nh, nkv, D, (float *)k_base,
+                          (float *)v_base, page_size, slot_map);
+    if (kv_dt == L8K_BF16)
+        return l8k_launch("rope_kv_kernel", rope_kv_kernel<uint16_t>, dim3(T),
+                          dim3(ROPE_THREADS), st, qkv, ldq, pos, inv_freq, nh, nkv, D,
+                          (uint16_t *)k_base, (uint16_t *)v_base, page_size, slot_map);
+    return -EINVAL;
 }

@@ -661,7 +661,7 @@ static int cuda_create(const struct l8_model *m, const struct l8_engine_opts *o,
         fprintf(stderr,
                 "llama8 cuda: weights %.2f GiB uploaded in %.2f s (%.1f GB/s); activations "
                 "%.1f MiB; KV pool %u pages of %u (%.1f MiB, %s); fp8 GEMM path %d; "
-                "decode graphs %s; GEMV with PDL %s; %.1f GiB free of %.1f\n",
+                "decode graphs %s; PDL %s; %.1f GiB free of %.1f\n",
                 (double)wbytes / 1073741824.0, up_s, up_s > 0 ? (double)up.bytes / up_s / 1e9 : 0,
                 (double)(abytes - (size_t)e->n_pages * page_bytes) / 1048576.0, e->n_pages,
                 e->ps, (double)e->n_pages * page_bytes / 1048576.0,

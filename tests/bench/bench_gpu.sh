@@ -10,7 +10,7 @@
 #              time; peak GPU memory sampled by nvidia-smi every 50 ms): run 1
 #              cold, run 2 warm (both with decode graphs), run 3 with
 #              L8_CUDA_GRAPHS=0 (eager decode, for the graphs' gain), run 4
-#              with L8_PDL=0 (GEMVs without programmatic dependent launch)
+#              with L8_PDL=0 (no programmatic dependent launch)
 #   serving:   llama8d (cuda fp8) + llama8ctl bench: 256 requests, prompts
 #              128-512, 128 new, 64 in flight
 # Each stage has its own timeout; a failed stage becomes a row with "error".
@@ -106,7 +106,7 @@ rows.append({"method": "llama8 cuda fp8 eager decode (llama8-run, L8_CUDA_GRAPHS
 s4 = load("single4.json")
 rows.append({"method": "llama8 cuda fp8 without PDL (llama8-run, L8_PDL=0)", "kind": "llama8",
              "metrics": {"ttft_ms": s4.get("prefill_ms"), "decode_tok_s": s4.get("decode_tokens_per_s")} if s4 else {},
-             "notes": "as the graphs run, GEMVs launched without programmatic dependent launch: its share of decode speed",
+             "notes": "as the graphs run, kernels launched without programmatic dependent launch: its share of decode speed",
              "error": None if s4 else "llama8-run failed (see single4.log)"})
 v = load("serve.json")
 rows.append({"method": "llama8 cuda fp8 (llama8d + llama8ctl bench)", "kind": "llama8",

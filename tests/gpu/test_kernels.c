@@ -818,7 +818,7 @@ int main(int argc, char **argv)
         printf("%s (%d failures)\n", g_failures ? "FAILED" : "ok", g_failures);
         return g_failures ? 1 : 0;
     }
-    printf("GEMV launches with programmatic dependent launch: %s\n",
+    printf("decode kernels launched with programmatic dependent launch: %s\n",
            l8k_pdl_enabled() ? "yes" : "no (L8_PDL=0 or compute capability < 9)");
     struct l8k_blas *b = NULL;
     int rc = l8k_blas_create(0, &b);

@@ -81,6 +81,8 @@ static struct {
     unsigned shfl_seq[MAX_THREADS];
     uint32_t mma_slot[2][MAX_THREADS][6];   /* a[4], b[2]; alternate as the shuffles */
     unsigned mma_seq[MAX_THREADS];
+    bool pdl;                       /* this grid is a PDL launch */
+    bool pdl_waited[MAX_THREADS];
     bool progress;
 } S;
 
@@ -95,6 +97,10 @@ static Fiber *cur_fiber() { return &S.fibers[cur->linear]; }
 {
     Fiber *f = cur_fiber();
     (*S.body)();
+    if (S.pdl && !S.pdl_waited[f->th.linear])
+        die("%s: launched with programmatic dependent launch, but thread %u ended without "
+            "l8k_pdl_wait() (it must wait before it touches what the kernel before wrote)",
+            S.kernel, f->th.linear);
     f->done = true;
     S.progress = true;
     /* An exited thread no longer holds back the barriers of the others. */
@@ -214,6 +220,11 @@ void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b
     }
 }
 
+void pdl_wait()
+{
+    S.pdl_waited[cur_fiber()->th.linear] = true;
+}
+
 static cudaError_t g_last_error = cudaSuccess;
 
 bool check_launch(const Cfg &c, const char *name)
@@ -265,6 +276,7 @@ void run_grid(const Cfg &c, const char *name, const std::function<void()> &body)
     }
     S.body = &body;
     S.kernel = name;
+    S.pdl = c.pdl;
     grid_dim = c.grid;
     block_dim = c.block;
     for (unsigned bz = 0; bz < c.grid.z; bz++)
@@ -281,6 +293,7 @@ void run_grid(const Cfg &c, const char *name, const std::function<void()> &body)
                     fiber_reset(&f);
                 memset(S.shfl_seq, 0, sizeof S.shfl_seq);
                 memset(S.mma_seq, 0, sizeof S.mma_seq);
+                memset(S.pdl_waited, 0, sizeof S.pdl_waited);
                 /* Round robin until every thread has returned; a pass in which
                  * no thread moves is a deadlock (a barrier some never reach). */
                 while (S.live) {

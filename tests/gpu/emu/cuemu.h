@@ -55,6 +55,9 @@ extern dim3 block_idx, block_dim, grid_dim;
 void sync_block();
 void sync_warp();
 uint64_t shfl_xor(uint64_t v, unsigned lane_mask, unsigned width);
+/* l8k_pdl_wait(): the calling thread may now use what the kernel before
+ * wrote. A thread of a PDL launch that ends without it is reported. */
+void pdl_wait();
 /* mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 for the calling
  * lane (layouts in kernels/common.cuh); a barrier of the whole warp. */
 void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]);
@@ -64,6 +67,7 @@ struct Cfg {
     size_t smem;
     cudaStream_t stream;
     const char *name;   /* the kernel, as the launch spelled it */
+    bool pdl;           /* launched with programmatic stream serialization */
 };
 
 /* false (and cudaGetLastError says why) for a configuration the hardware refuses. */
@@ -90,6 +94,12 @@ struct CfgArgs {
         c.cfg.name = n;
         return c;
     }
+    CfgArgs pdl(bool on) const
+    {
+        CfgArgs c = *this;
+        c.cfg.pdl = on;
+        return c;
+    }
     template <class... A> Bound<std::decay_t<A>...> operator()(A &&...a) const
     {
         return { cfg, std::tuple<std::decay_t<A>...>(std::forward<A>(a)...) };
@@ -98,7 +108,7 @@ struct CfgArgs {
 
 inline CfgArgs cfg(dim3 grid, dim3 block, size_t smem = 0, cudaStream_t st = 0)
 {
-    return { { grid, block, smem, st, "kernel" } };
+    return { { grid, block, smem, st, "kernel", false } };
 }
 
 template <class Tup, size_t... I> void check_ptrs(const char *k, const Tup &t, std::index_sequence<I...>)
@@ -129,18 +139,29 @@ template <class... P, class... A> void operator%(void (*f)(P...), cuemu::Bound<A
 }
 
 namespace cuemu {
-/* cudaLaunchKernelEx: the launch as k<<<>>>; programmatic stream
- * serialization is the one attribute used, and in stream order (every block
- * of the previous kernel done) it changes nothing. */
+/* cudaLaunchKernelEx as k<<<>>> (name: the kernel, for messages).
+ * Programmatic stream serialization is the one attribute the kernels use;
+ * blocks run in stream order here, so it changes no result, but the launch
+ * is marked and each of its threads must reach l8k_pdl_wait(). */
+template <class... P, class... A>
+cudaError_t launch_named(const char *name, const cudaLaunchConfig_t *c, void (*k)(P...),
+                         A &&...a)
+{
+    bool pdl = false;
+    for (unsigned i = 0; i < c->numAttrs; i++) {
+        if (c->attrs[i].id != cudaLaunchAttributeProgrammaticStreamSerialization)
+            return cudaErrorNotSupported;
+        pdl |= c->attrs[i].val.programmaticStreamSerializationAllowed != 0;
+    }
+    k % cuemu::cfg(c->gridDim, c->blockDim, c->dynamicSmemBytes, c->stream)
+            .named(name)
+            .pdl(pdl)(std::forward<A>(a)...);
+    return cudaSuccess;
+}
 template <class... P, class... A>
 cudaError_t launch_ex(const cudaLaunchConfig_t *c, void (*k)(P...), A &&...a)
 {
-    for (unsigned i = 0; i < c->numAttrs; i++)
-        if (c->attrs[i].id != cudaLaunchAttributeProgrammaticStreamSerialization)
-            return cudaErrorNotSupported;
-    k % cuemu::cfg(c->gridDim, c->blockDim, c->dynamicSmemBytes, c->stream)
-            .named("cudaLaunchKernelEx")(std::forward<A>(a)...);
-    return cudaSuccess;
+    return launch_named("cudaLaunchKernelEx", c, k, std::forward<A>(a)...);
 }
 }  // namespace cuemu
 #define cudaLaunchKernelEx cuemu::launch_ex
