@@ -265,6 +265,8 @@ static __global__ __launch_bounds__(TILE_THREADS) void attn_tile_kernel(
     __shared__ __align__(16) uint16_t k_s[TILE_N * LDS];
     __shared__ __align__(16) uint16_t v_s[TILE_N * LDS];
 
+    l8k_pdl_wait();
+    l8k_pdl_allow();
     const uint32_t h = blockIdx.x, tile = blockIdx.y, split = blockIdx.z, nsplit = gridDim.z;
     const uint32_t G = nh / nkv, tq = TILE_M / G;
     const int32_t *td = tiles + 4 * (size_t)tile;
@@ -432,6 +434,8 @@ static __global__ void attn_tile_combine_kernel(const float *__restrict__ work, 
                                                 const int32_t *__restrict__ tiles, uint32_t nh,
                                                 float *__restrict__ out, uint32_t ldo)
 {
+    l8k_pdl_wait();
+    l8k_pdl_allow();
     const uint32_t m = blockIdx.x, h = blockIdx.y, tile = blockIdx.z, t = threadIdx.x;
     const uint32_t G = nh / gridDim.y;
     const int32_t *td = tiles + 4 * (size_t)tile;
@@ -544,15 +548,15 @@ static int launch_tiles(const float *q, uint32_t ldq, const void *k_base, const 
         return -EINVAL;
     uint32_t span = split_span(max_kv_len, nsplit, TILE_N);
     const float q_scale = scale * 1.44269504088896341f;   /* log2(e): exp2f in the kernel */
-    attn_tile_kernel<D><<<dim3(nkv, n_tiles, nsplit), TILE_THREADS, 0, st>>>(
-        q, ldq, (const uint16_t *)k_base, (const uint16_t *)v_base, page_size, page_table,
-        pt_stride, tiles, nh, nkv, q_scale, max_kv_len, span, work, out, ldo);
-    int rc = l8k_launch_status();
+    int rc = l8k_launch("attn_tile_kernel", attn_tile_kernel<D>, dim3(nkv, n_tiles, nsplit),
+                        dim3(TILE_THREADS), st, q, ldq, (const uint16_t *)k_base,
+                        (const uint16_t *)v_base, page_size, page_table, pt_stride, tiles, nh, nkv,
+                        q_scale, max_kv_len, span, work, out, ldo);
     if (rc || nsplit == 1)
         return rc;
-    attn_tile_combine_kernel<D><<<dim3(TILE_M, nkv, n_tiles), D, 0, st>>>(work, nsplit, tiles,
-                                                                           nh, out, ldo);
-    return l8k_launch_status();
+    return l8k_launch("attn_tile_combine_kernel", attn_tile_combine_kernel<D>,
+                      dim3(TILE_M, nkv, n_tiles), dim3(D), st, (const float *)work, nsplit, tiles,
+                      nh, out, ldo);
 }
 
 extern "C" int l8k_attention_prefill(const float *q, uint32_t ldq, const void *k_base,

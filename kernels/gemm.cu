@@ -52,6 +52,8 @@ struct l8k_blas {
 static __global__ void scale_epilogue_kernel(float *__restrict__ y, const float *__restrict__ xs,
                                              const float *__restrict__ ws, uint32_t M, uint32_t N)
 {
+    l8k_pdl_wait();
+    l8k_pdl_allow();
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)M * N)
         return;
@@ -62,6 +64,8 @@ static __global__ void scale_epilogue_kernel(float *__restrict__ y, const float 
 static __global__ void fp8_to_bf16_kernel(const uint8_t *__restrict__ in, uint16_t *__restrict__ out,
                                           size_t n)
 {
+    l8k_pdl_wait();
+    l8k_pdl_allow();
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n)
         out[i] = l8k_float_to_bf16(l8k_fp8_to_float(in[i])); /* exact: 3 mantissa bits */
@@ -172,8 +176,8 @@ static int epilogue(float *y, const float *xs, const float *ws, uint32_t M, uint
                     cudaStream_t st)
 {
     size_t n = (size_t)M * N;
-    scale_epilogue_kernel<<<(unsigned)((n + 255) / 256), 256, 0, st>>>(y, xs, ws, M, N);
-    return l8k_launch_status();
+    return l8k_launch("scale_epilogue_kernel", scale_epilogue_kernel,
+                      dim3((unsigned)((n + 255) / 256)), dim3(256), st, y, xs, ws, M, N);
 }
 
 /* bf16 scratch of the decode path: W [N, K], then x [M, K] from a 256-byte
@@ -221,9 +225,10 @@ static int gemm_fp8_path(struct l8k_blas *b, enum l8k_fp8_path p, const uint8_t 
             return rc;
         uint16_t *wb = b->scr, *xb = b->scr + scr_x_off(N, K);
         size_t nw = (size_t)N * K, nx = (size_t)M * K;
-        fp8_to_bf16_kernel<<<(unsigned)((nw + 255) / 256), 256, 0, st>>>(wq, wb, nw);
-        fp8_to_bf16_kernel<<<(unsigned)((nx + 255) / 256), 256, 0, st>>>(xq, xb, nx);
-        if ((rc = l8k_launch_status()))
+        if ((rc = l8k_launch("fp8_to_bf16_kernel", fp8_to_bf16_kernel,
+                             dim3((unsigned)((nw + 255) / 256)), dim3(256), st, wq, wb, nw)) ||
+            (rc = l8k_launch("fp8_to_bf16_kernel", fp8_to_bf16_kernel,
+                             dim3((unsigned)((nx + 255) / 256)), dim3(256), st, xq, xb, nx)))
             return rc;
         rc = lt_matmul(b, GK_BF16, wb, xb, NULL, NULL, M, N, K, y, st);
         return rc ? rc : epilogue(y, xs, ws, M, N, st);

@@ -169,6 +169,8 @@ static __global__ __launch_bounds__(SAMPLE_THREADS) void sample_kernel(
     float *__restrict__ logprob)
 {
     __shared__ sel_shared sh;
+    l8k_pdl_wait();
+    l8k_pdl_allow();
     const struct l8k_sample_req rq = reqs[blockIdx.x];
     const float *row = logits + (size_t)rq.logits_row * V;
     float *scr = scratch + (size_t)blockIdx.x * V;
@@ -310,8 +312,8 @@ extern "C" int l8k_sample(const float *logits, uint32_t V, const struct l8k_samp
         return -EINVAL;
     if (S == 0)
         return 0;
-    sample_kernel<<<S, SAMPLE_THREADS, 0, st>>>(logits, V, req, history, scratch, tok, logprob);
-    return l8k_launch_status();
+    return l8k_launch("sample_kernel", sample_kernel, dim3(S), dim3(SAMPLE_THREADS), st, logits, V,
+                      req, history, scratch, tok, logprob);
 }
 
 /* Philox4x32-10 (Salmon et al., SC'11): key = seed, counter = index. */
@@ -331,6 +333,8 @@ __device__ __forceinline__ void philox4x32_10(uint32_t k0, uint32_t k1, uint32_t
 
 static __global__ void philox_kernel(uint64_t seed, uint64_t index0, uint32_t n, float *out)
 {
+    l8k_pdl_wait();
+    l8k_pdl_allow();
     uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n)
         return;
@@ -347,6 +351,6 @@ extern "C" int l8k_philox_uniform(uint64_t seed, uint64_t index0, uint32_t n, fl
         return -EINVAL;
     if (n == 0)
         return 0;
-    philox_kernel<<<(n + 255) / 256, 256, 0, st>>>(seed, index0, n, out);
-    return l8k_launch_status();
+    return l8k_launch("philox_kernel", philox_kernel, dim3((n + 255) / 256), dim3(256), st, seed,
+                      index0, n, out);
 }

@@ -2,9 +2,9 @@
  *
  * Most sessions of this project have no GPU, so the kernels would go
  * unexecuted between the rare device runs. This header, force-included when
- * a kernel file is compiled as C++ by the host compiler (launches.py rewrites
- * each `k<<<cfg>>>(args)` into `k % cuemu::cfg(cfg).named("k")(args)`),
- * gives the device-side names a CPU meaning: every CUDA thread of a block
+ * a kernel file is compiled as C++ by the host compiler (its launches all go
+ * through l8k_launch, which calls cuemu::launch_named below), gives the
+ * device-side names a CPU meaning: every CUDA thread of a block
  * is a fiber, blocks run one after another, __syncthreads and warp shuffles
  * are barriers among those fibers, __shared__ variables are statics (one
  * block at a time). cuemu.cc also implements the part of the CUDA runtime
@@ -124,7 +124,7 @@ template <class Tup, size_t... I> void check_ptrs(const char *k, const Tup &t, s
 
 }  // namespace cuemu
 
-/* k<<<cfg>>>(args), rewritten as k % cuemu::cfg(cfg).named("k")(args). */
+/* A launch: k % cuemu::cfg(grid, block, smem, stream).named("k")(args). */
 template <class... P, class... A> void operator%(void (*f)(P...), cuemu::Bound<A...> &&b)
 {
     static_assert(sizeof...(P) == sizeof...(A), "kernel launched with the wrong argument count");
