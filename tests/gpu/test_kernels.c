@@ -25,6 +25,7 @@
  * the row sums add the rounded weights) and the MMA's f32 sums. A masking
  * or indexing mistake moves a row by O(1/length). */
 #define TOL_ATTN_TC 3e-3
+#define TOL_ATTN_TC_ROW 1e-2   /* one (row, head), fewer terms to average the rounding */
 
 /* ---- quantize ------------------------------------------------------------- */
 
@@ -656,23 +657,34 @@ static void test_attention_prefill(uint32_t D, uint32_t nh, uint32_t nkv, const 
                       scale, max_kv, dwk, dout, ldo, 0));
     float *out = malloc((size_t)R * ldo * 4);
     to_host(out, dout, (size_t)R * ldo * 4);
-    /* The prefill rows and the decode rows, each against its definition. */
-    double num[2] = { 0, 0 }, den[2] = { 0, 0 };
+    /* The prefill rows and the decode rows, each against its definition;
+     * and the worst (row, head) of the prefill rows on its own, since a long
+     * row's output is small (~1/sqrt(length)) and its error would vanish in
+     * the sum over all rows. */
+    double num[2] = { 0, 0 }, den[2] = { 0, 0 }, worst = 0;
     uint32_t nan = 0;
     for (r = 0; r < R; r++)
-        for (uint32_t i = 0; i < ldo; i++) {
-            float o = out[(size_t)r * ldo + i];
-            double d = (double)o - ref[(size_t)r * ldo + i];
-            nan += isnan(o) != 0;
-            num[is_dec[r]] += d * d;
-            den[is_dec[r]] += ref[(size_t)r * ldo + i] * ref[(size_t)r * ldo + i];
+        for (uint32_t h = 0; h < nh; h++) {
+            double hn = 0, hd = 0;
+            for (uint32_t i = h * D; i < (h + 1) * D; i++) {
+                float o = out[(size_t)r * ldo + i];
+                double d = (double)o - ref[(size_t)r * ldo + i];
+                nan += isnan(o) != 0;
+                hn += d * d;
+                hd += ref[(size_t)r * ldo + i] * ref[(size_t)r * ldo + i];
+            }
+            num[is_dec[r]] += hn;
+            den[is_dec[r]] += hd;
+            if (!is_dec[r] && sqrt(hn / hd) > worst)
+                worst = sqrt(hn / hd);
         }
     double ep = sqrt(num[0] / den[0]), ed = sqrt(num[1] / den[1]);
-    CHECK(nan == 0 && ep <= TOL_ATTN_TC && ed <= TOL_SUM,
+    CHECK(nan == 0 && ep <= TOL_ATTN_TC && worst <= TOL_ATTN_TC_ROW && ed <= TOL_SUM,
           "attention prefill D=%u nh=%u nkv=%u, %u tiles, max_kv %u: %u NaN, prefill rows rel "
-          "err %.3g (tensor cores), decode rows %.3g", D, nh, nkv, n_tiles, max_kv, nan, ep, ed);
-    printf("  attention prefill D=%u nh=%u nkv=%u, %u tiles, max_kv %u: rel err %.3g\n", D, nh,
-           nkv, n_tiles, max_kv, ep);
+          "err %.3g, worst row %.3g (tensor cores), decode rows %.3g", D, nh, nkv, n_tiles,
+          max_kv, nan, ep, worst, ed);
+    printf("  attention prefill D=%u nh=%u nkv=%u, %u tiles, max_kv %u: rel err %.3g, worst "
+           "row %.3g\n", D, nh, nkv, n_tiles, max_kv, ep, worst);
     free(seq_len); free(k); free(v); free(perm); free(pt); free(rs); free(kl); free(tiles);
     free(drows); free(qpos); free(is_dec); free(q); free(ref); free(sc); free(out);
     cudaFree(dk); cudaFree(dv); cudaFree(dpt); cudaFree(drs); cudaFree(dkl); cudaFree(dti);
