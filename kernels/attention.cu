@@ -470,9 +470,27 @@ static uint32_t split_span(uint32_t max_kv_len, uint32_t nsplit, uint32_t chunk)
     return span ? span : chunk;
 }
 
-extern "C" uint32_t l8k_attention_tile_tokens(uint32_t nh, uint32_t nkv)
+/* Tokens per tile: 64 / G, 0 for a head layout the tile kernel does not take. */
+static uint32_t tile_tokens(uint32_t nh, uint32_t nkv)
 {
     return nkv && nh % nkv == 0 && nh / nkv <= ATTN_MAX_G ? TILE_M / (nh / nkv) : 0;
+}
+
+extern "C" uint32_t l8k_attention_tiles(uint32_t nh, uint32_t nkv, uint32_t row0, uint32_t n_tok,
+                                        uint32_t pos0, uint32_t seq, int32_t *tiles)
+{
+    const uint32_t tq = tile_tokens(nh, nkv);
+    uint32_t n = 0;
+    for (uint32_t i = 0; tq && i < n_tok; i += tq, n++) {
+        if (!tiles)
+            continue;
+        int32_t *t = tiles + 4 * (size_t)n;
+        t[0] = (int32_t)(row0 + i);
+        t[1] = (int32_t)(n_tok - i < tq ? n_tok - i : tq);
+        t[2] = (int32_t)(pos0 + i);
+        t[3] = (int32_t)seq;
+    }
+    return n;
 }
 
 extern "C" size_t l8k_attention_work_floats(uint32_t R, uint32_t nh, uint32_t D,
@@ -568,7 +586,7 @@ extern "C" int l8k_attention_prefill(const float *q, uint32_t ldq, const void *k
                                      cudaStream_t st)
 {
     if (!q || !k_base || !v_base || !page_table || !tiles || !out ||
-        !l8k_attention_tile_tokens(nh, nkv) || page_size == 0 || ldq < nh * D ||
+        !tile_tokens(nh, nkv) || page_size == 0 || ldq < nh * D ||
         ldo < nh * D || ldq % 2 || ldo % 2 || !l8k_aligned16(k_base) || !l8k_aligned16(v_base) ||
         n_tiles > 65535u)
         return -EINVAL;

@@ -149,8 +149,9 @@ __device__ __forceinline__ void l8k_mma_bf16_16816(float (&d)[4], const uint32_t
  * still running, and must call l8k_pdl_wait() before it reads anything
  * that kernel wrote or writes anything; a kernel that calls l8k_pdl_allow()
  * lets its successor's blocks be scheduled from then on (else when it
- * ends). Both are no-ops on older devices, in launches without the
- * attribute, and under the emulation (blocks there run in stream order). */
+ * ends). Both are no-ops on older devices and in launches without the
+ * attribute; under the emulation (blocks run in stream order) the wait only
+ * records that the thread reached it. */
 __device__ __forceinline__ void l8k_pdl_wait(void)
 {
 #if defined(CUEMU)

@@ -143,9 +143,13 @@ int l8k_attention(const float *q, uint32_t ldq, const void *k_base, const void *
                   float softmax_scale, uint32_t max_kv_len, float *work, float *out,
                   uint32_t ldo, cudaStream_t st);
 
-/* Tokens per prefill tile: 64 / (nh / nkv) (0: a head layout the tile
- * kernel does not take). */
-uint32_t l8k_attention_tile_tokens(uint32_t nh, uint32_t nkv);
+/* The tiles of one prefill chunk for l8k_attention_prefill: rows row0 ..
+ * row0 + n_tok - 1 are the tokens at positions pos0 .. of sequence seq.
+ * Writes them at tiles (4 int32 each; NULL: only counts) and returns how
+ * many there are (64 / (nh / nkv) tokens a tile); 0 for a head layout the
+ * tile kernel does not take. */
+uint32_t l8k_attention_tiles(uint32_t nh, uint32_t nkv, uint32_t row0, uint32_t n_tok,
+                             uint32_t pos0, uint32_t seq, int32_t *tiles);
 
 /* Causal attention for prefill chunks on the tensor cores, bf16 K/V pools
  * only (flash-attention: each K/V element read serves a tile of tokens and
@@ -153,7 +157,7 @@ uint32_t l8k_attention_tile_tokens(uint32_t nh, uint32_t nkv);
  * products, accumulation is f32). Tile i is tiles[4i .. 4i+3] = {row0,
  * n_tok, pos0, seq}: rows row0 .. row0 + n_tok - 1 are the tokens at
  * positions pos0 .. pos0 + n_tok - 1 of sequence seq, and each attends to
- * positions [0, its own]; n_tok <= l8k_attention_tile_tokens(). Shapes,
+ * positions [0, its own] (as l8k_attention_tiles writes them). Shapes,
  * page table, max_kv_len (bounds every pos0 + n_tok, checked on the device)
  * and work as l8k_attention; ldq and ldo even. */
 int l8k_attention_prefill(const float *q, uint32_t ldq, const void *k_base, const void *v_base,

@@ -1198,19 +1198,19 @@ static int cuda_step(void *impl, struct l8_seq *seqs, uint32_t n_seqs)
         T += q->n_tokens;
     }
 
-    /* Prefill chunks go to the tile kernel (bf16 pool), in tiles of tq
-     * tokens; the decode rows of the same step to the row kernel. */
-    const uint32_t tq = l8k_attention_tile_tokens(e->c->n_heads, e->c->n_kv_heads);
+    /* Prefill chunks go to the tile kernel (bf16 pool); the decode rows of
+     * the same step to the row kernel. */
+    const uint32_t nh = e->c->n_heads, nkv = e->c->n_kv_heads;
     uint32_t n_tiles = 0, n_drows = 0;
-    bool tiles = false;
-    for (uint32_t s = 0; s < n_seqs && e->kv_dt == L8K_BF16 && tq; s++)
-        tiles |= seqs[s].n_tokens > 1;
-    for (uint32_t s = 0; s < n_seqs && tiles; s++) {
+    for (uint32_t s = 0; s < n_seqs; s++) {
         if (seqs[s].n_tokens > 1)
-            n_tiles += (seqs[s].n_tokens + tq - 1) / tq;
+            n_tiles += l8k_attention_tiles(nh, nkv, 0, seqs[s].n_tokens, 0, 0, NULL);
         else
             n_drows++;
     }
+    const bool tiles = e->kv_dt == L8K_BF16 && n_tiles > 0;
+    if (!tiles)
+        n_tiles = n_drows = 0;
     struct meta_layout ml;
     meta_plan(e, T, n_seqs, pt_stride, n_rows, n_tiles, n_drows, &ml);
     if (grow_pair((void **)&e->h_meta, (void **)&e->d_meta, &e->meta_cap, ml.total, 4))
@@ -1222,13 +1222,9 @@ static int cuda_step(void *impl, struct l8_seq *seqs, uint32_t n_seqs)
         int32_t *pt = hm + ml.pt + (size_t)s * pt_stride;
         if (tiles && q->n_tokens == 1)
             hm[ml.drows + di++] = (int32_t)t;
-        for (uint32_t i = 0; tiles && q->n_tokens > 1 && i < q->n_tokens; i += tq, ti++) {
-            int32_t *td = hm + ml.tiles + 4 * (size_t)ti;
-            td[0] = (int32_t)(t + i);
-            td[1] = (int32_t)(q->n_tokens - i < tq ? q->n_tokens - i : tq);
-            td[2] = (int32_t)(q->pos + i);
-            td[3] = (int32_t)s;
-        }
+        else if (tiles)
+            ti += l8k_attention_tiles(nh, nkv, t, q->n_tokens, q->pos, s,
+                                      hm + ml.tiles + 4 * (size_t)ti);
         uint32_t np = (q->pos + q->n_tokens + e->ps - 1) / e->ps;
         for (uint32_t p = 0; p < pt_stride; p++)
             pt[p] = p < np ? (int32_t)q->pages[p] : 0;

@@ -225,25 +225,21 @@ static json_object *bench_attention(const char *name, enum attn_kind kind, uint3
     fill_values(c.k, half / 2, true);
     fill_values(c.v, half / 2, true);
     int32_t *pt = malloc(pages * 4), *rs = malloc(c.R * 4), *kl = malloc(c.R * 4);
-    int32_t *tiles = malloc(((size_t)c.R / 16 + 1) * 16);
+    if (prefill)
+        c.n_tiles = l8k_attention_tiles(32, 8, 0, c.R, pos0, 0, NULL);
+    int32_t *tiles = malloc((size_t)c.n_tiles * 16 + 16);
+    if (prefill)
+        l8k_attention_tiles(32, 8, 0, c.R, pos0, 0, tiles);
     for (size_t i = 0; i < pages; i++)
         pt[i] = (int32_t)i;
     for (uint32_t r = 0; r < c.R; r++) {
         rs[r] = prefill ? 0 : (int32_t)r;
         kl[r] = prefill ? (int32_t)(pos0 + r + 1) : (int32_t)kv;
     }
-    const uint32_t tq = l8k_attention_tile_tokens(32, 8);
-    for (uint32_t r = 0; prefill && r < c.R; r += tq, c.n_tiles++) {
-        int32_t *t = tiles + 4 * c.n_tiles;
-        t[0] = (int32_t)r;
-        t[1] = (int32_t)(c.R - r < tq ? c.R - r : tq);
-        t[2] = (int32_t)(pos0 + r);
-        t[3] = 0;
-    }
     c.pt = dup_to_dev(pt, pages * 4);
     c.rs = dup_to_dev(rs, c.R * 4);
     c.kl = dup_to_dev(kl, c.R * 4);
-    c.tiles = dup_to_dev(tiles, ((size_t)c.R / 16 + 1) * 16);
+    c.tiles = dup_to_dev(tiles, (size_t)c.n_tiles * 16 + 16);
     c.q = dalloc((size_t)c.R * 32 * 128 * 4);
     fill_values(c.q, (size_t)c.R * 32 * 128, false);
     c.out = dalloc((size_t)c.R * 32 * 128 * 4);

@@ -566,7 +566,7 @@ struct chunk {
 static void test_attention_prefill(uint32_t D, uint32_t nh, uint32_t nkv, const struct chunk *ch,
                                    uint32_t n_ch)
 {
-    const uint32_t ps = 16, G = nh / nkv, tq = l8k_attention_tile_tokens(nh, nkv);
+    const uint32_t ps = 16, G = nh / nkv;
     const uint32_t S = 2 * n_ch;   /* chunk c: sequence 2c; its decode row: sequence 2c + 1 */
     uint32_t max_kv = 0, R = 0, n_tiles = 0;
     uint32_t *seq_len = malloc(S * 4);
@@ -576,7 +576,7 @@ static void test_attention_prefill(uint32_t D, uint32_t nh, uint32_t nkv, const 
         for (int j = 0; j < 2; j++)
             max_kv = seq_len[2 * c + j] > max_kv ? seq_len[2 * c + j] : max_kv;
         R += 1 + ch[c].n_tok;
-        n_tiles += (ch[c].n_tok + tq - 1) / tq;
+        n_tiles += l8k_attention_tiles(nh, nkv, 0, ch[c].n_tok, 0, 0, NULL);
     }
     const uint32_t pps = (max_kv + ps - 1) / ps, n_pages = S * pps + 2;
     const size_t half = (size_t)n_pages * nkv * ps * D;
@@ -599,12 +599,7 @@ static void test_attention_prefill(uint32_t D, uint32_t nh, uint32_t nkv, const 
         kl[r] = (int32_t)seq_len[2 * c + 1];
         qpos[r] = seq_len[2 * c + 1] - 1;
         is_dec[r++] = true;
-        for (uint32_t i = 0; i < ch[c].n_tok; i += tq, ti++) {
-            tiles[4 * ti] = (int32_t)(r + i);
-            tiles[4 * ti + 1] = (int32_t)(ch[c].n_tok - i < tq ? ch[c].n_tok - i : tq);
-            tiles[4 * ti + 2] = (int32_t)(ch[c].pos0 + i);
-            tiles[4 * ti + 3] = (int32_t)(2 * c);
-        }
+        ti += l8k_attention_tiles(nh, nkv, r, ch[c].n_tok, ch[c].pos0, 2 * c, tiles + 4 * ti);
         for (uint32_t i = 0; i < ch[c].n_tok; i++, r++) {
             rs[r] = (int32_t)(2 * c);
             kl[r] = (int32_t)(ch[c].pos0 + i + 1);
