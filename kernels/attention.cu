@@ -365,8 +365,10 @@ static __global__ __launch_bounds__(TILE_THREADS) void attn_tile_kernel(
         float sum[2] = { 0.0f, 0.0f };
 #pragma unroll
         for (int n = 0; n < TILE_N / 8; n++) {
-            const uint32_t lo = l8k_pack_bf16x2(exp2f(s[n][0] - m_use[0]), exp2f(s[n][1] - m_use[0]));
-            const uint32_t hi = l8k_pack_bf16x2(exp2f(s[n][2] - m_use[1]), exp2f(s[n][3] - m_use[1]));
+            const uint32_t lo = l8k_pack_bf16x2(exp2f(s[n][0] - m_use[0]),
+                                                exp2f(s[n][1] - m_use[0]));
+            const uint32_t hi = l8k_pack_bf16x2(exp2f(s[n][2] - m_use[1]),
+                                                exp2f(s[n][3] - m_use[1]));
             sum[0] += __uint_as_float(lo << 16) + __uint_as_float(lo & 0xffff0000u);
             sum[1] += __uint_as_float(hi << 16) + __uint_as_float(hi & 0xffff0000u);
             /* Columns 0-7 of a 16-position step are a[0], a[1]; 8-15 are a[2], a[3]. */

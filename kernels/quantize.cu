@@ -47,8 +47,8 @@ static __device__ __forceinline__ size_t row_bytes(enum l8k_dtype dt, uint32_t n
     return dt == L8K_F32 ? 4u * n : dt == L8K_BF16 ? 2u * n : n;
 }
 
-static __global__ __launch_bounds__(QUANT_THREADS) void quantize_rows_kernel(const float *__restrict__ x, uint32_t K,
-                                            uint8_t *__restrict__ q, float *__restrict__ scale)
+static __global__ __launch_bounds__(QUANT_THREADS) void quantize_rows_kernel(
+    const float *__restrict__ x, uint32_t K, uint8_t *__restrict__ q, float *__restrict__ scale)
 {
     __shared__ float red[32];
     l8k_pdl_wait();
@@ -58,10 +58,10 @@ static __global__ __launch_bounds__(QUANT_THREADS) void quantize_rows_kernel(con
               scale + blockIdx.x, red);
 }
 
-static __global__ __launch_bounds__(QUANT_THREADS) void rmsnorm_kernel(float *__restrict__ x, const float *__restrict__ add,
-                                      const float *__restrict__ w, float eps, uint32_t H,
-                                      const int32_t *__restrict__ rows, enum l8k_dtype out_dt,
-                                      void *__restrict__ out, float *__restrict__ out_scale)
+static __global__ __launch_bounds__(QUANT_THREADS) void rmsnorm_kernel(
+    float *__restrict__ x, const float *__restrict__ add, const float *__restrict__ w,
+    float eps, uint32_t H, const int32_t *__restrict__ rows, enum l8k_dtype out_dt,
+    void *__restrict__ out, float *__restrict__ out_scale)
 {
     __shared__ float red[32];
     __shared__ double redd[32];
@@ -89,9 +89,9 @@ static __global__ __launch_bounds__(QUANT_THREADS) void rmsnorm_kernel(float *__
               (char *)out + row_bytes(out_dt, H) * j, out_scale + j, red);
 }
 
-static __global__ __launch_bounds__(QUANT_THREADS) void silu_mul_kernel(const float *__restrict__ gu, uint32_t I,
-                                       enum l8k_dtype out_dt, void *__restrict__ out,
-                                       float *__restrict__ out_scale)
+static __global__ __launch_bounds__(QUANT_THREADS) void silu_mul_kernel(
+    const float *__restrict__ gu, uint32_t I, enum l8k_dtype out_dt, void *__restrict__ out,
+    float *__restrict__ out_scale)
 {
     __shared__ float red[32];
     l8k_pdl_wait();
