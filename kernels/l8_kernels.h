@@ -208,6 +208,12 @@ int l8k_sm_count(void);
  * is the benchmark's baseline). */
 bool l8k_pdl_enabled(void);
 
+/* ---- profile.cu ------------------------------------------------------------ */
+
+/* One thread that keeps st busy for us microseconds (the step profile queues
+ * a step behind it, so the step's kernels then run back to back). */
+int l8k_hold_stream(uint32_t us, cudaStream_t st);
+
 #ifdef __cplusplus
 }
 #endif

@@ -39,6 +39,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "cuda_profile.h"
 #include "l8_build.h"
 #include "l8_kernels.h"
 #include "sampler.h"
@@ -87,6 +88,7 @@ struct cuda_engine {
     uint32_t gemv_max_m;
     cudaStream_t st;
     struct l8k_blas *blas;
+    struct l8_cuda_prof *prof;    /* L8_PROFILE: the step profile, or NULL */
 
     struct glayer *L;             /* [n_layers] */
     void *embed, *lm_head;        /* [vocab, hidden] BF16 or F32 */
@@ -643,7 +645,13 @@ static int cuda_create(const struct l8_model *m, const struct l8_engine_opts *o,
         /* Decode graphs: batches up to max_seqs (and the step budget), kv
          * buckets up to the longest context the pool allows. */
         const char *gv = getenv("L8_CUDA_GRAPHS");
-        e->use_graphs = !(gv && strcmp(gv, "0") == 0);
+        e->prof = l8_prof_create(e->st);
+        e->use_graphs = !(gv && strcmp(gv, "0") == 0) && !e->prof;
+        l8_prof_product(e->prof, L8_PH_QKV, QKV, H, 1, true);
+        l8_prof_product(e->prof, L8_PH_O, H, nh * D, 1, true);
+        l8_prof_product(e->prof, L8_PH_GATE_UP, 2 * I, H, 1, true);
+        l8_prof_product(e->prof, L8_PH_DOWN, H, I, 1, true);
+        l8_prof_product(e->prof, L8_PH_LOGITS, V, H, e->lm_dt == L8K_BF16 ? 2 : 4, false);
         e->graph_max_b = e->max_seqs < e->max_tokens ? e->max_seqs : e->max_tokens;
         e->graph_max_kv = (uint32_t)ctx;
         if (e->use_graphs) {
@@ -666,7 +674,8 @@ static int cuda_create(const struct l8_model *m, const struct l8_engine_opts *o,
                 (double)(abytes - (size_t)e->n_pages * page_bytes) / 1048576.0, e->n_pages,
                 e->ps, (double)e->n_pages * page_bytes / 1048576.0,
                 e->kv_dt == L8K_F32 ? "f32" : "bf16", (int)l8k_blas_fp8_path(e->blas),
-                e->use_graphs ? "on" : "off (L8_CUDA_GRAPHS=0)", l8k_pdl_enabled() ? "on" : "off",
+                e->use_graphs ? "on" : e->prof ? "off (L8_PROFILE)" : "off (L8_CUDA_GRAPHS=0)",
+                l8k_pdl_enabled() ? "on" : "off",
                 (double)free_b / 1073741824.0, (double)total_b / 1073741824.0);
     }
     free(up.jobs);
@@ -716,6 +725,7 @@ static void cuda_destroy(void *impl)
     for (size_t i = 0; i < sizeof host / sizeof host[0]; i++)
         cudaFreeHost(host[i]);
     l8k_blas_destroy(e->blas);
+    l8_prof_finish(e->prof);
     if (e->st)
         cudaStreamDestroy(e->st);
     uint32_t captured = 0;
@@ -799,6 +809,15 @@ static bool uses_penalty(const struct l8_seq *q)
             goto out;              \
     } while (0)
 
+/* An operation of a pass (rc and e in scope): return its error, or mark
+ * its end for the step profile. */
+#define OP(ph, call)                     \
+    do {                                 \
+        if ((rc = (call)))               \
+            return rc;                   \
+        l8_prof_mark(e->prof, (ph));     \
+    } while (0)
+
 /* One forward pass's shapes and its metadata on the device (meta_plan's
  * layout at d): what the kernels of the pass read, and all they read from
  * the host's side, so a captured pass replays with new metadata. */
@@ -861,29 +880,25 @@ static int fwd_layers(struct cuda_engine *e, const struct fwd *f)
     void *ib = in_buf(e);
     const size_t kv_elt = e->kv_dt == L8K_F32 ? 4 : 2;
     int rc;
-    if ((rc = l8k_embed(e->embed, e->embed_dt, V, H, f->tok, T, e->x, e->st)))
-        return rc;
+    OP(L8_PH_EMBED, l8k_embed(e->embed, e->embed_dt, V, H, f->tok, T, e->x, e->st));
     for (uint32_t l = 0; l < c->n_layers; l++) {
         const struct glayer *g = &e->L[l];
         uint8_t *kb = (uint8_t *)e->kv + (size_t)l * 2 * e->kv_half * kv_elt;
         uint8_t *vb = kb + e->kv_half * kv_elt;
-        if ((rc = l8k_rmsnorm(e->x, l ? e->y : NULL, g->attn_norm, c->rms_eps, H, NULL, T, idt,
-                              ib, e->xs, e->st)) ||
-            (rc = project(e, &g->qkv, T, NULL, e->qkv)) ||
-            (rc = l8k_rope_kv(e->qkv, QKV, f->pos, e->inv_freq, T, nh, nkv, D, kb, vb, e->kv_dt,
-                              e->ps, f->slot, e->st)) ||
-            (rc = attention(e, f, kb, vb)))
-            return rc;
-        if (e->num == L8_NUMERICS_FP8 &&
-            (rc = l8k_quantize_rows(e->att, T, nh * D, e->xq, e->xs, e->st)))
-            return rc;
-        if ((rc = project(e, &g->o, T, e->att, e->y)) ||
-            (rc = l8k_rmsnorm(e->x, e->y, g->mlp_norm, c->rms_eps, H, NULL, T, idt, ib, e->xs,
-                              e->st)) ||
-            (rc = project(e, &g->gu, T, NULL, e->gu)) ||
-            (rc = l8k_silu_mul(e->gu, T, I, idt, ib, e->xs, e->st)) ||
-            (rc = project(e, &g->down, T, NULL, e->y)))
-            return rc;
+        OP(L8_PH_ATTN_NORM, l8k_rmsnorm(e->x, l ? e->y : NULL, g->attn_norm, c->rms_eps, H, NULL,
+                                        T, idt, ib, e->xs, e->st));
+        OP(L8_PH_QKV, project(e, &g->qkv, T, NULL, e->qkv));
+        OP(L8_PH_ROPE_KV, l8k_rope_kv(e->qkv, QKV, f->pos, e->inv_freq, T, nh, nkv, D, kb, vb,
+                                      e->kv_dt, e->ps, f->slot, e->st));
+        OP(L8_PH_ATTENTION, attention(e, f, kb, vb));
+        if (e->num == L8_NUMERICS_FP8)
+            OP(L8_PH_QUANTIZE, l8k_quantize_rows(e->att, T, nh * D, e->xq, e->xs, e->st));
+        OP(L8_PH_O, project(e, &g->o, T, e->att, e->y));
+        OP(L8_PH_MLP_NORM, l8k_rmsnorm(e->x, e->y, g->mlp_norm, c->rms_eps, H, NULL, T, idt, ib,
+                                       e->xs, e->st));
+        OP(L8_PH_GATE_UP, project(e, &g->gu, T, NULL, e->gu));
+        OP(L8_PH_SILU, l8k_silu_mul(e->gu, T, I, idt, ib, e->xs, e->st));
+        OP(L8_PH_DOWN, project(e, &g->down, T, NULL, e->y));
     }
     return 0;
 }
@@ -899,13 +914,15 @@ static int fwd_logits(struct cuda_engine *e, const struct fwd *f, uint32_t r0, u
         if ((rc = l8k_rmsnorm(e->x, e->y, e->final_norm, c->rms_eps, H, f->lrows + r0, nr,
                               L8K_BF16, e->fin16, NULL, e->st)))
             return rc;
-        return l8k_gemm_bf16(e->blas, e->lm_head, e->fin16, nr, V, H, e->logits, e->st);
+        OP(L8_PH_LOGITS, l8k_gemm_bf16(e->blas, e->lm_head, e->fin16, nr, V, H, e->logits, e->st));
+        return 0;
     }
     if ((rc = l8k_rmsnorm(e->x, e->y, e->final_norm, c->rms_eps, H, f->lrows + r0, nr, L8K_F32,
                           e->fin, NULL, e->st)))
         return rc;
-    return l8k_gemv(e->lm_head, e->lm_dt, NULL, e->fin, L8K_F32, NULL, nr, V, H, e->logits, V,
-                    e->st);
+    OP(L8_PH_LOGITS, l8k_gemv(e->lm_head, e->lm_dt, NULL, e->fin, L8K_F32, NULL, nr, V, H,
+                              e->logits, V, e->st));
+    return 0;
 }
 
 /* Which logit rows each sequence owns: rows [first[s], first[s] + cnt[s]),
@@ -990,6 +1007,7 @@ static int sample_and_copy(struct cuda_engine *e, struct l8_seq *seqs, uint32_t 
     if (want && cudaMemcpyAsync(e->h_logits, e->logits, (size_t)(hi - r0) * V * 4,
                                 cudaMemcpyDeviceToHost, e->st) != cudaSuccess)
         return -EIO;
+    l8_prof_mark(e->prof, L8_PH_SAMPLE);
     if (cudaStreamSynchronize(e->st) != cudaSuccess)
         return -EIO;
     for (uint32_t i = 0; i < ns; i++) {
@@ -1239,12 +1257,14 @@ static int cuda_step(void *impl, struct l8_seq *seqs, uint32_t n_seqs)
     }
     for (uint32_t r = 0; r < n_rows; r++)
         hm[ml.logit_rows + r] = (int32_t)e->rows[r];
+    l8_prof_begin(e->prof, T > n_seqs, T);
     if (cudaMemcpyAsync(e->d_meta, hm, ml.total * 4, cudaMemcpyHostToDevice, e->st) != cudaSuccess)
-        return -EIO;
+        TRY(-EIO);
     struct fwd f;
     fwd_at(&f, e->d_meta, &ml, T, pt_stride, max_kv, n_tiles, n_drows);
-    TRY(fwd_layers(e, &f));
     TRY(upload_history(e, seqs, n_seqs));
+    l8_prof_mark(e->prof, L8_PH_UPLOAD);
+    TRY(fwd_layers(e, &f));
     /* Logits and sampling, in chunks of lch rows. */
     struct rowmap rm = { e->rm_first, e->rm_cnt };
     for (uint32_t r0 = 0; r0 < n_rows; r0 += e->lch) {
@@ -1260,6 +1280,7 @@ out:
         if (cudaGetLastError() != cudaSuccess || rc == -EIO)
             rc = -EIO;
     }
+    l8_prof_end(e->prof, rc == 0);
     return rc;
 }
 

@@ -11,6 +11,9 @@
 #              cold, run 2 warm (both with decode graphs), run 3 with
 #              L8_CUDA_GRAPHS=0 (eager decode, for the graphs' gain), run 4
 #              with L8_PDL=0 (no programmatic dependent launch)
+#   profile:   llama8-run as above with 32 new tokens and L8_PROFILE: the
+#              GPU time of each phase of a prefill and a decode step
+#              (daemon/engine/cuda_profile.h), eager, kernels back to back
 #   serving:   llama8d (cuda fp8) + llama8ctl bench: 256 requests, prompts
 #              128-512, 128 new, 64 in flight
 # Each stage has its own timeout; a failed stage becomes a row with "error".
@@ -48,6 +51,13 @@ for run in 1 2 3 4; do
     echo "$(peak_stop "$OUT/mem_single$run.txt")" >"$OUT/peak_single$run.txt"
     tail -3 "$OUT/single$run.log"
 done
+
+echo "== step profile"
+L8_PROFILE="$OUT/profile.json" timeout 120 "$BIN/llama8-run" --model "$MODEL" --backend cuda \
+    --numerics fp8 --tokens-file "$OUT/prompt512.txt" --max-new 32 --ignore-eos --json \
+    >"$OUT/single5.json" 2>"$OUT/single5.log"
+echo "profile rc=$?"
+grep -A16 "cuda profile" "$OUT/single5.log"
 
 echo "== serving"
 SOCK=$(mktemp -d)/llama8d.sock
@@ -108,6 +118,14 @@ rows.append({"method": "llama8 cuda fp8 without PDL (llama8-run, L8_PDL=0)", "ki
              "metrics": {"ttft_ms": s4.get("prefill_ms"), "decode_tok_s": s4.get("decode_tokens_per_s")} if s4 else {},
              "notes": "as the graphs run, kernels launched without programmatic dependent launch: its share of decode speed",
              "error": None if s4 else "llama8-run failed (see single4.log)"})
+p = load("profile.json")
+rows.append({"method": "llama8 cuda fp8 step profile (llama8-run, L8_PROFILE)", "kind": "llama8",
+             "metrics": {k["kind"]: {"gpu_us_per_step": k["gpu_us_per_step"], "steps": k["steps"],
+                                     "host_bound_steps": k["host_bound_steps"],
+                                     "phases": {r["phase"]: {x: r[x] for x in ("us_per_step", "share", "weight_gbs", "tflops")} for r in k["phases"]}}
+                         for k in p["kinds"]} if p else {},
+             "notes": "GPU time of each phase, the step queued behind a hold kernel so the kernels run back to back (eager, no PDL between the timed kernels); 512-token prompt, 32 decode steps",
+             "error": None if p else "the profiled run failed (see single5.log)"})
 v = load("serve.json")
 rows.append({"method": "llama8 cuda fp8 (llama8d + llama8ctl bench)", "kind": "llama8",
              "metrics": dict(v, peak_vram_mib=peak("peak_serve.txt")) if isinstance(v, dict) else {},

@@ -197,6 +197,7 @@ if [ -f "$MODEL/config.json" ]; then
     timeout "$(tmo 400 10)" bash tests/bench/bench_gpu.sh "$W/bin" "$MODEL" "$W/bench" 2>&1 | tee "$W/logs/bench.log"
     cp "$W/bench/bench-gpu.json" "$W/bench/kernels.json" "$OUT/" 2>/dev/null
     grep -E "^llama8 " "$W/logs/bench.log" >>"$SUMMARY"
+    grep -h -A16 "cuda profile" "$W/bench/single5.log" 2>/dev/null >>"$SUMMARY"
     grep -h "graph capture" "$W"/bench/*.log 2>/dev/null | head -3 | tee -a "$SUMMARY"
 else
     say "benchmarks skipped: no checkpoint"

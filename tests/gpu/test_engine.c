@@ -14,7 +14,9 @@
  *   exact, decode graphs: 3 sequences at different lengths per decode step
  *     (padded to a graph of 4), eager warm-up, capture, replays: case3's
  *     logits, and graphs on vs off (L8_CUDA_GRAPHS=0) within 1e-5;
- *   sampling: the same seed gives the same tokens, run to run.
+ *   sampling: the same seed gives the same tokens, run to run;
+ *   the step profile (L8_PROFILE): every phase counted once per layer or
+ *     step, and profiling changes no logit.
  * With MODEL_DIR (the synthetic 8B of llama8-mkmodel: real head sizes, 8 KV
  * heads, 128k vocabulary), instead: a 40-token prompt in two chunks and 4
  * decode steps through cpu exact, cpu fp8, cuda exact and cuda fp8, every
@@ -26,8 +28,10 @@
  *     fp8's - 0.25 (44 positions, ~3 standard deviations: a coarse band,
  *     printed in full).
  * usage: test_engine GOLDEN_DIR [MODEL_DIR]. Exits 77 without a CUDA device. */
+#include <json-c/json.h>
 #include <stdbool.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "gpu_util.h"
 #include "engine.h"
@@ -297,6 +301,103 @@ static void run_mixed_step(const struct l8_model *m, const struct l8_tensor_set 
     CHECK(mean <= FP8_MEAN_TOL, "mixed step: chunk mean rel %.3g", mean);
     free(mixed);
     free(apart);
+}
+
+/* The step profile (L8_PROFILE, fp8): a prompt step and DECODES decode
+ * steps give one prefill and DECODES decode steps in the JSON, each with
+ * every phase's calls per step (one per layer for the layer's operations,
+ * one for the embedding, logits and sampling) and GPU time; and profiling
+ * changes no result: the logits equal those of an unprofiled eager run. */
+#define PROF_DECODES 3u
+static const char *const prof_per_layer[] = { "attn_norm", "qkv", "rope_kv", "attention",
+                                              "quantize", "o", "mlp_norm", "gate_up", "silu",
+                                              "down" };
+static const char *const prof_per_step[] = { "upload", "embed", "logits", "sample" };
+
+static double prof_calls(json_object *kind, const char *phase, double *us)
+{
+    json_object *arr = NULL, *v = NULL;
+    json_object_object_get_ex(kind, "phases", &arr);
+    for (size_t i = 0; arr && i < json_object_array_length(arr); i++) {
+        json_object *r = json_object_array_get_idx(arr, i), *name = NULL;
+        if (json_object_object_get_ex(r, "phase", &name) &&
+            strcmp(json_object_get_string(name), phase) == 0) {
+            json_object_object_get_ex(r, "us_per_step", &v);
+            *us = json_object_get_double(v);
+            json_object_object_get_ex(r, "calls_per_step", &v);
+            return json_object_get_double(v);
+        }
+    }
+    *us = 0;
+    return 0;
+}
+
+static void run_profile(const struct l8_model *m, const struct l8_tensor_set *ref)
+{
+    const uint32_t V = m->cfg.vocab, NL = m->cfg.n_layers, n_pages = 16;
+    uint32_t tok[64], S;
+    load_tokens(ref, 1, tok, &S);
+    uint32_t pages[16];
+    for (uint32_t i = 0; i < n_pages; i++)
+        pages[i] = n_pages - 1 - i;
+    char path[] = "/tmp/l8-profile-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0, "mkstemp");
+    close(fd);
+    float *lg[2];
+    setenv("L8_CUDA_GRAPHS", "0", 1);
+    for (int run = 0; run < 2; run++) {
+        if (run == 0)
+            setenv("L8_PROFILE", path, 1);
+        lg[run] = malloc((size_t)(1 + PROF_DECODES) * V * 4);
+        struct l8_engine *e = make(m, L8_NUMERICS_FP8, n_pages, 1);
+        unsetenv("L8_PROFILE");
+        struct l8_seq s = { .tokens = tok, .n_tokens = S - PROF_DECODES, .pos = 0, .pages = pages,
+                            .n_pages = n_pages, .logits = L8_LOGITS_LAST, .logits_out = lg[run] };
+        for (uint32_t k = 0; k <= PROF_DECODES; k++) {
+            int r = l8_engine_step(e, &s, 1);
+            CHECK(r == 0, "profile: step %u failed %d", k, r);
+            s.pos += s.n_tokens;
+            s.tokens = &tok[s.pos];
+            s.n_tokens = 1;
+            s.logits_out = lg[run] + (size_t)(k + 1) * V;
+        }
+        l8_engine_destroy(e);   /* writes the profile */
+    }
+    unsetenv("L8_CUDA_GRAPHS");
+    CHECK(memcmp(lg[0], lg[1], (size_t)(1 + PROF_DECODES) * V * 4) == 0,
+          "profiling changed the logits");
+    json_object *doc = json_object_from_file(path), *kinds = NULL;
+    unlink(path);
+    CHECK(doc && json_object_object_get_ex(doc, "kinds", &kinds) &&
+          json_object_array_length(kinds) == 2, "profile: no JSON with two kinds");
+    for (size_t i = 0; kinds && i < json_object_array_length(kinds); i++) {
+        json_object *k = json_object_array_get_idx(kinds, i), *v = NULL;
+        json_object_object_get_ex(k, "kind", &v);
+        const bool prefill = strcmp(json_object_get_string(v), "prefill") == 0;
+        json_object_object_get_ex(k, "steps", &v);
+        CHECK(json_object_get_int(v) == (prefill ? 1 : (int)PROF_DECODES),
+              "profile: %s steps %d", prefill ? "prefill" : "decode", json_object_get_int(v));
+        json_object_object_get_ex(k, "gpu_us_per_step", &v);
+        double total = json_object_get_double(v), sum = 0, us;
+        for (size_t j = 0; j < sizeof prof_per_layer / sizeof *prof_per_layer; j++) {
+            double c = prof_calls(k, prof_per_layer[j], &us);
+            CHECK(c == NL && us > 0, "profile: %s %.1f calls, %.3g us", prof_per_layer[j], c, us);
+            sum += us;
+        }
+        for (size_t j = 0; j < sizeof prof_per_step / sizeof *prof_per_step; j++) {
+            double c = prof_calls(k, prof_per_step[j], &us);
+            CHECK(c == 1 && us >= 0, "profile: %s %.1f calls", prof_per_step[j], c);
+            sum += us;
+        }
+        CHECK(fabs(sum - total) <= 1e-6 * total + 1e-3, "profile: phases sum to %.6g of %.6g us",
+              sum, total);
+        printf("fp8 step profile, %s: %.0f us a step over the phases (the emulation's time)\n",
+               prefill ? "prefill" : "decode", total);
+    }
+    json_object_put(doc);
+    free(lg[0]);
+    free(lg[1]);
 }
 
 /* ---- the synthetic 8B: cuda against cpu on the real shapes ----------------- */
@@ -609,6 +710,7 @@ int main(int argc, char **argv)
     run_golden(m, ref, L8_NUMERICS_FP8);
     run_mixed_step(m, ref);
     run_determinism(m, ref);
+    run_profile(m, ref);
     l8_st_close(ref);
     l8_model_free(m);
     printf("%s (%d failures)\n", g_failures ? "FAILED" : "ok", g_failures);

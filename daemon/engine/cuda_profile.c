@@ -1,0 +1,227 @@
+/* cuda_profile.c - the CUDA engine's step profile. See cuda_profile.h. */
+#include "cuda_profile.h"
+
+#include <json-c/json.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "l8_kernels.h"
+
+#define PROF_EVENTS 4096          /* marks per step; a step with more is dropped */
+#define PROF_HOLD_US 30000u       /* > the host's queueing of a step (~1 ms at 8B) */
+
+static const char *const phase_name[L8_PH_N] = {
+    "start", "upload", "embed", "attn_norm", "qkv", "rope_kv", "attention", "quantize",
+    "o", "mlp_norm", "gate_up", "silu", "down", "logits", "sample",
+};
+
+struct prof_kind {
+    uint64_t steps, host_bound, tokens;
+    double us[L8_PH_N];
+    uint64_t calls[L8_PH_N];
+    double queue_ms_max;          /* longest host queueing of a step */
+};
+
+struct l8_cuda_prof {
+    cudaStream_t st;
+    char *path;
+    cudaEvent_t ev[PROF_EVENTS];
+    uint8_t ph[PROF_EVENTS];
+    uint32_t n;
+    bool prefill, overflow;
+    uint32_t tokens;
+    struct timespec t0;           /* the hold's launch */
+    double queue_ms;              /* the step's queueing, from t0 to its last mark */
+    double weight_bytes[L8_PH_N]; /* per call */
+    double flop_per_token[L8_PH_N];
+    struct prof_kind kind[2];     /* [0] decode, [1] prefill */
+};
+
+static double ms_since(const struct timespec *t0)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (t.tv_sec - t0->tv_sec) * 1e3 + (t.tv_nsec - t0->tv_nsec) * 1e-6;
+}
+
+struct l8_cuda_prof *l8_prof_create(cudaStream_t st)
+{
+    const char *path = getenv("L8_PROFILE");
+    if (!path || !*path)
+        return NULL;
+    struct l8_cuda_prof *p = calloc(1, sizeof *p);
+    if (!p || !(p->path = strdup(path))) {
+        free(p);
+        fprintf(stderr, "llama8 cuda: out of memory for the step profile; not profiling\n");
+        return NULL;
+    }
+    p->st = st;
+    for (uint32_t i = 0; i < PROF_EVENTS; i++)
+        if (cudaEventCreate(&p->ev[i]) != cudaSuccess) {
+            cudaGetLastError();
+            fprintf(stderr, "llama8 cuda: cannot create the profile's events; not profiling\n");
+            while (i--)
+                cudaEventDestroy(p->ev[i]);
+            free(p->path);
+            free(p);
+            return NULL;
+        }
+    return p;
+}
+
+void l8_prof_product(struct l8_cuda_prof *p, enum l8_phase ph, uint64_t n, uint64_t k,
+                     uint32_t elt_bytes, bool per_token)
+{
+    if (!p)
+        return;
+    p->weight_bytes[ph] = (double)n * (double)k * elt_bytes;
+    p->flop_per_token[ph] = per_token ? 2.0 * (double)n * (double)k : 0;
+}
+
+void l8_prof_begin(struct l8_cuda_prof *p, bool prefill, uint32_t tokens)
+{
+    if (!p)
+        return;
+    p->n = 0;
+    p->overflow = false;
+    p->prefill = prefill;
+    p->tokens = tokens;
+    clock_gettime(CLOCK_MONOTONIC, &p->t0);
+    if (l8k_hold_stream(PROF_HOLD_US, p->st))
+        p->overflow = true;       /* no hold, no profile for this step */
+    l8_prof_mark(p, L8_PH_START);
+}
+
+void l8_prof_mark(struct l8_cuda_prof *p, enum l8_phase ph)
+{
+    if (!p)
+        return;
+    if (p->n == PROF_EVENTS || cudaEventRecord(p->ev[p->n], p->st) != cudaSuccess) {
+        p->overflow = true;
+        return;
+    }
+    p->ph[p->n++] = (uint8_t)ph;
+    p->queue_ms = ms_since(&p->t0);
+}
+
+void l8_prof_end(struct l8_cuda_prof *p, bool ok)
+{
+    if (!p)
+        return;
+    const uint32_t n = p->n;
+    p->n = 0;
+    if (n < 2)
+        return;
+    /* The caller synchronized the stream; this is for a failed step's sake. */
+    if (cudaEventSynchronize(p->ev[n - 1]) != cudaSuccess)
+        ok = false;
+    if (!ok || p->overflow) {
+        cudaGetLastError();
+        return;
+    }
+    struct prof_kind *k = &p->kind[p->prefill];
+    double us[L8_PH_N] = { 0 };
+    uint64_t calls[L8_PH_N] = { 0 };
+    for (uint32_t i = 1; i < n; i++) {
+        float ms = 0;
+        if (cudaEventElapsedTime(&ms, p->ev[i - 1], p->ev[i]) != cudaSuccess) {
+            cudaGetLastError();
+            return;
+        }
+        us[p->ph[i]] += ms * 1e3;
+        calls[p->ph[i]]++;
+    }
+    for (int i = 0; i < L8_PH_N; i++) {
+        k->us[i] += us[i];
+        k->calls[i] += calls[i];
+    }
+    k->steps++;
+    k->tokens += p->tokens;
+    if (p->queue_ms > PROF_HOLD_US * 1e-3)
+        k->host_bound++;
+    if (p->queue_ms > k->queue_ms_max)
+        k->queue_ms_max = p->queue_ms;
+}
+
+/* One kind's table on stderr and its JSON object. */
+static json_object *report_kind(const struct l8_cuda_prof *p, const char *name,
+                                const struct prof_kind *k)
+{
+    double total = 0;
+    for (int i = 0; i < L8_PH_N; i++)
+        total += k->us[i];
+    const double per = total / (double)k->steps;
+    fprintf(stderr,
+            "llama8 cuda profile: %s, %llu steps, %.1f us of GPU time a step (host queued a "
+            "step in at most %.2f ms; %llu steps outlasted the %.0f ms hold)\n"
+            "  %-10s %8s %10s %7s %8s %8s\n",
+            name, (unsigned long long)k->steps, per, k->queue_ms_max,
+            (unsigned long long)k->host_bound, PROF_HOLD_US * 1e-3, "phase", "calls", "us/step",
+            "share", "GB/s", "TFLOP/s");
+    json_object *o = json_object_new_object(), *arr = json_object_new_array();
+    json_object_object_add(o, "kind", json_object_new_string(name));
+    json_object_object_add(o, "steps", json_object_new_int64((int64_t)k->steps));
+    json_object_object_add(o, "gpu_us_per_step", json_object_new_double(per));
+    json_object_object_add(o, "host_bound_steps", json_object_new_int64((int64_t)k->host_bound));
+    json_object_object_add(o, "queue_ms_max", json_object_new_double(k->queue_ms_max));
+    for (int i = L8_PH_START + 1; i < L8_PH_N; i++) {
+        if (!k->calls[i])
+            continue;
+        const double ups = k->us[i] / (double)k->steps;
+        /* weights once per call; FLOP per token, once per layer (call) */
+        const double gbs = k->us[i] > 0
+                               ? p->weight_bytes[i] * (double)k->calls[i] / (k->us[i] * 1e3)
+                               : 0;
+        const double tflops = k->us[i] > 0 ? p->flop_per_token[i] * (double)k->tokens *
+                                                 ((double)k->calls[i] / (double)k->steps) /
+                                                 (k->us[i] * 1e6)
+                                           : 0;
+        fprintf(stderr, "  %-10s %8.1f %10.1f %6.1f%% ", phase_name[i],
+                (double)k->calls[i] / (double)k->steps, ups, total > 0 ? 100 * k->us[i] / total : 0);
+        if (gbs > 0)
+            fprintf(stderr, "%8.1f ", gbs);
+        else
+            fprintf(stderr, "%8s ", "-");
+        if (tflops > 0)
+            fprintf(stderr, "%8.2f\n", tflops);
+        else
+            fprintf(stderr, "%8s\n", "-");
+        json_object *r = json_object_new_object();
+        json_object_object_add(r, "phase", json_object_new_string(phase_name[i]));
+        json_object_object_add(r, "calls_per_step",
+                               json_object_new_double((double)k->calls[i] / (double)k->steps));
+        json_object_object_add(r, "us_per_step", json_object_new_double(ups));
+        json_object_object_add(r, "share", json_object_new_double(total > 0 ? k->us[i] / total : 0));
+        json_object_object_add(r, "weight_gbs", gbs > 0 ? json_object_new_double(gbs) : NULL);
+        json_object_object_add(r, "tflops", tflops > 0 ? json_object_new_double(tflops) : NULL);
+        json_object_array_add(arr, r);
+    }
+    json_object_object_add(o, "phases", arr);
+    return o;
+}
+
+void l8_prof_finish(struct l8_cuda_prof *p)
+{
+    if (!p)
+        return;
+    json_object *doc = json_object_new_object(), *kinds = json_object_new_array();
+    json_object_object_add(doc, "hold_ms", json_object_new_double(PROF_HOLD_US * 1e-3));
+    static const char *const kname[2] = { "decode", "prefill" };
+    for (int i = 1; i >= 0; i--)
+        if (p->kind[i].steps)
+            json_object_array_add(kinds, report_kind(p, kname[i], &p->kind[i]));
+    json_object_object_add(doc, "kinds", kinds);
+    FILE *f = fopen(p->path, "w");
+    bool ok = f && fprintf(f, "%s\n", json_object_to_json_string_ext(doc, JSON_C_TO_STRING_PRETTY)) >= 0;
+    if (f && fclose(f) != 0)
+        ok = false;
+    if (!ok)
+        fprintf(stderr, "llama8 cuda: cannot write the profile to %s\n", p->path);
+    json_object_put(doc);
+    for (uint32_t i = 0; i < PROF_EVENTS; i++)
+        cudaEventDestroy(p->ev[i]);
+    free(p->path);
+    free(p);
+}
