@@ -15,7 +15,10 @@
  *     tests/gpu/bench_kernels).
  * v1.2: programmatic dependent launch on sm_90 (l8k_launch): the first
  *     group of weight loads is issued before waiting for the kernel before
- *     (the RMSNorm, quantize or SiLU that writes x). */
+ *     (the RMSNorm, quantize or SiLU that writes x).
+ * v1.3: each load slot is refilled as soon as it is decoded, so the loads
+ *     stay in flight through the products (v1 issued a group, used it, then
+ *     issued the next: nothing in flight while it computed). */
 #include "common.cuh"
 
 #define GEMV_THREADS 256
@@ -99,26 +102,22 @@ static __global__ __launch_bounds__(GEMV_THREADS) void gemv_kernel(
     /* Groups of GEMV_UNROLL steps: all loads of a group first (GEMV_UNROLL x
      * ROWS x 16 bytes in flight per lane), then their products. Weights are
      * streamed (evict-first): they are not re-read within a step. */
-    uint4 wv[GEMV_UNROLL][GEMV_ROWS];
-    auto load_group = [&](uint32_t k0) {
-#pragma unroll
-        for (int u = 0; u < GEMV_UNROLL; u++) {
-            uint32_t k = k0 + u * STEP;
-#pragma unroll
-            for (int r = 0; r < GEMV_ROWS; r++) {
-                if (k < K && row0 + r < N)
-                    wv[u][r] = __ldcs((const uint4 *)(W + (row0 + r) * wrow + (size_t)k * WB));
-                else
-                    wv[u][r] = make_uint4(0, 0, 0, 0);
-            }
-        }
+    uint4 wv[GEMV_UNROLL][GEMV_ROWS] = {};   /* rows past N stay 0 */
+    auto load = [&](int u, int r, uint32_t k) {
+        if (k < K && row0 + r < N)
+            wv[u][r] = __ldcs((const uint4 *)(W + (row0 + r) * wrow + (size_t)k * WB));
     };
     uint32_t k0 = lane * EPL;
     /* The first group of weights does not depend on the kernel before this
      * one: with PDL it is in flight while that kernel finishes. X, xs and Y
      * do depend on it. */
-    if (row0 < N)
-        load_group(k0);
+    if (row0 < N) {
+#pragma unroll
+        for (int u = 0; u < GEMV_UNROLL; u++)
+#pragma unroll
+            for (int r = 0; r < GEMV_ROWS; r++)
+                load(u, r, k0 + u * STEP);
+    }
     l8k_pdl_wait();
     if (row0 >= N)
         return;
@@ -128,10 +127,15 @@ static __global__ __launch_bounds__(GEMV_THREADS) void gemv_kernel(
             uint32_t k = k0 + u * STEP;
             if (k >= K)
                 break;
+            /* Each slot is refilled with the next group's step as soon as
+             * it is decoded, so GEMV_UNROLL steps stay in flight (rather
+             * than none while a group's products are computed). */
             float wf[GEMV_ROWS][EPL];
 #pragma unroll
-            for (int r = 0; r < GEMV_ROWS; r++)
+            for (int r = 0; r < GEMV_ROWS; r++) {
                 decode16<WT, EPL>(wv[u][r], wf[r]);
+                load(u, r, k + GEMV_UNROLL * STEP);
+            }
 #pragma unroll
             for (int m = 0; m < MT; m++) {
                 if ((uint32_t)m >= Mv)
@@ -146,8 +150,6 @@ static __global__ __launch_bounds__(GEMV_THREADS) void gemv_kernel(
             }
         }
         k0 += STEP * GEMV_UNROLL;
-        if (k0 < K)
-            load_group(k0);
     }
     l8k_pdl_allow();   /* every load issued: the next kernel may be scheduled */
 
