@@ -18,8 +18,8 @@
  * load, so each is one product. Upload: worker threads copy the mapped
  * checkpoint into pinned staging buffers and issue the host-to-device
  * copies on their own streams, double-buffered, so reading the page cache
- * overlaps the transfers; a sample of every tensor is read back and
- * compared.
+ * overlaps the transfers; the host sums every byte as it copies it into
+ * staging, the GPU sums its copy (l8k_checksum), and the two must agree.
  *
  * A step: one packed metadata upload, the layers on one stream, logits for
  * the requested rows in chunks, sampling on the GPU (u from the host's
@@ -47,7 +47,6 @@
 
 #define UPLOAD_THREADS 4
 #define UPLOAD_CHUNK (32u << 20)          /* bytes per staging buffer */
-#define UPLOAD_VERIFY 256u                /* bytes read back at each end of a tensor */
 #define DEFAULT_KV_BYTES (1ull << 30)     /* pool when opts give no size */
 #define FREE_MEM_RESERVE (512ull << 20)   /* left free for cuBLASLt and the driver */
 #define GEMV_MAX_M_DEFAULT 8u             /* crossover to cuBLASLt (tests/gpu/bench_kernels) */
@@ -185,6 +184,7 @@ struct upjob {
     const void *src;
     void *dst;
     size_t bytes;
+    _Atomic uint64_t sum;   /* l8k_checksum of src, summed by the workers' chunks */
     char what[96];
 };
 
@@ -214,12 +214,14 @@ static int up_add(struct uploader *u, const void *src, void *dst, size_t bytes, 
     j->src = src;
     j->dst = dst;
     j->bytes = bytes;
+    atomic_init(&j->sum, 0);
     snprintf(j->what, sizeof j->what, "%s", what);
     u->bytes += bytes;
     return 0;
 }
 
-static bool up_next(struct uploader *u, const uint8_t **src, uint8_t **dst, size_t *n)
+/* The next chunk: n bytes at offset *off of job *job. */
+static bool up_next(struct uploader *u, struct upjob **job, size_t *off, size_t *n)
 {
     bool ok = false;
     pthread_mutex_lock(&u->mu);
@@ -233,8 +235,8 @@ static bool up_next(struct uploader *u, const uint8_t **src, uint8_t **dst, size
         size_t len = j->bytes - u->next_off;
         if (len > UPLOAD_CHUNK)
             len = UPLOAD_CHUNK;
-        *src = (const uint8_t *)j->src + u->next_off;
-        *dst = (uint8_t *)j->dst + u->next_off;
+        *job = j;
+        *off = u->next_off;
         *n = len;
         u->next_off += len;
         ok = true;
@@ -242,6 +244,31 @@ static bool up_next(struct uploader *u, const uint8_t **src, uint8_t **dst, size
     }
     pthread_mutex_unlock(&u->mu);
     return ok;
+}
+
+/* memcpy(dst, src, n), returning the l8k_checksum of the copied bytes as
+ * words i0, i0 + 1, ... of their tensor (i0 = their offset / 8). */
+static uint64_t copy_checksum(void *restrict dst, const void *restrict src, size_t n, uint64_t i0)
+{
+    const uint64_t K = 0x9E3779B97F4A7C15ull;
+    const size_t nw = n / 8;
+    uint64_t s = 0, c = i0 * K;
+    for (size_t i = 0; i < nw; i++, c += K) {
+        uint64_t w;
+        memcpy(&w, (const uint8_t *)src + 8 * i, 8);
+        memcpy((uint8_t *)dst + 8 * i, &w, 8);
+        s += w ^ c;
+    }
+    if (n % 8) {
+        uint64_t w = 0;
+        for (size_t b = 0; b < n % 8; b++) {
+            const uint8_t v = ((const uint8_t *)src)[8 * nw + b];
+            ((uint8_t *)dst)[8 * nw + b] = v;
+            w |= (uint64_t)v << (8 * b);
+        }
+        s += w ^ c;
+    }
+    return s;
 }
 
 static void *up_worker(void *arg)
@@ -257,15 +284,17 @@ static void *up_worker(void *arg)
         if (cudaHostAlloc(&buf[i], UPLOAD_CHUNK, cudaHostAllocDefault) != cudaSuccess ||
             cudaEventCreateWithFlags(&ev[i], cudaEventDisableTiming) != cudaSuccess)
             goto fail;
-    const uint8_t *src;
-    uint8_t *dst;
-    size_t n;
-    while (up_next(u, &src, &dst, &n)) {
+    struct upjob *j;
+    size_t off, n;
+    while (up_next(u, &j, &off, &n)) {
         /* The copy out of this buffer two chunks ago must be done. */
         if (cudaEventSynchronize(ev[k]) != cudaSuccess)
             goto fail;
-        memcpy(buf[k], src, n);   /* faults the mapping in: the read overlaps the DMA */
-        if (cudaMemcpyAsync(dst, buf[k], n, cudaMemcpyHostToDevice, st) != cudaSuccess ||
+        /* Faults the mapping in: the read overlaps the DMA. Chunks start at
+         * multiples of UPLOAD_CHUNK, so whole words. */
+        atomic_fetch_add(&j->sum, copy_checksum(buf[k], (const uint8_t *)j->src + off, n, off / 8));
+        if (cudaMemcpyAsync((uint8_t *)j->dst + off, buf[k], n, cudaMemcpyHostToDevice, st) !=
+                cudaSuccess ||
             cudaEventRecord(ev[k], st) != cudaSuccess)
             goto fail;
         k ^= 1;
@@ -292,8 +321,53 @@ out:
     return NULL;
 }
 
-/* Run all jobs; then read back both ends of every tensor and compare. */
-static int up_run(struct uploader *u, double *secs, char err[L8_ERRLEN])
+/* Every job's bytes on the GPU summed there (on st) and compared with the
+ * host's sum of what it copied. */
+static int up_verify(const struct uploader *u, cudaStream_t st, char err[L8_ERRLEN])
+{
+    uint64_t *d = NULL, *h = malloc(u->n * 8);
+    int rc = -EIO;
+    if (!h) {
+        snprintf(err, L8_ERRLEN, "out of memory");
+        return -ENOMEM;
+    }
+    if (cudaMalloc((void **)&d, u->n * 8) != cudaSuccess) {
+        d = NULL;
+        snprintf(err, L8_ERRLEN, "out of GPU memory for the upload's checksums");
+        goto out;
+    }
+    if (cudaMemsetAsync(d, 0, u->n * 8, st) != cudaSuccess)
+        goto fail;
+    for (size_t i = 0; i < u->n; i++)
+        if (l8k_checksum(u->jobs[i].dst, u->jobs[i].bytes, d + i, st))
+            goto fail;
+    if (cudaMemcpyAsync(h, d, u->n * 8, cudaMemcpyDeviceToHost, st) != cudaSuccess ||
+        cudaStreamSynchronize(st) != cudaSuccess)
+        goto fail;
+    rc = 0;
+    for (size_t i = 0; i < u->n && rc == 0; i++) {
+        const uint64_t want = atomic_load(&u->jobs[i].sum);
+        if (h[i] != want) {
+            snprintf(err, L8_ERRLEN,
+                     "%s differs on the GPU after upload (checksum %016llx, the checkpoint's "
+                     "%016llx)", u->jobs[i].what, (unsigned long long)h[i],
+                     (unsigned long long)want);
+            rc = -EIO;
+        }
+    }
+    goto out;
+fail:
+    snprintf(err, L8_ERRLEN, "summing the uploaded weights on the GPU failed");
+out:
+    cudaGetLastError();
+    cudaFree(d);
+    free(h);
+    return rc;
+}
+
+/* Run all jobs, then verify them. secs: the copies; vsecs: the check. */
+static int up_run(struct uploader *u, cudaStream_t st, double *secs, double *vsecs,
+                  char err[L8_ERRLEN])
 {
     pthread_t th[UPLOAD_THREADS];
     int started = 0;
@@ -316,24 +390,10 @@ static int up_run(struct uploader *u, double *secs, char err[L8_ERRLEN])
         snprintf(err, L8_ERRLEN, "weight upload failed (host-to-device copy)");
         return -EIO;
     }
-    uint8_t back[UPLOAD_VERIFY];
-    for (size_t i = 0; i < u->n; i++) {
-        const struct upjob *j = &u->jobs[i];
-        size_t n = j->bytes < UPLOAD_VERIFY ? j->bytes : UPLOAD_VERIFY;
-        size_t offs[2] = { 0, j->bytes - n };
-        for (int e = 0; e < 2; e++) {
-            if (cudaMemcpy(back, (const uint8_t *)j->dst + offs[e], n, cudaMemcpyDeviceToHost)
-                != cudaSuccess) {
-                snprintf(err, L8_ERRLEN, "reading back %s failed", j->what);
-                return -EIO;
-            }
-            if (memcmp(back, (const uint8_t *)j->src + offs[e], n) != 0) {
-                snprintf(err, L8_ERRLEN, "%s differs on the GPU after upload", j->what);
-                return -EIO;
-            }
-        }
-    }
-    return 0;
+    t0 = now_s();
+    int rc = up_verify(u, st, err);
+    *vsecs = now_s() - t0;
+    return rc;
 }
 
 /* ---- create / destroy -------------------------------------------------- */
@@ -547,8 +607,8 @@ static int cuda_create(const struct l8_model *m, const struct l8_engine_opts *o,
             (rc = up_add(&up, m->rope_inv_freq, e->inv_freq, D / 2 * 4, "rope inv_freq")))
             goto err_nomem;
     }
-    double up_s = 0;
-    if ((rc = up_run(&up, &up_s, err)))
+    double up_s = 0, ver_s = 0;
+    if ((rc = up_run(&up, e->st, &up_s, &ver_s, err)))
         goto err;
     free(conv_embed);
     free(conv_lm);
@@ -667,10 +727,11 @@ static int cuda_create(const struct l8_model *m, const struct l8_engine_opts *o,
         }
         CK(cudaMemGetInfo(&free_b, &total_b));
         fprintf(stderr,
-                "llama8 cuda: weights %.2f GiB uploaded in %.2f s (%.1f GB/s); activations "
-                "%.1f MiB; KV pool %u pages of %u (%.1f MiB, %s); fp8 GEMM path %d; "
-                "decode graphs %s; PDL %s; %.1f GiB free of %.1f\n",
+                "llama8 cuda: weights %.2f GiB uploaded in %.2f s (%.1f GB/s), checksums "
+                "equal (%.1f ms); activations %.1f MiB; KV pool %u pages of %u (%.1f MiB, %s); "
+                "fp8 GEMM path %d; decode graphs %s; PDL %s; %.1f GiB free of %.1f\n",
                 (double)wbytes / 1073741824.0, up_s, up_s > 0 ? (double)up.bytes / up_s / 1e9 : 0,
+                ver_s * 1e3,
                 (double)(abytes - (size_t)e->n_pages * page_bytes) / 1048576.0, e->n_pages,
                 e->ps, (double)e->n_pages * page_bytes / 1048576.0,
                 e->kv_dt == L8K_F32 ? "f32" : "bf16", (int)l8k_blas_fp8_path(e->blas),

@@ -208,6 +208,63 @@ static void test_embed(void)
     cudaFree(dt); cudaFree(di); cudaFree(dout);
 }
 
+/* ---- the upload's checksum -------------------------------------------------- */
+
+/* l8_kernels.h's definition, byte by byte. */
+static uint64_t checksum_ref(const uint8_t *p, size_t n)
+{
+    uint64_t s = 0;
+    for (size_t i = 0; i < (n + 7) / 8; i++) {
+        uint64_t w = 0;
+        for (size_t b = 0; b < 8 && 8 * i + b < n; b++)
+            w |= (uint64_t)p[8 * i + b] << (8 * b);
+        s += w ^ (i * 0x9E3779B97F4A7C15ull);
+    }
+    return s;
+}
+
+static uint64_t checksum_dev(const uint8_t *d, size_t n, uint64_t *dacc)
+{
+    uint64_t acc = 0;
+    CU(cudaMemset(dacc, 0, 8));
+    KOK(l8k_checksum(d, n, dacc, 0));
+    to_host(&acc, dacc, 8);
+    return acc;
+}
+
+/* Sizes around the word and the grid; aligned and misaligned starts; then
+ * one flipped bit, and two words swapped, must each change the sum. */
+static void test_checksum(void)
+{
+    const size_t sizes[] = { 1, 7, 8, 9, 1000, 65536 * 8 + 5, 3u << 20 };
+    const size_t max = (3u << 20) + 16;
+    uint8_t *h = malloc(max), *d = dalloc(max);
+    uint64_t *dacc = dalloc(8);
+    for (size_t i = 0; i < max; i++)
+        h[i] = (uint8_t)rnd_u32();
+    CU(cudaMemcpy(d, h, max, cudaMemcpyHostToDevice));
+    uint32_t bad = 0;
+    for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++)
+        for (size_t off = 0; off < 4; off += 3)
+            bad += checksum_dev(d + off, sizes[si], dacc) != checksum_ref(h + off, sizes[si]);
+    CHECK(bad == 0, "checksum: %u of 14 (size, offset) cases differ from the definition", bad);
+    const size_t n = 1000;
+    const uint64_t base = checksum_ref(h, n);
+    uint8_t one = h[517] ^ 0x10;
+    CU(cudaMemcpy(d + 517, &one, 1, cudaMemcpyHostToDevice));
+    CHECK(checksum_dev(d, n, dacc) != base, "checksum: a flipped bit went unseen");
+    CU(cudaMemcpy(d + 517, h + 517, 1, cudaMemcpyHostToDevice));
+    CU(cudaMemcpy(d + 8 * 3, h + 8 * 40, 8, cudaMemcpyHostToDevice));
+    CU(cudaMemcpy(d + 8 * 40, h + 8 * 3, 8, cudaMemcpyHostToDevice));
+    CHECK(memcmp(h + 8 * 3, h + 8 * 40, 8) == 0 || checksum_dev(d, n, dacc) != base,
+          "checksum: two swapped words went unseen");
+    CHECK(l8k_checksum(d, 8, (uint64_t *)((uint8_t *)dacc + 4), 0) == -EINVAL,
+          "checksum: misaligned accumulator accepted");
+    free(h);
+    cudaFree(d);
+    cudaFree(dacc);
+}
+
 /* ---- products --------------------------------------------------------------- */
 
 /* W [N,K] codes + scales, x [M,K] in x_dt; reference in f64 on the decoded
@@ -834,6 +891,7 @@ int main(int argc, char **argv)
     test_rmsnorm();
     test_silu();
     test_embed();
+    test_checksum();
     const uint32_t Ms[] = { 1, 3, 8, 11 }, Ns[] = { 1, 19, 111, 989 }, Ks[] = { 16, 528, 4096 };
     for (int i = 0; i < 4; i++)
         for (int j = 0; j < 4; j++) {
