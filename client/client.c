@@ -662,6 +662,10 @@ int l8c_status(struct l8c_client *c, struct l8c_status *out, int timeout_ms)
         o.draining = s->draining;
         o.step_running_s = s->step_running_s;
         o.step_stalled = s->step_stalled;
+        o.steps = s->steps;
+        o.step_time_s = s->step_time_s;
+        o.gap_steps = s->gap_steps;
+        o.gap_time_s = s->gap_time_s;
         *out = o;
         rc = 0;
     }

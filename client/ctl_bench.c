@@ -9,6 +9,11 @@
  *   delivery          receive time minus the daemon's timestamp of the token
  *                     (taken when the step producing it completed)
  *   tokens/s          generated tokens over the wall time of the run
+ *   engine            from the daemon's Status before and after the run: its
+ *                     steps, their mean time in the engine, the engine's busy
+ *                     share of the wall time, and the mean gap between a step
+ *                     and the next while requests were left (the daemon's own
+ *                     cost per step: delivery, scheduling, the hand-off)
  * Prompts are random token ids (seeded), greedy, with --ignore-eos so every
  * request makes exactly --new tokens. */
 #include "ctl_ipc.h"
@@ -165,6 +170,13 @@ int ctl_bench(int argc, char **argv)
     p.ignore_eos = true;
     uint64_t rs = seed;
     unsigned long next = 0, done = 0, inflight = 0, inflight_c[MAX_CLIENTS] = {0};
+    struct l8c_status st0, st1;
+    if ((rc = l8c_status(cl[0], &st0, 10000)) < 0) {
+        fprintf(stderr, "llama8ctl: status: %s\n", l8c_last_error(cl[0], NULL));
+        rc = CTL_FAIL;
+        goto out;
+    }
+    rc = CTL_FAIL;
     uint64_t total_tokens = 0, t0 = l8c_now_ns();
     struct l8_event ev[256];
     while (done < n_req) {
@@ -251,6 +263,14 @@ int ctl_bench(int argc, char **argv)
         }
     }
     double wall = (double)(l8c_now_ns() - t0) / 1e9;
+    if (l8c_status(cl[0], &st1, 10000) < 0) {
+        fprintf(stderr, "llama8ctl: status: %s\n", l8c_last_error(cl[0], NULL));
+        goto out;
+    }
+    const uint64_t steps = st1.steps - st0.steps, gaps = st1.gap_steps - st0.gap_steps;
+    const double step_ms = steps ? (st1.step_time_s - st0.step_time_s) * 1e3 / (double)steps : 0;
+    const double busy = wall > 0 ? (st1.step_time_s - st0.step_time_s) / wall : 0;
+    const double gap_us = gaps ? (st1.gap_time_s - st0.gap_time_s) * 1e6 / (double)gaps : 0;
     double tps = (double)total_tokens / wall;
     double t50 = pct_us(&ttft, 50), t99 = pct_us(&ttft, 99);
     double s50 = pct_us(&start, 50), s99 = pct_us(&start, 99);
@@ -270,6 +290,10 @@ int ctl_bench(int argc, char **argv)
         json_object_object_add(o, "submit_to_start_p99_us", json_object_new_double(s99));
         json_object_object_add(o, "delivery_p50_us", json_object_new_double(d50));
         json_object_object_add(o, "delivery_p99_us", json_object_new_double(d99));
+        json_object_object_add(o, "engine_steps", json_object_new_uint64(steps));
+        json_object_object_add(o, "engine_step_ms_mean", json_object_new_double(step_ms));
+        json_object_object_add(o, "engine_busy_frac", json_object_new_double(busy));
+        json_object_object_add(o, "engine_gap_us_mean", json_object_new_double(gap_us));
         puts(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY));
         json_object_put(o);
     } else {
@@ -281,6 +305,9 @@ int ctl_bench(int argc, char **argv)
         printf("submit -> prefill start: p50 %9.1f us  p99 %9.1f us\n", s50, s99);
         printf("token delivery:          p50 %9.1f us  p99 %9.1f us (daemon timestamp -> client)\n",
                d50, d99);
+        printf("engine:                  %llu steps, %.3f ms each, busy %.1f %% of the run; "
+               "%.1f us between steps with requests left\n", (unsigned long long)steps, step_ms,
+               100 * busy, gap_us);
     }
     rc = CTL_OK;
 out:

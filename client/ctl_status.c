@@ -71,6 +71,10 @@ int ctl_status(int argc, char **argv)
         json_object_object_add(o, "draining", json_object_new_boolean(s.draining));
         json_object_object_add(o, "step_running_s", json_object_new_double(s.step_running_s));
         json_object_object_add(o, "step_stalled", json_object_new_boolean(s.step_stalled));
+        json_object_object_add(o, "steps", json_object_new_uint64(s.steps));
+        json_object_object_add(o, "step_time_s", json_object_new_double(s.step_time_s));
+        json_object_object_add(o, "gap_steps", json_object_new_uint64(s.gap_steps));
+        json_object_object_add(o, "gap_time_s", json_object_new_double(s.gap_time_s));
         puts(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY));
         json_object_put(o);
     } else {
@@ -92,6 +96,12 @@ int ctl_status(int argc, char **argv)
             printf("engine:    a step running for %.3f s\n", s.step_running_s);
         else
             printf("engine:    idle\n");
+        if (s.steps)
+            printf("steps:     %llu, %.3f ms each on average; %.1f us from a step's end to the "
+                   "next one's start while requests were left (%llu such)\n",
+                   (unsigned long long)s.steps, s.step_time_s * 1e3 / (double)s.steps,
+                   s.gap_steps ? s.gap_time_s * 1e6 / (double)s.gap_steps : 0.0,
+                   (unsigned long long)s.gap_steps);
     }
     l8c_close(c);
     return CTL_OK;

@@ -114,6 +114,12 @@ struct l8d {
     uint64_t step_tok_ns;    /* slowest recent ns per token of a step (decaying
                                 max; the warm-up seeds it): the stall bound */
     bool step_stalled;       /* the step in flight ran past its bound */
+    /* Engine time (Status): steps done and their time in the engine; the
+     * gaps from a step's end to the next one's start when requests were
+     * still running or waiting at that end (the loop's own cost per step). */
+    uint64_t steps, step_ns, gaps, gap_ns;
+    uint64_t last_step_end;  /* engine clock, the last step's end */
+    bool gap_open;           /* requests remained when it ended */
     uint64_t ev_t_ns;        /* t_ns of the events being delivered */
     /* Model facts for Welcome. */
     char model_dir[4096];

@@ -219,8 +219,16 @@ static void on_engine_done(struct l8d *d)
         sd_notifyf(0, "STATUS=serving %s on %s", d->model_name,
                    l8_backend_name(d->conf.backend));
     }
+    d->steps++;
+    d->step_ns += t1 - t0;
+    if (d->gap_open && t0 > d->last_step_end) {
+        d->gaps++;
+        d->gap_ns += t0 - d->last_step_end;
+    }
+    d->last_step_end = t1;
     d->ev_t_ns = t1;
     l8_sched_step_done(d->sched, d->step_seqs, d->step_n, status);
+    d->gap_open = !l8_sched_idle(d->sched);
     if (status == -EIO) {
         /* A device fault: the engine's state cannot be trusted. Exit
          * non-zero so the service manager restarts us; clients see a clean

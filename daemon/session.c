@@ -330,6 +330,10 @@ static void send_status(struct l8d_session *s)
     o.context_length = d->max_ctx;
     o.step_running_s = d->step_in_flight ? (double)(now - d->step_t_submit) / 1e9 : 0.0;
     o.step_stalled = d->step_stalled;
+    o.steps = d->steps;
+    o.step_time_s = (double)d->step_ns / 1e9;
+    o.gap_steps = d->gaps;
+    o.gap_time_s = (double)d->gap_ns / 1e9;
     Llama8__DaemonMessage m = LLAMA8__DAEMON_MESSAGE__INIT;
     m.msg_case = LLAMA8__DAEMON_MESSAGE__MSG_STATUS;
     m.status = &o;
