@@ -7,8 +7,11 @@
  * loaded once for all of them (GQA), and a long sequence is divided into
  * splits processed by separate blocks whose partial (max, sum, acc) are
  * combined afterwards (flash-decoding). Within a block, positions go in
- * chunks of D (one position per thread to score, one dimension per thread
- * to accumulate V), with the online softmax across chunks.
+ * chunks of D, with the online softmax across chunks: one position per
+ * thread to score; for V, D / (16 bytes) threads share a position's row,
+ * one 16-byte load each, so the block's threads form groups that take
+ * every PG-th position of the chunk, and the groups' sums are added at the
+ * end.
  *
  * The row kernel: scores and V accumulation in f32 on CUDA cores; K/V bf16
  * (fp8 mode) or f32 (exact mode). It serves decode rows, and every row in
@@ -44,16 +47,11 @@ __device__ __forceinline__ void kv_decode16(uint4 a, float (&f)[kv_vec<KV>::n])
     }
 }
 
-template <typename KV>
-__device__ __forceinline__ float kv_load1(const KV *p)
-{
-    if constexpr (sizeof(KV) == 4)
-        return *(const float *)p;
-    else
-        return l8k_bf16_to_float(*(const uint16_t *)p);
-}
-
-/* Grid (nkv, R, n_splits), block D threads. */
+/* Grid (nkv, R, n_splits), block D threads. v1.3: V in 16-byte loads, a
+ * position's row over VT threads and positions over PG groups (bf16,
+ * D = 128: 16 threads a row, 8 groups, each thread 16 positions of a
+ * chunk, one load deep); v1 had one thread per dimension and 2-byte loads,
+ * 128 positions in series (8 round trips of 16 loads). */
 template <typename KV, int D>
 static __global__ __launch_bounds__(D) void attn_kernel(
     const float *__restrict__ q, uint32_t ldq, const KV *__restrict__ kb,
@@ -65,9 +63,12 @@ static __global__ __launch_bounds__(D) void attn_kernel(
 {
     constexpr int CH = D;
     constexpr int VEC = kv_vec<KV>::n;
+    constexpr int VT = D / VEC;   /* threads a V row */
+    constexpr int PG = D / VT;    /* position groups */
     __shared__ float q_s[ATTN_MAX_G][D];
     __shared__ float sc[ATTN_MAX_G][CH];
     __shared__ size_t off_s[CH];
+    __shared__ float red[PG][D];
     __shared__ float m_s[ATTN_MAX_G], l_s[ATTN_MAX_G], alpha_s[ATTN_MAX_G];
 
     l8k_pdl_wait();
@@ -76,6 +77,7 @@ static __global__ __launch_bounds__(D) void attn_kernel(
     const uint32_t split = blockIdx.z, nsplit = gridDim.z;
     const uint32_t G = nh / nkv, t = threadIdx.x;
     const uint32_t lane = t & 31, warp = t >> 5, nwarps = D / 32;
+    const uint32_t vd = (t % VT) * VEC, pg = t / VT;  /* V: dimensions vd.., group pg */
     uint32_t kvl = (uint32_t)max(kv_len[r], 0);
     if (kvl > max_kv_len)
         kvl = max_kv_len;
@@ -89,10 +91,12 @@ static __global__ __launch_bounds__(D) void attn_kernel(
         m_s[t] = -INFINITY;
         l_s[t] = 0.0f;
     }
-    float acc[ATTN_MAX_G];
+    float acc[ATTN_MAX_G][VEC];
 #pragma unroll
     for (int g = 0; g < ATTN_MAX_G; g++)
-        acc[g] = 0.0f;
+#pragma unroll
+        for (int e = 0; e < VEC; e++)
+            acc[g][e] = 0.0f;
     __syncthreads();
 
     for (uint32_t c0 = start; c0 < end; c0 += CH) {
@@ -107,7 +111,8 @@ static __global__ __launch_bounds__(D) void attn_kernel(
             size_t off = (((size_t)page * nkv + h) * page_size + p % page_size) * D;
             off_s[t] = off;
             const uint4 *kr = (const uint4 *)(kb + off);
-#pragma unroll 8
+            /* bf16: the whole row (16 loads) in flight; f32 (exact) 8, no spill */
+#pragma unroll(sizeof(KV) == 4 ? 8 : 16)
             for (int d0 = 0; d0 < D; d0 += VEC) {
                 float k[VEC];
                 kv_decode16<KV>(kr[d0 / VEC], k);
@@ -151,42 +156,55 @@ static __global__ __launch_bounds__(D) void attn_kernel(
         }
         __syncthreads();
 
-        /* Phase 3: thread t accumulates dimension t of V. The loads do not
-         * depend on each other: unrolled 16 deep so that many are in flight
-         * (at batch 1 this loop is a chain of memory latencies). */
+        /* Phase 3: thread t accumulates dimensions vd.. of V over positions
+         * pg, pg + PG, ... of the chunk: at most CH / PG independent 16-byte
+         * loads, all in flight at once (at batch 1 this loop's time is
+         * memory latency, not bytes). */
         uint32_t n = min((uint32_t)CH, end - c0);
 #pragma unroll
         for (int g = 0; g < ATTN_MAX_G; g++)
             if ((uint32_t)g < G)
-                acc[g] *= alpha_s[g];
+#pragma unroll
+                for (int e = 0; e < VEC; e++)
+                    acc[g][e] *= alpha_s[g];
 #pragma unroll 16
-        for (uint32_t j = 0; j < n; j++) {
-            float v = kv_load1<KV>(vb + off_s[j] + t);
+        for (uint32_t j = pg; j < n; j += PG) {
+            float v[VEC];
+            kv_decode16<KV>(*(const uint4 *)(vb + off_s[j] + vd), v);
 #pragma unroll
             for (int g = 0; g < ATTN_MAX_G; g++)
-                if ((uint32_t)g < G)
-                    acc[g] = fmaf(sc[g][j], v, acc[g]);
+                if ((uint32_t)g < G) {
+                    const float w = sc[g][j];
+#pragma unroll
+                    for (int e = 0; e < VEC; e++)
+                        acc[g][e] = fmaf(w, v[e], acc[g][e]);
+                }
         }
         __syncthreads(); /* sc and off_s are rewritten by the next chunk */
     }
 
-    /* Unrolled over the maximum with a guard: acc must stay in registers
-     * (a run-time index would move it to local memory). */
-    if (nsplit == 1) {
+    /* Per head: the groups' sums added in group order, thread t then
+     * holding dimension t. Unrolled over the maximum with a guard: acc must
+     * stay in registers (a run-time index would move it to local memory). */
 #pragma unroll
-        for (uint32_t g = 0; g < ATTN_MAX_G; g++) {
-            if (g >= G)
-                break;
-            float l = l_s[g];
-            out[(size_t)r * ldo + (size_t)(h * G + g) * D + t] = l > 0.0f ? acc[g] / l : 0.0f;
-        }
-    } else {
+    for (uint32_t g = 0; g < ATTN_MAX_G; g++) {
+        if (g >= G)
+            break;
 #pragma unroll
-        for (uint32_t g = 0; g < ATTN_MAX_G; g++) {
-            if (g >= G)
-                break;
+        for (int e = 0; e < VEC; e++)
+            red[pg][vd + e] = acc[g][e];
+        __syncthreads();
+        float a = 0.0f;
+#pragma unroll
+        for (int p = 0; p < PG; p++)
+            a += red[p][t];
+        __syncthreads(); /* red is rewritten for the next head */
+        if (nsplit == 1) {
+            const float l = l_s[g];
+            out[(size_t)r * ldo + (size_t)(h * G + g) * D + t] = l > 0.0f ? a / l : 0.0f;
+        } else {
             float *w = work + (((size_t)blockIdx.y * nh + h * G + g) * nsplit + split) * (D + 2);
-            w[t] = acc[g];
+            w[t] = a;
             if (t == 0) {
                 w[D] = m_s[g];
                 w[D + 1] = l_s[g];
