@@ -201,7 +201,7 @@ __device__ __forceinline__ float l8k_act_scale(float amax)
     return fmaxf(__fdiv_rn(amax, L8K_FP8_MAX), L8K_FP8_MIN_ACT_SCALE);
 }
 
-static inline bool l8k_aligned16(const void *p)
+__host__ __device__ static inline bool l8k_aligned16(const void *p)
 {
     return ((uintptr_t)p & 15) == 0;
 }

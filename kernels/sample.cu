@@ -8,6 +8,11 @@
  * 2^-40 fixed point with integer atomics, so the result does not depend on
  * the order threads add in: same inputs, same token, run to run.
  *
+ * The logits are read where they are unless a repetition penalty applies
+ * (then from a penalized copy in scratch), NaN read as -inf; the passes that
+ * only read them (max, log-sum-exp) use 16-byte loads, four in flight a
+ * thread, since at batch 1 the one block's time is memory latency.
+ *
  * The uniform u comes from the host (l8_philox_uniform), so CPU and GPU
  * draw the identical number; the device Philox below is checked against
  * the CPU's in tests/gpu. */
@@ -41,15 +46,48 @@ __device__ __forceinline__ float unordered_bits(uint32_t o)
     return __uint_as_float((o & 0x80000000u) ? (o & 0x7fffffffu) : ~o);
 }
 
+/* Logit v of src, NaN as -inf. */
+__device__ __forceinline__ float logit_at(const float *src, uint32_t v)
+{
+    const float l = src[v];
+    return isnan(l) ? -INFINITY : l;
+}
+
+/* f(v, logit) for this thread's share of src[0, V): 16-byte loads when src
+ * is 16-byte aligned (4 in flight), else one at a time. */
+template <class F>
+__device__ __forceinline__ void for_each_logit(const float *src, uint32_t V, F f)
+{
+    uint32_t v0 = 0;
+    if (l8k_aligned16(src)) {
+        const float4 *s4 = (const float4 *)src;
+        const uint32_t n4 = V / 4;
+#pragma unroll 4
+        for (uint32_t i = threadIdx.x; i < n4; i += blockDim.x) {
+            const float4 x = s4[i];
+            f(4 * i, isnan(x.x) ? -INFINITY : x.x);
+            f(4 * i + 1, isnan(x.y) ? -INFINITY : x.y);
+            f(4 * i + 2, isnan(x.z) ? -INFINITY : x.z);
+            f(4 * i + 3, isnan(x.w) ? -INFINITY : x.w);
+        }
+        v0 = 4 * n4;
+    }
+    for (uint32_t v = v0 + threadIdx.x; v < V; v += blockDim.x)
+        f(v, logit_at(src, v));
+}
+
 struct cand {
-    const float *scr;   /* penalized logits [V] */
+    const float *src;   /* the (penalized) logits [V] */
     float temp;
     float M;            /* max of logit / T */
     u64 lo;             /* set: key >= lo ... */
     float min_p;        /* ... and (min_p <= 0 or e >= min_p or key == top) */
     u64 top;
 
-    __device__ __forceinline__ float s(uint32_t v) const { return __fdiv_rn(scr[v], temp); }
+    __device__ __forceinline__ float s(uint32_t v) const
+    {
+        return __fdiv_rn(logit_at(src, v), temp);
+    }
     __device__ __forceinline__ u64 key(uint32_t v, float sv) const
     {
         return ((u64)ordered_bits(sv) << 32) | (u64)(0xffffffffu - v);
@@ -163,7 +201,7 @@ __device__ u64 radix_select(const cand &c, uint32_t V, bool by_count, u64 target
     return r;
 }
 
-static __global__ __launch_bounds__(SAMPLE_THREADS) void sample_kernel(
+static __global__ __launch_bounds__(SAMPLE_THREADS, 1) void sample_kernel(
     const float *__restrict__ logits, uint32_t V, const struct l8k_sample_req *__restrict__ reqs,
     const int32_t *__restrict__ history, float *__restrict__ scratch, int32_t *__restrict__ tok,
     float *__restrict__ logprob)
@@ -176,17 +214,16 @@ static __global__ __launch_bounds__(SAMPLE_THREADS) void sample_kernel(
     float *scr = scratch + (size_t)blockIdx.x * V;
     const uint32_t t = threadIdx.x;
 
-    /* 1. Repetition penalty, from the original logits so that an id that
-     * occurs several times in the history is penalized once. NaN logits
-     * count as -inf. */
-    for (uint32_t v = t; v < V; v += blockDim.x) {
-        float l = row[v];
-        scr[v] = isnan(l) ? -INFINITY : l;
-    }
-    __syncthreads();
-    /* sampler.c applies the penalty only when it is positive (and not 1):
-     * a penalty <= 0 means off there, so it must here too. */
-    if (rq.rep_penalty != 1.0f && rq.rep_penalty > 0.0f && rq.n_hist > 0) {
+    /* 1. Repetition penalty, into a copy, from the original logits so that
+     * an id that occurs several times in the history is penalized once.
+     * sampler.c applies it only when it is positive (and not 1): a penalty
+     * <= 0 means off there, so it must here too. */
+    const bool pen = rq.rep_penalty != 1.0f && rq.rep_penalty > 0.0f && rq.n_hist > 0;
+    const float *src = pen ? scr : row;
+    if (pen) {
+        for (uint32_t v = t; v < V; v += blockDim.x)
+            scr[v] = row[v];
+        __syncthreads();
         for (int32_t j = (int32_t)t; j < rq.n_hist; j += (int32_t)blockDim.x) {
             int32_t id = history[rq.hist_off + j];
             if (id < 0 || (uint32_t)id >= V)
@@ -196,19 +233,18 @@ static __global__ __launch_bounds__(SAMPLE_THREADS) void sample_kernel(
                 continue;
             scr[id] = l > 0.0f ? __fdiv_rn(l, rq.rep_penalty) : l * rq.rep_penalty;
         }
+        __syncthreads();
     }
-    __syncthreads();
 
     /* 2. Max, argmax (lowest id on ties), log-sum-exp of the penalized logits. */
     float bv = -INFINITY;
     uint32_t bi = 0xffffffffu;
-    for (uint32_t v = t; v < V; v += blockDim.x) {
-        float l = scr[v];
+    for_each_logit(src, V, [&](uint32_t v, float l) {
         if (l > bv || (l == bv && v < bi)) {
             bv = l;
             bi = v;
         }
-    }
+    });
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
         float ov = __shfl_xor_sync(0xffffffffu, bv, o);
@@ -238,16 +274,15 @@ static __global__ __launch_bounds__(SAMPLE_THREADS) void sample_kernel(
     }
     __syncthreads();
     const uint32_t amax = best_s;
-    const float M1 = scr[amax];
+    const float M1 = logit_at(src, amax);
     float z = 0.0f;
-    for (uint32_t v = t; v < V; v += blockDim.x)
-        z += expf(scr[v] - M1);
+    for_each_logit(src, V, [&](uint32_t, float l) { z += expf(l - M1); });
     const float Z1 = l8k_block_sum(z, sh.fred);
 
     uint32_t chosen = amax;
     if (rq.temperature > 0.0f) {
         cand c;
-        c.scr = scr;
+        c.src = src;
         c.temp = rq.temperature;
         c.lo = 0;
         c.min_p = 0.0f;
@@ -300,7 +335,7 @@ static __global__ __launch_bounds__(SAMPLE_THREADS) void sample_kernel(
     }
     if (t == 0) {
         tok[blockIdx.x] = (int32_t)chosen;
-        logprob[blockIdx.x] = scr[chosen] - M1 - logf(Z1);
+        logprob[blockIdx.x] = logit_at(src, chosen) - M1 - logf(Z1);
     }
 }
 

@@ -745,9 +745,11 @@ static void test_attention_prefill(uint32_t D, uint32_t nh, uint32_t nkv, const 
 
 /* ---- sampling -------------------------------------------------------------- */
 
-static void test_sample(void)
+/* V = 5000: every row 16-byte aligned (the vector loads); 4999: rows at
+ * other alignments and a tail (the scalar loads). */
+static void test_sample(uint32_t V)
 {
-    const uint32_t V = 5000, S = 24;
+    const uint32_t S = 24;
     float *lg = malloc((size_t)S * V * 4);
     for (size_t i = 0; i < (size_t)S * V; i++)
         lg[i] = rnd_n(3.0f);
@@ -800,14 +802,39 @@ static void test_sample(void)
               "sample %u: logprob gpu %.7g cpu %.7g", s, lp[s], clp);
     }
     CHECK(tok[0] == 100, "greedy tie: got %d, want 100", tok[0]);
-    CHECK(diff == 0, "sampling: %u of %u tokens differ from the CPU sampler", diff, S);
+    CHECK(diff == 0, "sampling, V=%u: %u of %u tokens differ from the CPU sampler", V, diff, S);
     /* Same inputs, same tokens. */
     KOK(l8k_sample(dl, V, dr, S, dh, dscr, dt, dlp, 0));
     to_host(tok2, dt, S * 4);
     CHECK(memcmp(tok, tok2, sizeof tok) == 0, "sampling is not deterministic");
     l8_sampler_free(cs);
     free(lg);
-    cudaFree(dl); cudaFree(dscr); cudaFree(dlp); cudaFree(dh); cudaFree(dt); cudaFree(dr);
+    cudaFree(dl); cudaFree(dscr); cudaFree(dh); cudaFree(dr);
+
+    /* Greedy with the maximum planted at each position mod 4 (the lanes
+     * of a 16-byte load), at the first and at the last id. */
+    const uint32_t G = 8;
+    float *gl = malloc((size_t)G * V * 4);
+    uint32_t want[8];
+    struct l8k_sample_req greq[8];
+    for (uint32_t r = 0; r < G; r++) {
+        for (uint32_t v = 0; v < V; v++)
+            gl[(size_t)r * V + v] = rnd_n(3.0f);
+        want[r] = r == 6 ? 0 : r == 7 ? V - 1 : 1 + 4 * (100 + 97 * r) + r % 4;
+        gl[(size_t)r * V + want[r]] = 40.0f;
+        greq[r] = (struct l8k_sample_req){ .top_p = 1.0f, .rep_penalty = 1.0f,
+                                           .logits_row = (int32_t)r };
+    }
+    float *dgl = dup_to_dev(gl, (size_t)G * V * 4), *dgs = dalloc((size_t)G * V * 4);
+    struct l8k_sample_req *dgr = dup_to_dev(greq, sizeof greq);
+    KOK(l8k_sample(dgl, V, dgr, G, NULL, dgs, dt, dlp, 0));
+    to_host(tok, dt, G * 4);
+    uint32_t gbad = 0;
+    for (uint32_t r = 0; r < G; r++)
+        gbad += (uint32_t)tok[r] != want[r];
+    CHECK(gbad == 0, "greedy, V=%u: %u of %u planted maxima missed", V, gbad, G);
+    free(gl);
+    cudaFree(dgl); cudaFree(dgs); cudaFree(dgr); cudaFree(dlp); cudaFree(dt);
 
     /* Philox on the device is the CPU's. */
     float *du = dalloc(1000 * 4), u[1000];
@@ -906,7 +933,8 @@ int main(int argc, char **argv)
     test_rope_kv(L8K_F32);
     test_rope_kv(L8K_BF16);
     test_attention_all();
-    test_sample();
+    test_sample(5000);
+    test_sample(4999);
     test_refusals(b);
     l8k_blas_destroy(b);
     printf("%s (%d failures)\n", g_failures ? "FAILED" : "ok", g_failures);
