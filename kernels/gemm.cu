@@ -18,7 +18,10 @@
 #include "common.cuh"
 
 #define BLAS_WORKSPACE (32u << 20)
-#define BLAS_CACHE 64
+/* Chosen algorithms, by shape: serving steps bring a new M nearly every
+ * step, and a heuristic query costs far more than a lookup (open
+ * addressing; emptied when three quarters full). */
+#define BLAS_CACHE 4096u
 #define BLAS_MAX_ALIGN 256u    /* cuBLASLt's default assumption for every pointer */
 /* Probe acceptance, relative L2 error against l8k_gemv (exact products, f32
  * sums). Hopper's FP8 tensor cores add within an instruction at reduced
@@ -46,7 +49,7 @@ struct l8k_blas {
     uint16_t *scr;       /* bf16 scratch for the decode path: W then x */
     size_t scr_elems;
     struct algo_entry cache[BLAS_CACHE];
-    uint32_t cache_next;
+    uint32_t cache_used;
 };
 
 static __global__ void scale_epilogue_kernel(float *__restrict__ y, const float *__restrict__ xs,
@@ -86,6 +89,22 @@ static uint32_t ptr_align(const void *p)
     return al;
 }
 
+/* The cache slot of this key: its entry, or the empty slot where it goes. */
+static struct algo_entry *cache_slot(struct l8k_blas *b, int kind, uint32_t M, uint32_t N,
+                                     uint32_t K, const uint32_t al[3])
+{
+    uint64_t h = (uint64_t)kind * 0x9E3779B97F4A7C15ull;
+    const uint32_t key[6] = { M, N, K, al[0], al[1], al[2] };
+    for (int i = 0; i < 6; i++)
+        h = (h ^ key[i]) * 0x100000001B3ull;
+    for (uint32_t i = (uint32_t)(h >> 32) & (BLAS_CACHE - 1);; i = (i + 1) & (BLAS_CACHE - 1)) {
+        struct algo_entry *e = &b->cache[i];
+        if (!e->valid || (e->kind == kind && e->M == M && e->N == N && e->K == K &&
+                          memcmp(e->align, al, sizeof e->align) == 0))
+            return e;
+    }
+}
+
 /* One cuBLASLt product y = op(A) op(B) (+ scales), column-major as above. */
 static int lt_matmul(struct l8k_blas *b, int kind, const void *w, const void *x, const float *ws,
                      const float *xs, uint32_t M, uint32_t N, uint32_t K, float *y, cudaStream_t st)
@@ -121,15 +140,12 @@ static int lt_matmul(struct l8k_blas *b, int kind, const void *w, const void *x,
          * otherwise, and its choice may fault or be refused on less: tell it
          * the real alignment, and key the cache on it. */
         const uint32_t al[3] = { ptr_align(w), ptr_align(x), ptr_align(y) };
-        struct algo_entry *e = NULL;
-        for (uint32_t i = 0; i < BLAS_CACHE; i++)
-            if (b->cache[i].valid && b->cache[i].kind == kind && b->cache[i].M == M &&
-                b->cache[i].N == N && b->cache[i].K == K && b->cache[i].align[0] == al[0] &&
-                b->cache[i].align[1] == al[1] && b->cache[i].align[2] == al[2]) {
-                e = &b->cache[i];
-                break;
-            }
-        if (!e) {
+        if (b->cache_used >= BLAS_CACHE / 4 * 3) {
+            memset(b->cache, 0, sizeof b->cache);
+            b->cache_used = 0;
+        }
+        struct algo_entry *e = cache_slot(b, kind, M, N, K, al);
+        if (!e->valid) {
             cublasLtMatmulHeuristicResult_t res;
             int found = 0;
             size_t wsb = BLAS_WORKSPACE;
@@ -148,7 +164,7 @@ static int lt_matmul(struct l8k_blas *b, int kind, const void *w, const void *x,
             if (cublasLtMatmulAlgoGetHeuristic(b->h, op, la, lb, lc, lc, pref, 1, &res, &found) ||
                 found < 1)
                 goto out;
-            e = &b->cache[b->cache_next++ % BLAS_CACHE];
+            b->cache_used++;
             e->kind = kind;
             e->M = M; e->N = N; e->K = K;
             memcpy(e->align, al, sizeof al);

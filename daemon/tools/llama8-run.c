@@ -42,7 +42,7 @@ struct opts {
     struct l8_sampling sp;
     uint32_t stop[MAX_STOP];
     uint32_t n_stop;
-    bool stop_given, ignore_eos, json;
+    bool stop_given, ignore_eos, json, warmup;
 };
 
 static void usage(FILE *f)
@@ -76,6 +76,9 @@ static void usage(FILE *f)
 "                           [S, vocab] for every prompt position, \"gen_logits\"\n"
 "                           [N, vocab] the logits each generated token was\n"
 "                           sampled from, \"tokens\" I32 [S+N] prompt+generated\n"
+"  --warmup                 run the prompt and two decode steps once, untimed,\n"
+"                           before the timed run: first-use costs (cuBLASLt's\n"
+"                           heuristics, decode graph capture) out of the figures\n"
 "  --json                   print one JSON object instead (tokens, stop_reason,\n"
 "                           load_s, prefill_ms, decode_tokens_per_s, ...)\n"
 "  --help                   this text\n"
@@ -185,7 +188,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 {
     enum { O_MODEL = 256, O_TOKENS, O_TOKENS_FILE, O_MAX_NEW, O_BACKEND, O_NUMERICS,
            O_TEMP, O_TOPK, O_TOPP, O_MINP, O_REP, O_SEED, O_STOP, O_IGNORE_EOS, O_CHUNK,
-           O_PAGE, O_THREADS, O_LOGITS, O_JSON, O_HELP };
+           O_PAGE, O_THREADS, O_LOGITS, O_JSON, O_WARMUP, O_HELP };
     static const struct option lo[] = {
         { "model", required_argument, 0, O_MODEL },
         { "tokens", required_argument, 0, O_TOKENS },
@@ -206,6 +209,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
         { "threads", required_argument, 0, O_THREADS },
         { "logits-out", required_argument, 0, O_LOGITS },
         { "json", no_argument, 0, O_JSON },
+        { "warmup", no_argument, 0, O_WARMUP },
         { "help", no_argument, 0, O_HELP },
         { 0, 0, 0, 0 },
     };
@@ -266,6 +270,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
         case O_THREADS: bad = parse_u32(a, &u) || u > 4096; o->threads = (int)u; break;
         case O_LOGITS: o->logits_out = a; break;
         case O_JSON: o->json = true; break;
+        case O_WARMUP: o->warmup = true; break;
         case O_HELP: usage(stdout); exit(0);
         default:
             fprintf(stderr, "llama8-run: unknown or incomplete option %s\n", argv[optind - 1]);
@@ -414,6 +419,32 @@ int main(int argc, char **argv)
             goto oom;
     }
 
+    /* Warm-up: the same steps as below, results dropped; the timed run
+     * rewrites every KV position and generated token it reads. */
+    double warmup_s = 0;
+    if (o.warmup) {
+        double tw = now_s();
+        const uint32_t wdec = o.max_new < 2 ? 0 : o.max_new == 2 ? 1 : 2;
+        for (uint32_t p = 0, n; p < (uint32_t)S + wdec; p += n) {
+            const bool pre = p < (uint32_t)S;
+            n = !pre ? 1 : (uint32_t)S - p < chunk ? (uint32_t)S - p : chunk;
+            struct l8_seq s = { .tokens = all + p, .n_tokens = n, .pos = p,
+                                .pages = pages, .n_pages = n_pages,
+                                .logits = L8_LOGITS_NONE, .sample = !pre || (p + n == (uint32_t)S && o.max_new > 0),
+                                .sampling = &o.sp, .history = all,
+                                .n_history = p + n, .sample_index = pre ? 0 : p + 1 - S };
+            r = l8_engine_step(e, &s, 1);
+            if (r < 0) {
+                fprintf(stderr, "llama8-run: warm-up step at position %u failed: %s\n", p,
+                        strerror(-r));
+                goto out;
+            }
+            if (s.sample)
+                all[p + n] = s.token_out;
+        }
+        warmup_s = now_s() - tw;
+    }
+
     /* Prefill; the last chunk samples the first new token. */
     uint32_t n_gen = 0;
     bool stopped = false;
@@ -482,6 +513,7 @@ int main(int argc, char **argv)
         json_object_object_add(jo, "numerics", json_object_new_string(
                                    o.numerics == L8_NUMERICS_FP8 ? "fp8" : "exact"));
         json_object_object_add(jo, "load_s", json_object_new_double(load_s));
+        json_object_object_add(jo, "warmup_s", json_object_new_double(warmup_s));
         json_object_object_add(jo, "prefill_ms", json_object_new_double(prefill_s * 1e3));
         json_object_object_add(jo, "prefill_tokens_per_s",
                                json_object_new_double(prefill_s > 0 ? S / prefill_s : 0.0));

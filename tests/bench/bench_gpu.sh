@@ -8,7 +8,10 @@
 #   single:    llama8-run, cuda fp8, 512-token prompt, 128 new, batch 1
 #              (TTFT = prefill step incl. the first token, decode tok/s, load
 #              time; peak GPU memory sampled by nvidia-smi every 50 ms): run 1
-#              cold, run 2 warm (both with decode graphs), run 3 with
+#              cold (the checkpoint just written; the engine's first steps,
+#              with cuBLASLt's heuristics and the graph capture, timed), runs
+#              2-5 with --warmup (the prompt and two decode steps once,
+#              untimed): run 2 with decode graphs, run 3 with
 #              L8_CUDA_GRAPHS=0 (eager decode, for the graphs' gain), run 4
 #              with L8_PDL=0 (no programmatic dependent launch)
 #   profile:   llama8-run as above with 32 new tokens and L8_PROFILE: the
@@ -44,8 +47,10 @@ for run in 1 2 3 4; do
     graphs=1 pdl=1
     [ $run = 3 ] && graphs=0
     [ $run = 4 ] && pdl=0
+    warm=--warmup
+    [ $run = 1 ] && warm=
     L8_CUDA_GRAPHS=$graphs L8_PDL=$pdl timeout 180 "$BIN/llama8-run" --model "$MODEL" --backend cuda --numerics fp8 \
-        --tokens-file "$OUT/prompt512.txt" --max-new 128 --ignore-eos --json \
+        --tokens-file "$OUT/prompt512.txt" --max-new 128 --ignore-eos --json $warm \
         >"$OUT/single$run.json" 2>"$OUT/single$run.log"
     echo "single run $run (graphs $graphs, pdl $pdl) rc=$? $(cat "$OUT/single$run.json")"
     echo "$(peak_stop "$OUT/mem_single$run.txt")" >"$OUT/peak_single$run.txt"
@@ -54,7 +59,7 @@ done
 
 echo "== step profile"
 L8_PROFILE="$OUT/profile.json" timeout 120 "$BIN/llama8-run" --model "$MODEL" --backend cuda \
-    --numerics fp8 --tokens-file "$OUT/prompt512.txt" --max-new 32 --ignore-eos --json \
+    --numerics fp8 --tokens-file "$OUT/prompt512.txt" --max-new 32 --ignore-eos --json --warmup \
     >"$OUT/single5.json" 2>"$OUT/single5.log"
 echo "profile rc=$?"
 grep -A16 "cuda profile" "$OUT/single5.log"
@@ -103,9 +108,11 @@ m = {}
 if s:
     m = {"ttft_ms": s.get("prefill_ms"), "decode_tok_s": s.get("decode_tokens_per_s"),
          "load_s": (s1 or s).get("load_s"), "load_s_warm": s.get("load_s"),
+         "ttft_cold_ms": s1.get("prefill_ms") if s1 else None,
+         "decode_tok_s_cold": s1.get("decode_tokens_per_s") if s1 else None,
          "peak_vram_mib": peak("peak_single2.txt") or peak("peak_single1.txt")}
 rows.append({"method": "llama8 cuda fp8 (llama8-run, in-process)", "kind": "llama8", "metrics": m,
-             "notes": "512-token prompt, 128 new, batch 1, decode graphs on; ttft = prefill step incl. first token; peak = nvidia-smi used minus idle",
+             "notes": "512-token prompt, 128 new, batch 1, decode graphs on, after an untimed warm-up run (llama8-run --warmup); ttft = prefill step incl. first token; *_cold: run 1, the process's first steps (cuBLASLt heuristics, graph capture); load_s: run 1, load_s_warm: run 2 (page cache warm); peak = nvidia-smi used minus idle",
              "error": None if s else "llama8-run failed (see single*.log)"})
 s3 = load("single3.json")
 rows.append({"method": "llama8 cuda fp8 eager decode (llama8-run, L8_CUDA_GRAPHS=0)", "kind": "llama8",
