@@ -132,6 +132,38 @@ static int warm_up(struct l8d *d)
     return rc;
 }
 
+/* The cuda engine captures the decode graph of a batch bucket (powers of
+ * two, up to the batch limit) on the bucket's second use: use every bucket
+ * twice now, so that the first requests do not wait for the captures. Each
+ * sequence decodes one token at position 0 on a page of its own. */
+static int warm_decode_graphs(struct l8d *d)
+{
+    const uint32_t n = d->conf.max_batch, pages = l8_engine_n_pages(d->engine);
+    struct l8_seq *seq = calloc(n, sizeof *seq);
+    uint32_t *page = calloc(n, sizeof *page), tok = 0;
+    struct l8_sampling greedy = { .temperature = 0, .top_p = 1, .repetition_penalty = 1 };
+    int rc = 0;
+    if (!seq || !page) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        page[i] = i % pages;
+        seq[i] = (struct l8_seq){ .tokens = &tok, .n_tokens = 1, .pages = &page[i],
+                                  .n_pages = 1, .sample = true, .sampling = &greedy };
+    }
+    for (uint32_t b = 1; rc == 0; b = 2 * b < n ? 2 * b : n) {
+        for (int use = 0; use < 2 && rc == 0; use++)
+            rc = l8_engine_step(d->engine, seq, b);
+        if (b == n)
+            break;
+    }
+out:
+    free(seq);
+    free(page);
+    return rc;
+}
+
 static int setup(struct l8d *d, int argc, char **argv)
 {
     char err[L8D_ERRLEN] = "", lerr[L8_ERRLEN] = "";
@@ -267,6 +299,15 @@ static int setup(struct l8d *d, int argc, char **argv)
          * for one token), so the bound of a big prefill chunk errs long. */
         d->step_tok_ns = l8d_now_ns() - tw;
         log_info("warm-up step: %.1f ms", (double)d->step_tok_ns / 1e6);
+        if (d->conf.backend == L8_BACKEND_CUDA) {
+            tw = l8d_now_ns();
+            if ((rc = warm_decode_graphs(d)) < 0) {
+                log_err("warming the decode graphs failed: %s", strerror(-rc));
+                return rc;
+            }
+            log_info("decode graphs for batches up to %u: %.1f ms", d->conf.max_batch,
+                     (double)(l8d_now_ns() - tw) / 1e6);
+        }
     }
     if ((rc = l8d_et_start(d->engine, &d->et)) < 0)
         return rc;

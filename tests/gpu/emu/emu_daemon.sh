@@ -21,7 +21,7 @@ export LLAMA8_TOKENIZER_CACHE=$tmp/cache
 
 start() {   # NAME BINARY BACKEND
     "$2" --model "$tmp/model" --socket "$tmp/$1.sock" --backend "$3" --numerics exact \
-        --threads 1 --kv-pages 128 --max-ctx 512 2>"$tmp/$1.log" &
+        --threads 1 --kv-pages 128 --max-ctx 512 --max-batch 4 2>"$tmp/$1.log" &
     pids+=($!)
 }
 start cuda "$emu" cuda
