@@ -81,6 +81,7 @@ timeout 60 "$BIN/llama8ctl" status --socket "$SOCK" >"$OUT/status.txt" 2>&1
 timeout 300 "$BIN/llama8ctl" bench --socket "$SOCK" -n 256 -c 64 --prompt-min 128 \
     --prompt-max 512 --new 128 --json >"$OUT/serve.json" 2>"$OUT/serve.log"
 echo "serving rc=$? $(cat "$OUT/serve.json")"
+timeout 30 "$BIN/llama8ctl" status --socket "$SOCK" >"$OUT/status_after.txt" 2>&1
 kill -TERM "$DPID" 2>/dev/null; sleep 2; kill -KILL "$DPID" 2>/dev/null; wait "$DPID" 2>/dev/null
 echo "$(peak_stop "$OUT/mem_serve.txt")" >"$OUT/peak_serve.txt"
 tail -5 "$OUT/llama8d.log"

@@ -198,6 +198,8 @@ if [ -f "$MODEL/config.json" ]; then
     cp "$W/bench/bench-gpu.json" "$W/bench/kernels.json" "$OUT/" 2>/dev/null
     grep -E "^llama8 " "$W/logs/bench.log" >>"$SUMMARY"
     grep -h -A16 "cuda profile" "$W/bench/single5.log" 2>/dev/null >>"$SUMMARY"
+    grep -h "uploaded in" "$W/bench/single1.log" "$W/bench/single2.log" 2>/dev/null >>"$SUMMARY"
+    grep -h "^steps:" "$W/bench/status_after.txt" 2>/dev/null >>"$SUMMARY"
     grep -h "graph capture" "$W"/bench/*.log 2>/dev/null | head -3 | tee -a "$SUMMARY"
 else
     say "benchmarks skipped: no checkpoint"
