@@ -1,0 +1,23 @@
+#!/bin/bash
+# test_install.sh MESON BUILD_DIR PREFIX - `meson install` into a DESTDIR
+# puts the units where systemd looks for them (PREFIX/lib/systemd/system),
+# sysusers.d and tmpfiles.d under PREFIX/lib, llama8d in PREFIX/sbin with
+# the unit's ExecStart pointing at it, and the client library's header.
+set -euo pipefail
+meson=$1 build=$2 prefix=$3
+d=$(mktemp -d "${TMPDIR:-/tmp}/l8-install.XXXXXX")
+trap 'rm -rf "$d"' EXIT
+"$meson" install -C "$build" --destdir "$d" --no-rebuild --quiet >"$d.log" 2>&1 ||
+    { echo "FAIL: meson install"; cat "$d.log"; rm -f "$d.log"; exit 1; }
+rm -f "$d.log"
+fail=0
+for f in lib/systemd/system/llama8d.service lib/systemd/system/llama8d.socket \
+         lib/sysusers.d/llama8.conf lib/tmpfiles.d/llama8d.conf sbin/llama8d \
+         include/llama8/llama8client.h; do
+    [ -e "$d$prefix/$f" ] || { echo "FAIL: $prefix/$f was not installed"; fail=1; }
+done
+grep -q "^ExecStart=$prefix/sbin/llama8d " "$d$prefix/lib/systemd/system/llama8d.service" ||
+    { echo "FAIL: the unit's ExecStart is not $prefix/sbin/llama8d"; fail=1; }
+echo "installed under $d:"
+(cd "$d" && find . -type f | sort)
+exit $fail
