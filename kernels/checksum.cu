@@ -4,7 +4,6 @@
 #include "common.cuh"
 
 #define CHECKSUM_THREADS 256
-#define CHECKSUM_K 0x9E3779B97F4A7C15ull
 
 /* Word i of p[0, n): 8 bytes little-endian, zero past n. */
 __device__ __forceinline__ uint64_t word_at(const uint8_t *p, size_t n, size_t i, bool aligned)
@@ -26,7 +25,7 @@ __global__ __launch_bounds__(CHECKSUM_THREADS) void checksum_kernel(const uint8_
     const size_t nw = (n + 7) / 8, stride = (size_t)gridDim.x * blockDim.x;
     uint64_t s = 0;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < nw; i += stride)
-        s += word_at(p, n, i, aligned) ^ (i * CHECKSUM_K);
+        s += word_at(p, n, i, aligned) ^ (i * L8K_CHECKSUM_K);
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1)
         s += __shfl_xor_sync(0xffffffffu, s, o);

@@ -212,8 +212,9 @@ bool l8k_pdl_enabled(void);
 
 /* acc[0] += the checksum of p[0, n) (device memory), mod 2^64: the sum over
  * its 8-byte little-endian words w_i (the last one zero-padded) of
- * (w_i XOR i * 0x9E3779B97F4A7C15). One changed byte always changes it;
- * bytes at the wrong offset almost always do. acc: device, 8-byte aligned. */
+ * (w_i XOR i * L8K_CHECKSUM_K). One changed byte always changes it; bytes
+ * at the wrong offset almost always do. acc: device, 8-byte aligned. */
+#define L8K_CHECKSUM_K 0x9E3779B97F4A7C15ull
 int l8k_checksum(const void *p, size_t n, uint64_t *acc, cudaStream_t st);
 
 /* ---- profile.cu ------------------------------------------------------------ */

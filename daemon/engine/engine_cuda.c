@@ -250,10 +250,9 @@ static bool up_next(struct uploader *u, struct upjob **job, size_t *off, size_t 
  * words i0, i0 + 1, ... of their tensor (i0 = their offset / 8). */
 static uint64_t copy_checksum(void *restrict dst, const void *restrict src, size_t n, uint64_t i0)
 {
-    const uint64_t K = 0x9E3779B97F4A7C15ull;
     const size_t nw = n / 8;
-    uint64_t s = 0, c = i0 * K;
-    for (size_t i = 0; i < nw; i++, c += K) {
+    uint64_t s = 0, c = i0 * L8K_CHECKSUM_K;
+    for (size_t i = 0; i < nw; i++, c += L8K_CHECKSUM_K) {
         uint64_t w;
         memcpy(&w, (const uint8_t *)src + 8 * i, 8);
         memcpy((uint8_t *)dst + 8 * i, &w, 8);

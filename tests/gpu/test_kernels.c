@@ -218,7 +218,7 @@ static uint64_t checksum_ref(const uint8_t *p, size_t n)
         uint64_t w = 0;
         for (size_t b = 0; b < 8 && 8 * i + b < n; b++)
             w |= (uint64_t)p[8 * i + b] << (8 * b);
-        s += w ^ (i * 0x9E3779B97F4A7C15ull);
+        s += w ^ (i * L8K_CHECKSUM_K);
     }
     return s;
 }
