@@ -889,6 +889,8 @@ static void test_attention_all(void)
     test_attention(L8K_F32, 64, 8, 8, 19, mixed, 400, false);
     test_attention(L8K_BF16, 128, 8, 2, 19, mixed, 400, true);
     test_attention(L8K_F32, 128, 4, 1, 7, mixed + 5, 4000, true); /* split-K, rows list */
+    test_attention(L8K_BF16, 64, 8, 1, 19, mixed, 400, false);   /* G = 8, bf16 at D = 64 */
+    test_attention(L8K_BF16, 128, 6, 2, 7, mixed, 400, false);   /* G = 3 */
     /* One token, partial tiles from 0, one whole tile at an odd position, a
      * chunk after earlier pages, and a long context with few tiles (split
      * across blocks). */
