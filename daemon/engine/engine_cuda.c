@@ -15,11 +15,8 @@
  *   products); decode rows, and every row in exact, to the row kernel (f32).
  *
  * Weights: q/k/v and gate/up are concatenated along their output rows at
- * load, so each is one product. Upload: worker threads copy the mapped
- * checkpoint into pinned staging buffers and issue the host-to-device
- * copies on their own streams, double-buffered, so reading the page cache
- * overlaps the transfers; the host sums every byte as it copies it into
- * staging, the GPU sums its copy (l8k_checksum), and the two must agree.
+ * load, so each is one product. The upload, fast and verified, is
+ * cuda_upload.c's.
  *
  * A step: one packed metadata upload, the layers on one stream, logits for
  * the requested rows in chunks, sampling on the GPU (u from the host's
@@ -30,23 +27,19 @@
 
 #include <errno.h>
 #include <math.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <cuda_runtime_api.h>
 
 #include "cuda_profile.h"
+#include "cuda_upload.h"
 #include "l8_build.h"
 #include "l8_kernels.h"
 #include "sampler.h"
 #include "../model/numerics.h"
 
-#define UPLOAD_THREADS 4
-#define UPLOAD_CHUNK (32u << 20)          /* bytes per staging buffer */
 #define DEFAULT_KV_BYTES (1ull << 30)     /* pool when opts give no size */
 #define FREE_MEM_RESERVE (512ull << 20)   /* left free for cuBLASLt and the driver */
 #define GEMV_MAX_M_DEFAULT 8u             /* crossover to cuBLASLt (tests/gpu/bench_kernels) */
@@ -157,13 +150,6 @@ struct cuda_engine {
         }                                                                     \
     } while (0)
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static int dmalloc(void **p, size_t bytes, uint64_t *total)
 {
     *p = NULL;
@@ -176,223 +162,6 @@ static int dmalloc(void **p, size_t bytes, uint64_t *total)
     }
     *total += bytes;
     return 0;
-}
-
-/* ---- weight upload ---------------------------------------------------- */
-
-struct upjob {
-    const void *src;
-    void *dst;
-    size_t bytes;
-    _Atomic uint64_t sum;   /* l8k_checksum of src, summed by the workers' chunks */
-    char what[96];
-};
-
-struct uploader {
-    struct upjob *jobs;
-    size_t n, cap;
-    uint64_t bytes;
-    /* work distribution: (job, offset) chunks handed out under the lock */
-    pthread_mutex_t mu;
-    size_t next_job, next_off;
-    int failed;
-};
-
-static int up_add(struct uploader *u, const void *src, void *dst, size_t bytes, const char *what)
-{
-    if (bytes == 0)
-        return 0;
-    if (u->n == u->cap) {
-        size_t nc = u->cap ? u->cap * 2 : 256;
-        struct upjob *nj = realloc(u->jobs, nc * sizeof *nj);
-        if (!nj)
-            return -ENOMEM;
-        u->jobs = nj;
-        u->cap = nc;
-    }
-    struct upjob *j = &u->jobs[u->n++];
-    j->src = src;
-    j->dst = dst;
-    j->bytes = bytes;
-    atomic_init(&j->sum, 0);
-    snprintf(j->what, sizeof j->what, "%s", what);
-    u->bytes += bytes;
-    return 0;
-}
-
-/* The next chunk: n bytes at offset *off of job *job. */
-static bool up_next(struct uploader *u, struct upjob **job, size_t *off, size_t *n)
-{
-    bool ok = false;
-    pthread_mutex_lock(&u->mu);
-    while (u->next_job < u->n && !u->failed) {
-        struct upjob *j = &u->jobs[u->next_job];
-        if (u->next_off >= j->bytes) {
-            u->next_job++;
-            u->next_off = 0;
-            continue;
-        }
-        size_t len = j->bytes - u->next_off;
-        if (len > UPLOAD_CHUNK)
-            len = UPLOAD_CHUNK;
-        *job = j;
-        *off = u->next_off;
-        *n = len;
-        u->next_off += len;
-        ok = true;
-        break;
-    }
-    pthread_mutex_unlock(&u->mu);
-    return ok;
-}
-
-/* memcpy(dst, src, n), returning the l8k_checksum of the copied bytes as
- * words i0, i0 + 1, ... of their tensor (i0 = their offset / 8). */
-static uint64_t copy_checksum(void *restrict dst, const void *restrict src, size_t n, uint64_t i0)
-{
-    const size_t nw = n / 8;
-    uint64_t s = 0, c = i0 * L8K_CHECKSUM_K;
-    for (size_t i = 0; i < nw; i++, c += L8K_CHECKSUM_K) {
-        uint64_t w;
-        memcpy(&w, (const uint8_t *)src + 8 * i, 8);
-        memcpy((uint8_t *)dst + 8 * i, &w, 8);
-        s += w ^ c;
-    }
-    if (n % 8) {
-        uint64_t w = 0;
-        for (size_t b = 0; b < n % 8; b++) {
-            const uint8_t v = ((const uint8_t *)src)[8 * nw + b];
-            ((uint8_t *)dst)[8 * nw + b] = v;
-            w |= (uint64_t)v << (8 * b);
-        }
-        s += w ^ c;
-    }
-    return s;
-}
-
-static void *up_worker(void *arg)
-{
-    struct uploader *u = arg;
-    void *buf[2] = { NULL, NULL };
-    cudaEvent_t ev[2] = { NULL, NULL };
-    cudaStream_t st = NULL;
-    int k = 0;
-    if (cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) != cudaSuccess)
-        goto fail;
-    for (int i = 0; i < 2; i++)
-        if (cudaHostAlloc(&buf[i], UPLOAD_CHUNK, cudaHostAllocDefault) != cudaSuccess ||
-            cudaEventCreateWithFlags(&ev[i], cudaEventDisableTiming) != cudaSuccess)
-            goto fail;
-    struct upjob *j;
-    size_t off, n;
-    while (up_next(u, &j, &off, &n)) {
-        /* The copy out of this buffer two chunks ago must be done. */
-        if (cudaEventSynchronize(ev[k]) != cudaSuccess)
-            goto fail;
-        /* Faults the mapping in: the read overlaps the DMA. Chunks start at
-         * multiples of UPLOAD_CHUNK, so whole words. */
-        atomic_fetch_add(&j->sum, copy_checksum(buf[k], (const uint8_t *)j->src + off, n, off / 8));
-        if (cudaMemcpyAsync((uint8_t *)j->dst + off, buf[k], n, cudaMemcpyHostToDevice, st) !=
-                cudaSuccess ||
-            cudaEventRecord(ev[k], st) != cudaSuccess)
-            goto fail;
-        k ^= 1;
-    }
-    if (cudaStreamSynchronize(st) != cudaSuccess)
-        goto fail;
-    goto out;
-fail:
-    pthread_mutex_lock(&u->mu);
-    u->failed = 1;
-    pthread_mutex_unlock(&u->mu);
-    cudaGetLastError();
-out:
-    if (st)
-        cudaStreamSynchronize(st);
-    for (int i = 0; i < 2; i++) {
-        if (ev[i])
-            cudaEventDestroy(ev[i]);
-        if (buf[i])
-            cudaFreeHost(buf[i]);
-    }
-    if (st)
-        cudaStreamDestroy(st);
-    return NULL;
-}
-
-/* Every job's bytes on the GPU summed there (on st) and compared with the
- * host's sum of what it copied. */
-static int up_verify(const struct uploader *u, cudaStream_t st, char err[L8_ERRLEN])
-{
-    uint64_t *d = NULL, *h = malloc(u->n * 8);
-    int rc = -EIO;
-    if (!h) {
-        snprintf(err, L8_ERRLEN, "out of memory");
-        return -ENOMEM;
-    }
-    if (cudaMalloc((void **)&d, u->n * 8) != cudaSuccess) {
-        d = NULL;
-        snprintf(err, L8_ERRLEN, "out of GPU memory for the upload's checksums");
-        goto out;
-    }
-    if (cudaMemsetAsync(d, 0, u->n * 8, st) != cudaSuccess)
-        goto fail;
-    for (size_t i = 0; i < u->n; i++)
-        if (l8k_checksum(u->jobs[i].dst, u->jobs[i].bytes, d + i, st))
-            goto fail;
-    if (cudaMemcpyAsync(h, d, u->n * 8, cudaMemcpyDeviceToHost, st) != cudaSuccess ||
-        cudaStreamSynchronize(st) != cudaSuccess)
-        goto fail;
-    rc = 0;
-    for (size_t i = 0; i < u->n && rc == 0; i++) {
-        const uint64_t want = atomic_load(&u->jobs[i].sum);
-        if (h[i] != want) {
-            snprintf(err, L8_ERRLEN,
-                     "%s differs on the GPU after upload (checksum %016llx, the checkpoint's "
-                     "%016llx)", u->jobs[i].what, (unsigned long long)h[i],
-                     (unsigned long long)want);
-            rc = -EIO;
-        }
-    }
-    goto out;
-fail:
-    snprintf(err, L8_ERRLEN, "summing the uploaded weights on the GPU failed");
-out:
-    cudaGetLastError();
-    cudaFree(d);
-    free(h);
-    return rc;
-}
-
-/* Run all jobs, then verify them. secs: the copies; vsecs: the check. */
-static int up_run(struct uploader *u, cudaStream_t st, double *secs, double *vsecs,
-                  char err[L8_ERRLEN])
-{
-    pthread_t th[UPLOAD_THREADS];
-    int started = 0;
-    double t0 = now_s();
-    pthread_mutex_init(&u->mu, NULL);
-    u->next_job = u->next_off = 0;
-    u->failed = 0;
-    for (int i = 0; i < UPLOAD_THREADS; i++) {
-        if (pthread_create(&th[i], NULL, up_worker, u) != 0)
-            break;
-        started++;
-    }
-    if (started == 0)
-        up_worker(u);
-    for (int i = 0; i < started; i++)
-        pthread_join(th[i], NULL);
-    pthread_mutex_destroy(&u->mu);
-    *secs = now_s() - t0;
-    if (u->failed) {
-        snprintf(err, L8_ERRLEN, "weight upload failed (host-to-device copy)");
-        return -EIO;
-    }
-    t0 = now_s();
-    int rc = up_verify(u, st, err);
-    *vsecs = now_s() - t0;
-    return rc;
 }
 
 /* ---- create / destroy -------------------------------------------------- */
@@ -455,7 +224,7 @@ static int cuda_create(const struct l8_model *m, const struct l8_engine_opts *o,
 {
     const struct l8_config *c = &m->cfg;
     struct cuda_engine *e = calloc(1, sizeof *e);
-    struct uploader up = { 0 };
+    struct l8_upload up = { 0 };
     void *conv_embed = NULL, *conv_lm = NULL;
     uint64_t wbytes = 0, abytes = 0;
     int rc = -EIO;
@@ -534,9 +303,9 @@ static int cuda_create(const struct l8_model *m, const struct l8_engine_opts *o,
             for (int p = 0; p < 3 && parts[f][p]; p++) {
                 const struct l8_qweight *q = parts[f][p];
                 snprintf(what, sizeof what, "layer %u projection %d.%d", l, f, p);
-                if ((rc = up_add(&up, q->w, fused[f]->w + (size_t)row * k, (size_t)q->out * k,
+                if ((rc = l8_upload_add(&up, q->w, fused[f]->w + (size_t)row * k, (size_t)q->out * k,
                                  what)) ||
-                    (rc = up_add(&up, q->scale, fused[f]->s + row, (size_t)q->out * 4, what)))
+                    (rc = l8_upload_add(&up, q->scale, fused[f]->s + row, (size_t)q->out * 4, what)))
                     goto err_nomem;
                 row += q->out;
             }
@@ -554,8 +323,8 @@ static int cuda_create(const struct l8_model *m, const struct l8_engine_opts *o,
                 goto err;
             }
             snprintf(what, sizeof what, "layer %u %s", l, s ? "down_proj" : "o_proj");
-            if ((rc = up_add(&up, single[s]->w, dst[s]->w, cnt, what)) ||
-                (rc = up_add(&up, single[s]->scale, dst[s]->s, (size_t)dst[s]->n * 4, what)))
+            if ((rc = l8_upload_add(&up, single[s]->w, dst[s]->w, cnt, what)) ||
+                (rc = l8_upload_add(&up, single[s]->scale, dst[s]->s, (size_t)dst[s]->n * 4, what)))
                 goto err_nomem;
         }
         if (dmalloc((void **)&g->attn_norm, H * 4, &wbytes) ||
@@ -565,8 +334,8 @@ static int cuda_create(const struct l8_model *m, const struct l8_engine_opts *o,
             goto err;
         }
         snprintf(what, sizeof what, "layer %u norms", l);
-        if ((rc = up_add(&up, ml->attn_norm, g->attn_norm, H * 4, what)) ||
-            (rc = up_add(&up, ml->mlp_norm, g->mlp_norm, H * 4, what)))
+        if ((rc = l8_upload_add(&up, ml->attn_norm, g->attn_norm, H * 4, what)) ||
+            (rc = l8_upload_add(&up, ml->mlp_norm, g->mlp_norm, H * 4, what)))
             goto err_nomem;
     }
     {
@@ -579,7 +348,7 @@ static int cuda_create(const struct l8_model *m, const struct l8_engine_opts *o,
             snprintf(err, L8_ERRLEN, "out of GPU memory for the embedding");
             goto err;
         }
-        if ((rc = up_add(&up, src, e->embed, bytes, "embed_tokens")))
+        if ((rc = l8_upload_add(&up, src, e->embed, bytes, "embed_tokens")))
             goto err_nomem;
         e->lm_shared = m->lm_head.data == m->embed.data;
         if (e->lm_shared) {
@@ -593,7 +362,7 @@ static int cuda_create(const struct l8_model *m, const struct l8_engine_opts *o,
                 snprintf(err, L8_ERRLEN, "out of GPU memory for lm_head");
                 goto err;
             }
-            if ((rc = up_add(&up, src, e->lm_head, bytes, "lm_head")))
+            if ((rc = l8_upload_add(&up, src, e->lm_head, bytes, "lm_head")))
                 goto err_nomem;
         }
         if (dmalloc((void **)&e->final_norm, H * 4, &wbytes) ||
@@ -602,12 +371,12 @@ static int cuda_create(const struct l8_model *m, const struct l8_engine_opts *o,
             snprintf(err, L8_ERRLEN, "out of GPU memory");
             goto err;
         }
-        if ((rc = up_add(&up, m->final_norm, e->final_norm, H * 4, "norm")) ||
-            (rc = up_add(&up, m->rope_inv_freq, e->inv_freq, D / 2 * 4, "rope inv_freq")))
+        if ((rc = l8_upload_add(&up, m->final_norm, e->final_norm, H * 4, "norm")) ||
+            (rc = l8_upload_add(&up, m->rope_inv_freq, e->inv_freq, D / 2 * 4, "rope inv_freq")))
             goto err_nomem;
     }
     double up_s = 0, ver_s = 0;
-    if ((rc = up_run(&up, e->st, &up_s, &ver_s, err)))
+    if ((rc = l8_upload_run(&up, e->st, &up_s, &ver_s, err)))
         goto err;
     free(conv_embed);
     free(conv_lm);
@@ -738,7 +507,7 @@ static int cuda_create(const struct l8_model *m, const struct l8_engine_opts *o,
                 l8k_pdl_enabled() ? "on" : "off",
                 (double)free_b / 1073741824.0, (double)total_b / 1073741824.0);
     }
-    free(up.jobs);
+    l8_upload_free(&up);
     *impl = e;
     *n_pages_out = e->n_pages;
     return 0;
@@ -747,7 +516,7 @@ err_nomem:
     if (rc == -ENOMEM)
         snprintf(err, L8_ERRLEN, "out of memory");
 err:
-    free(up.jobs);
+    l8_upload_free(&up);
     free(conv_embed);
     free(conv_lm);
     cuda_destroy(e);
