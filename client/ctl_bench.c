@@ -171,12 +171,10 @@ int ctl_bench(int argc, char **argv)
     uint64_t rs = seed;
     unsigned long next = 0, done = 0, inflight = 0, inflight_c[MAX_CLIENTS] = {0};
     struct l8c_status st0, st1;
-    if ((rc = l8c_status(cl[0], &st0, 10000)) < 0) {
+    if (l8c_status(cl[0], &st0, 10000) < 0) {
         fprintf(stderr, "llama8ctl: status: %s\n", l8c_last_error(cl[0], NULL));
-        rc = CTL_FAIL;
         goto out;
     }
-    rc = CTL_FAIL;
     uint64_t total_tokens = 0, t0 = l8c_now_ns();
     struct l8_event ev[256];
     while (done < n_req) {

@@ -152,9 +152,10 @@ static int warm_decode_graphs(struct l8d *d)
         seq[i] = (struct l8_seq){ .tokens = &tok, .n_tokens = 1, .pages = &page[i],
                                   .n_pages = 1, .sample = true, .sampling = &greedy };
     }
-    for (uint32_t b = 1; rc == 0; b = 2 * b < n ? 2 * b : n) {
-        for (int use = 0; use < 2 && rc == 0; use++)
-            rc = l8_engine_step(d->engine, seq, b);
+    for (uint32_t b = 1;; b = 2 * b < n ? 2 * b : n) {
+        for (int use = 0; use < 2; use++)
+            if ((rc = l8_engine_step(d->engine, seq, b)) < 0)
+                goto out;
         if (b == n)
             break;
     }

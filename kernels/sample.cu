@@ -46,11 +46,15 @@ __device__ __forceinline__ float unordered_bits(uint32_t o)
     return __uint_as_float((o & 0x80000000u) ? (o & 0x7fffffffu) : ~o);
 }
 
-/* Logit v of src, NaN as -inf. */
+/* A logit as the sampler reads it: NaN counts as -inf. */
+__device__ __forceinline__ float logit_value(float l)
+{
+    return isnan(l) ? -INFINITY : l;
+}
+
 __device__ __forceinline__ float logit_at(const float *src, uint32_t v)
 {
-    const float l = src[v];
-    return isnan(l) ? -INFINITY : l;
+    return logit_value(src[v]);
 }
 
 /* f(v, logit) for this thread's share of src[0, V): 16-byte loads when src
@@ -65,10 +69,10 @@ __device__ __forceinline__ void for_each_logit(const float *src, uint32_t V, F f
 #pragma unroll 4
         for (uint32_t i = threadIdx.x; i < n4; i += blockDim.x) {
             const float4 x = s4[i];
-            f(4 * i, isnan(x.x) ? -INFINITY : x.x);
-            f(4 * i + 1, isnan(x.y) ? -INFINITY : x.y);
-            f(4 * i + 2, isnan(x.z) ? -INFINITY : x.z);
-            f(4 * i + 3, isnan(x.w) ? -INFINITY : x.w);
+            f(4 * i, logit_value(x.x));
+            f(4 * i + 1, logit_value(x.y));
+            f(4 * i + 2, logit_value(x.z));
+            f(4 * i + 3, logit_value(x.w));
         }
         v0 = 4 * n4;
     }

@@ -169,7 +169,7 @@ static json_object *report_kind(const struct l8_cuda_prof *p, const char *name,
     for (int i = L8_PH_START + 1; i < L8_PH_N; i++) {
         if (!k->calls[i])
             continue;
-        const double ups = k->us[i] / (double)k->steps;
+        const double ups = k->us[i] / (double)k->steps, share = total > 0 ? k->us[i] / total : 0;
         /* weights once per call; FLOP per token, once per layer (call) */
         const double gbs = k->us[i] > 0
                                ? p->weight_bytes[i] * (double)k->calls[i] / (k->us[i] * 1e3)
@@ -179,7 +179,7 @@ static json_object *report_kind(const struct l8_cuda_prof *p, const char *name,
                                                  (k->us[i] * 1e6)
                                            : 0;
         fprintf(stderr, "  %-10s %8.1f %10.1f %6.1f%% ", phase_name[i],
-                (double)k->calls[i] / (double)k->steps, ups, total > 0 ? 100 * k->us[i] / total : 0);
+                (double)k->calls[i] / (double)k->steps, ups, 100 * share);
         if (gbs > 0)
             fprintf(stderr, "%8.1f ", gbs);
         else
@@ -193,7 +193,7 @@ static json_object *report_kind(const struct l8_cuda_prof *p, const char *name,
         json_object_object_add(r, "calls_per_step",
                                json_object_new_double((double)k->calls[i] / (double)k->steps));
         json_object_object_add(r, "us_per_step", json_object_new_double(ups));
-        json_object_object_add(r, "share", json_object_new_double(total > 0 ? k->us[i] / total : 0));
+        json_object_object_add(r, "share", json_object_new_double(share));
         json_object_object_add(r, "weight_gbs", gbs > 0 ? json_object_new_double(gbs) : NULL);
         json_object_object_add(r, "tflops", tflops > 0 ? json_object_new_double(tflops) : NULL);
         json_object_array_add(arr, r);
@@ -214,7 +214,8 @@ void l8_prof_finish(struct l8_cuda_prof *p)
             json_object_array_add(kinds, report_kind(p, kname[i], &p->kind[i]));
     json_object_object_add(doc, "kinds", kinds);
     FILE *f = fopen(p->path, "w");
-    bool ok = f && fprintf(f, "%s\n", json_object_to_json_string_ext(doc, JSON_C_TO_STRING_PRETTY)) >= 0;
+    bool ok = f && fprintf(f, "%s\n",
+                           json_object_to_json_string_ext(doc, JSON_C_TO_STRING_PRETTY)) >= 0;
     if (f && fclose(f) != 0)
         ok = false;
     if (!ok)

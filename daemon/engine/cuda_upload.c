@@ -155,6 +155,7 @@ static int up_verify(const struct l8_upload *u, cudaStream_t st, char err[L8_ERR
     if (cudaMalloc((void **)&d, u->n * 8) != cudaSuccess) {
         d = NULL;
         snprintf(err, L8_ERRLEN, "out of GPU memory for the upload's checksums");
+        rc = -ENOMEM;
         goto out;
     }
     if (cudaMemsetAsync(d, 0, u->n * 8, st) != cudaSuccess)

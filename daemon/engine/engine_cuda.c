@@ -303,9 +303,10 @@ static int cuda_create(const struct l8_model *m, const struct l8_engine_opts *o,
             for (int p = 0; p < 3 && parts[f][p]; p++) {
                 const struct l8_qweight *q = parts[f][p];
                 snprintf(what, sizeof what, "layer %u projection %d.%d", l, f, p);
-                if ((rc = l8_upload_add(&up, q->w, fused[f]->w + (size_t)row * k, (size_t)q->out * k,
-                                 what)) ||
-                    (rc = l8_upload_add(&up, q->scale, fused[f]->s + row, (size_t)q->out * 4, what)))
+                if ((rc = l8_upload_add(&up, q->w, fused[f]->w + (size_t)row * k,
+                                        (size_t)q->out * k, what)) ||
+                    (rc = l8_upload_add(&up, q->scale, fused[f]->s + row, (size_t)q->out * 4,
+                                        what)))
                     goto err_nomem;
                 row += q->out;
             }
