@@ -44,6 +44,7 @@ static const struct key keys[] = {
     { "threads", K_INT, F(threads), "N engine threads (0: all cores)" },
     { "numerics", K_NUMERICS, F(numerics), "auto|exact|fp8" },
     { "backend", K_BACKEND, F(backend), "auto|cpu|cuda (auto: cuda when it works here)" },
+    { "tune_file", K_STR, F(tune_file), "PATH where the cuda engine keeps its measured GEMV/cuBLASLt crossover (default $CACHE_DIRECTORY/tune; empty: measured at every start)" },
     { "no_warmup", K_BOOL, F(no_warmup), "BOOL skip the warm-up step" },
 };
 #define N_KEYS (sizeof(keys) / sizeof(keys[0]))
@@ -59,6 +60,10 @@ void l8d_conf_defaults(struct l8d_conf *c)
     } else {
         snprintf(c->socket, sizeof(c->socket), "/run/llama8d/llama8d.sock");
     }
+    /* systemd's CacheDirectory=: kept across restarts, rebuilt if lost. */
+    const char *cache = getenv("CACHE_DIRECTORY");
+    if (cache && *cache)
+        snprintf(c->tune_file, sizeof(c->tune_file), "%.*s/tune", (int)strcspn(cache, ":"), cache);
     snprintf(c->allowed_group, sizeof(c->allowed_group), "llama8");
     c->socket_mode = 0660;
     c->page_size = 16;

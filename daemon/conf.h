@@ -14,6 +14,8 @@
 struct l8d_conf {
     char model[4096];          /* checkpoint directory (required) */
     char socket[108];          /* listening socket path (unless socket-activated) */
+    char tune_file[4096];      /* where the cuda engine keeps its measured GEMV /
+                                  cuBLASLt crossover ("" = nowhere) */
     char allowed_group[64];    /* group whose members may connect ("" = only root
                                   and the daemon's own uid) */
     uint32_t socket_mode;      /* permissions of a socket we create ourselves */

@@ -229,6 +229,7 @@ static int setup(struct l8d *d, int argc, char **argv)
         .n_pages = d->conf.kv_pages, .kv_bytes = d->conf.kv_mib << 20,
         .max_step_tokens = d->conf.max_step_tokens, .max_seqs = d->conf.max_batch,
         .nthreads = d->conf.threads,
+        .tune_file = d->conf.tune_file[0] ? d->conf.tune_file : NULL,
     };
     if (d->conf.backend_auto) {
         d->conf.backend = L8_BACKEND_CUDA;

@@ -208,6 +208,12 @@ int l8k_sm_count(void);
  * is the benchmark's baseline). */
 bool l8k_pdl_enabled(void);
 
+/* One line that names the device and the software that decide how fast a
+ * product runs: its name, compute capability, SM count, memory, the
+ * driver's, the CUDA runtime's and cuBLASLt's versions. 0 or a negative
+ * errno. */
+int l8k_device_key(char *buf, size_t n);
+
 /* ---- checksum.cu ----------------------------------------------------------- */
 
 /* acc[0] += the checksum of p[0, n) (device memory), mod 2^64: the sum over

@@ -38,6 +38,9 @@ struct l8_engine_opts {
     bool kv_f32;             /* cpu only: keep the KV pool f32 in fp8 numerics
                                 too, isolating activation rounding (tests);
                                 other backends reject it */
+    const char *tune_file;   /* cuda: the file that keeps the measured GEMV /
+                                cuBLASLt crossover (cuda_tune.h); NULL: it is
+                                measured at every creation and kept nowhere */
 };
 
 /* Sampling parameters of one request. temperature <= 0 means greedy

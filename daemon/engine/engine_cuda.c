@@ -7,7 +7,8 @@
  *   fp8:   each projection's input quantized per token to E4M3 (fused into
  *          RMSNorm / SiLU*up / a quantize kernel), FP8 x FP8 products with
  *          f32 accumulation and per-token x per-row scales (weight-streaming
- *          GEMV up to gemv_max_m rows, cuBLASLt FP8 GEMM above), bf16 KV.
+ *          GEMV up to a measured row count per product, cuda_tune.h;
+ *          cuBLASLt FP8 GEMM above), bf16 KV.
  *   Residual stream, norms, RoPE, softmax and lm_head are f32 in both (the
  *   lm_head takes bf16 activations through cuBLASLt for many rows in fp8).
  *   Attention: prefill chunks on the bf16 pool go to the tile kernel
@@ -30,10 +31,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cuda_runtime_api.h>
 
 #include "cuda_profile.h"
+#include "cuda_tune.h"
 #include "cuda_upload.h"
 #include "l8_build.h"
 #include "l8_kernels.h"
@@ -42,7 +45,6 @@
 
 #define DEFAULT_KV_BYTES (1ull << 30)     /* pool when opts give no size */
 #define FREE_MEM_RESERVE (512ull << 20)   /* left free for cuBLASLt and the driver */
-#define GEMV_MAX_M_DEFAULT 8u             /* crossover to cuBLASLt (tests/gpu/bench_kernels) */
 #define ATTN_MAX_ROWS 65535u              /* l8k_attention: rows are grid.y */
 #define GRAPH_MAX 64u                     /* captured decode graphs kept */
 #define GRAPH_MIN_KV 1024u                /* smallest kv bucket of a decode graph */
@@ -77,7 +79,7 @@ struct cuda_engine {
     const struct l8_config *c;
     enum l8_numerics num;
     uint32_t ps, n_pages, max_tokens, max_seqs, max_pages_seq, lch;
-    uint32_t gemv_max_m;
+    struct l8_tune tune;          /* GEMV up to tune.gemv_max_m[product] rows */
     cudaStream_t st;
     struct l8k_blas *blas;
     struct l8_cuda_prof *prof;    /* L8_PROFILE: the step profile, or NULL */
@@ -219,6 +221,104 @@ static void meta_plan(struct cuda_engine *e, uint32_t T, uint32_t S, uint32_t pt
     (void)e;
 }
 
+/* cuda_tune.h's run: product p at M rows over every layer, on inputs that
+ * choose_crossover filled (their values do not matter to the time). */
+static int tune_run(void *ctx, enum l8_tune_product p, uint32_t M, bool gemm)
+{
+    struct cuda_engine *e = ctx;
+    const uint32_t H = e->c->hidden, V = e->c->vocab;
+    if (p == L8_TP_LM_HEAD) {
+        if (gemm)
+            return e->lm_dt == L8K_BF16
+                       ? l8k_gemm_bf16(e->blas, e->lm_head, e->fin16, M, V, H, e->logits, e->st)
+                       : -ENOTSUP;
+        return l8k_gemv(e->lm_head, e->lm_dt, NULL, e->fin, L8K_F32, NULL, M, V, H, e->logits, V,
+                        e->st);
+    }
+    for (uint32_t l = 0; l < e->c->n_layers; l++) {
+        const struct glayer *g = &e->L[l];
+        const struct gw *W = p == L8_TP_QKV ? &g->qkv : p == L8_TP_O ? &g->o
+                           : p == L8_TP_GATE_UP ? &g->gu : &g->down;
+        float *y = p == L8_TP_QKV ? e->qkv : p == L8_TP_GATE_UP ? e->gu : e->y;
+        int rc = gemm ? l8k_gemm_fp8(e->blas, W->w, W->s, e->xq, e->xs, M, W->n, W->k, y, e->st)
+                      : l8k_gemv(W->w, L8K_FP8, W->s, e->xq, L8K_FP8, e->xs, M, W->n, W->k, y,
+                                 W->n, e->st);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* The rows up to which each product uses the GEMV (fp8 numerics; exact
+ * always uses it): L8_GEMV_MAX_M=N for every product (experiments), else
+ * tune_file's line for this device and model, else measured (and kept in
+ * tune_file when there is one). Says which on stderr. */
+static int choose_crossover(struct cuda_engine *e, const char *tune_file, char err[L8_ERRLEN])
+{
+    const struct l8_config *c = e->c;
+    const char *gm = getenv("L8_GEMV_MAX_M");
+    if (e->num == L8_NUMERICS_EXACT)
+        return 0;
+    if (gm && *gm) {
+        char *end;
+        unsigned long v = strtoul(gm, &end, 10);
+        if (*end || v > UINT32_MAX) {
+            snprintf(err, L8_ERRLEN, "L8_GEMV_MAX_M=%s: not a row count", gm);
+            return -EINVAL;
+        }
+        for (int p = 0; p < L8_TP_N; p++)
+            e->tune.gemv_max_m[p] = (uint32_t)v;
+        fprintf(stderr, "llama8 cuda: GEMV up to %lu rows for every product (L8_GEMV_MAX_M)\n", v);
+        return 0;
+    }
+    char key[L8_TUNE_KEY_MAX], dev[256], lerr[256];
+    if (l8k_device_key(dev, sizeof dev) < 0) {
+        snprintf(err, L8_ERRLEN, "cannot describe the CUDA device");
+        return -EIO;
+    }
+    snprintf(key, sizeof key, "%s, fp8 path %d | hidden %u inter %u qkv %u layers %u vocab %u "
+             "lm_head %s", dev, (int)l8k_blas_fp8_path(e->blas), c->hidden, c->inter,
+             (c->n_heads + 2 * c->n_kv_heads) * c->head_dim, c->n_layers, c->vocab,
+             e->lm_dt == L8K_BF16 ? "bf16" : "f32");
+    int rc = tune_file ? l8_tune_load(tune_file, key, &e->tune, lerr, sizeof lerr) : -ENOENT;
+    if (rc == 0) {
+        fprintf(stderr, "llama8 cuda: GEMV up to qkv %u, o %u, gate_up %u, down %u, lm_head %u "
+                "rows (from %s)\n", e->tune.gemv_max_m[L8_TP_QKV], e->tune.gemv_max_m[L8_TP_O],
+                e->tune.gemv_max_m[L8_TP_GATE_UP], e->tune.gemv_max_m[L8_TP_DOWN],
+                e->tune.gemv_max_m[L8_TP_LM_HEAD], tune_file);
+        return 0;
+    }
+    if (rc == -EINVAL)
+        fprintf(stderr, "llama8 cuda: %s; measuring again\n", lerr);
+    /* Inputs of moderate size: E4M3 1.0 codes, scales and activations ~0.01. */
+    uint32_t kmax = c->inter > c->hidden ? c->inter : c->hidden;
+    if (c->n_heads * c->head_dim > kmax)
+        kmax = c->n_heads * c->head_dim;
+    const size_t M = L8_TUNE_MAX_M;
+    if (cudaMemsetAsync(e->xq, 0x38, M * kmax, e->st) != cudaSuccess ||
+        cudaMemsetAsync(e->xs, 0x3c, M * 4, e->st) != cudaSuccess ||
+        cudaMemsetAsync(e->fin, 0x3c, M * c->hidden * 4, e->st) != cudaSuccess ||
+        cudaMemsetAsync(e->fin16, 0x3c, M * c->hidden * 2, e->st) != cudaSuccess) {
+        cudaGetLastError();
+        snprintf(err, L8_ERRLEN, "measuring the GEMV / cuBLASLt crossover: memset failed");
+        return -EIO;
+    }
+    char report[2048];
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    if ((rc = l8_tune_measure(e->st, tune_run, e, &e->tune, report, sizeof report))) {
+        snprintf(err, L8_ERRLEN, "measuring the GEMV / cuBLASLt crossover failed (%d)", rc);
+        return rc;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    fprintf(stderr, "llama8 cuda: GEMV / cuBLASLt crossover measured in %.0f ms:\n%s",
+            (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) * 1e-6, report);
+    if (tune_file && (rc = l8_tune_save(tune_file, key, &e->tune)) < 0)
+        fprintf(stderr, "llama8 cuda: cannot keep the crossover in %s: %s\n", tune_file,
+                strerror(-rc));
+    return 0;
+}
+
 static int cuda_create(const struct l8_model *m, const struct l8_engine_opts *o, void **impl,
                        uint32_t *n_pages_out, char err[L8_ERRLEN])
 {
@@ -247,10 +347,6 @@ static int cuda_create(const struct l8_model *m, const struct l8_engine_opts *o,
     e->max_tokens = o->max_step_tokens;
     e->max_seqs = o->max_seqs;
     e->lch = e->max_seqs > 64 ? e->max_seqs : 64;
-    e->gemv_max_m = GEMV_MAX_M_DEFAULT;
-    const char *gm = getenv("L8_GEMV_MAX_M");   /* crossover experiments (bench) */
-    if (gm && atoi(gm) >= 0)
-        e->gemv_max_m = (uint32_t)atoi(gm);
     const uint32_t H = c->hidden, I = c->inter, D = c->head_dim, nh = c->n_heads,
                    nkv = c->n_kv_heads, V = c->vocab, NL = c->n_layers;
     const uint32_t QKV = (nh + 2 * nkv) * D;
@@ -383,9 +479,11 @@ static int cuda_create(const struct l8_model *m, const struct l8_engine_opts *o,
     free(conv_lm);
     conv_embed = conv_lm = NULL;
 
-    /* Activations. */
+    /* Activations: max_tokens rows, and in fp8 at least the rows the
+     * crossover is measured at (so its tune file line suits any budget). */
     {
-        const uint32_t T = e->max_tokens;
+        const uint32_t T = e->num == L8_NUMERICS_FP8 && e->max_tokens < L8_TUNE_MAX_M
+                               ? L8_TUNE_MAX_M : e->max_tokens;
         uint32_t kmax = H > I ? H : I;
         if (nh * D > kmax)
             kmax = nh * D;
@@ -508,6 +606,8 @@ static int cuda_create(const struct l8_model *m, const struct l8_engine_opts *o,
                 l8k_pdl_enabled() ? "on" : "off",
                 (double)free_b / 1073741824.0, (double)total_b / 1073741824.0);
     }
+    if ((rc = choose_crossover(e, o->tune_file, err)))
+        goto err;
     l8_upload_free(&up);
     *impl = e;
     *n_pages_out = e->n_pages;
@@ -605,13 +705,13 @@ static int grow_pair(void **h, void **d, size_t *cap, size_t n, size_t sz)
 
 /* y [T, W.n] = (product input) . W^T in the engine's numerics; the input is
  * in_f32 or e->act (exact) or e->xq / e->xs (fp8), [T, W.k]. */
-static int project(struct cuda_engine *e, const struct gw *W, uint32_t T, const float *in_f32,
-                   float *y)
+static int project(struct cuda_engine *e, enum l8_tune_product p, const struct gw *W, uint32_t T,
+                   const float *in_f32, float *y)
 {
     if (e->num == L8_NUMERICS_EXACT)
         return l8k_gemv(W->w, L8K_FP8, W->s, in_f32 ? in_f32 : e->act, L8K_F32, NULL, T, W->n,
                         W->k, y, W->n, e->st);
-    if (T <= e->gemv_max_m)
+    if (T <= e->tune.gemv_max_m[p])
         return l8k_gemv(W->w, L8K_FP8, W->s, e->xq, L8K_FP8, e->xs, T, W->n, W->k, y, W->n, e->st);
     return l8k_gemm_fp8(e->blas, W->w, W->s, e->xq, e->xs, T, W->n, W->k, y, e->st);
 }
@@ -717,18 +817,18 @@ static int fwd_layers(struct cuda_engine *e, const struct fwd *f)
         uint8_t *vb = kb + e->kv_half * kv_elt;
         OP(L8_PH_ATTN_NORM, l8k_rmsnorm(e->x, l ? e->y : NULL, g->attn_norm, c->rms_eps, H, NULL,
                                         T, idt, ib, e->xs, e->st));
-        OP(L8_PH_QKV, project(e, &g->qkv, T, NULL, e->qkv));
+        OP(L8_PH_QKV, project(e, L8_TP_QKV, &g->qkv, T, NULL, e->qkv));
         OP(L8_PH_ROPE_KV, l8k_rope_kv(e->qkv, QKV, f->pos, e->inv_freq, T, nh, nkv, D, kb, vb,
                                       e->kv_dt, e->ps, f->slot, e->st));
         OP(L8_PH_ATTENTION, attention(e, f, kb, vb));
         if (e->num == L8_NUMERICS_FP8)
             OP(L8_PH_QUANTIZE, l8k_quantize_rows(e->att, T, nh * D, e->xq, e->xs, e->st));
-        OP(L8_PH_O, project(e, &g->o, T, e->att, e->y));
+        OP(L8_PH_O, project(e, L8_TP_O, &g->o, T, e->att, e->y));
         OP(L8_PH_MLP_NORM, l8k_rmsnorm(e->x, e->y, g->mlp_norm, c->rms_eps, H, NULL, T, idt, ib,
                                        e->xs, e->st));
-        OP(L8_PH_GATE_UP, project(e, &g->gu, T, NULL, e->gu));
+        OP(L8_PH_GATE_UP, project(e, L8_TP_GATE_UP, &g->gu, T, NULL, e->gu));
         OP(L8_PH_SILU, l8k_silu_mul(e->gu, T, I, idt, ib, e->xs, e->st));
-        OP(L8_PH_DOWN, project(e, &g->down, T, NULL, e->y));
+        OP(L8_PH_DOWN, project(e, L8_TP_DOWN, &g->down, T, NULL, e->y));
     }
     return 0;
 }
@@ -740,7 +840,8 @@ static int fwd_logits(struct cuda_engine *e, const struct fwd *f, uint32_t r0, u
     const struct l8_config *c = e->c;
     const uint32_t H = c->hidden, V = c->vocab;
     int rc;
-    if (e->num == L8_NUMERICS_FP8 && nr > e->gemv_max_m && e->lm_dt == L8K_BF16) {
+    if (e->num == L8_NUMERICS_FP8 && nr > e->tune.gemv_max_m[L8_TP_LM_HEAD] &&
+        e->lm_dt == L8K_BF16) {
         if ((rc = l8k_rmsnorm(e->x, e->y, e->final_norm, c->rms_eps, H, f->lrows + r0, nr,
                               L8K_BF16, e->fin16, NULL, e->st)))
             return rc;

@@ -34,7 +34,7 @@
 #define MAX_STOP 64
 
 struct opts {
-    const char *model, *tokens, *tokens_file, *logits_out;
+    const char *model, *tokens, *tokens_file, *logits_out, *tune_file;
     enum l8_backend backend;
     enum l8_numerics numerics;
     uint32_t max_new, chunk, page_size;
@@ -79,6 +79,9 @@ static void usage(FILE *f)
 "  --warmup                 run the prompt and two decode steps once, untimed,\n"
 "                           before the timed run: first-use costs (cuBLASLt's\n"
 "                           heuristics, decode graph capture) out of the figures\n"
+"  --tune-file FILE         cuda fp8: keep the measured GEMV / cuBLASLt crossover\n"
+"                           in FILE and take it from there next time (default:\n"
+"                           measured every run)\n"
 "  --json                   print one JSON object instead (tokens, stop_reason,\n"
 "                           load_s, prefill_ms, decode_tokens_per_s, ...)\n"
 "  --help                   this text\n"
@@ -188,7 +191,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 {
     enum { O_MODEL = 256, O_TOKENS, O_TOKENS_FILE, O_MAX_NEW, O_BACKEND, O_NUMERICS,
            O_TEMP, O_TOPK, O_TOPP, O_MINP, O_REP, O_SEED, O_STOP, O_IGNORE_EOS, O_CHUNK,
-           O_PAGE, O_THREADS, O_LOGITS, O_JSON, O_WARMUP, O_HELP };
+           O_PAGE, O_THREADS, O_LOGITS, O_JSON, O_WARMUP, O_TUNE, O_HELP };
     static const struct option lo[] = {
         { "model", required_argument, 0, O_MODEL },
         { "tokens", required_argument, 0, O_TOKENS },
@@ -210,6 +213,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
         { "logits-out", required_argument, 0, O_LOGITS },
         { "json", no_argument, 0, O_JSON },
         { "warmup", no_argument, 0, O_WARMUP },
+        { "tune-file", required_argument, 0, O_TUNE },
         { "help", no_argument, 0, O_HELP },
         { 0, 0, 0, 0 },
     };
@@ -271,6 +275,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
         case O_LOGITS: o->logits_out = a; break;
         case O_JSON: o->json = true; break;
         case O_WARMUP: o->warmup = true; break;
+        case O_TUNE: o->tune_file = a; break;
         case O_HELP: usage(stdout); exit(0);
         default:
             fprintf(stderr, "llama8-run: unknown or incomplete option %s\n", argv[optind - 1]);
@@ -397,7 +402,7 @@ int main(int argc, char **argv)
     const uint32_t n_pages = (uint32_t)((total + o.page_size - 1) / o.page_size);
     struct l8_engine_opts eo = { .numerics = o.numerics, .page_size = o.page_size,
                                  .n_pages = n_pages, .max_step_tokens = chunk, .max_seqs = 1,
-                                 .nthreads = o.threads };
+                                 .nthreads = o.threads, .tune_file = o.tune_file };
     r = l8_engine_create(m, o.backend, &eo, &e, err);
     if (r < 0) {
         fprintf(stderr, "llama8-run: %s engine: %s\n", l8_backend_name(o.backend), err);

@@ -19,6 +19,9 @@
 #              (daemon/engine/cuda_profile.h), eager, kernels back to back
 #   serving:   llama8d (cuda fp8) + llama8ctl bench: 256 requests, prompts
 #              128-512, 128 new, 64 in flight
+# Every engine keeps its GEMV / cuBLASLt crossover in OUT_DIR/tune: run 1
+# measures it (inside its load_s), the others take it from there, so all
+# take the same paths.
 # Each stage has its own timeout; a failed stage becomes a row with "error".
 # Writes OUT_DIR/bench-gpu.json shaped like ../shared/reference/bench-h100-linnet.json.
 set -u
@@ -34,6 +37,7 @@ peak_stop() {    # prints the max of the samples
     kill "$PEAK_PID" 2>/dev/null; wait "$PEAK_PID" 2>/dev/null
     sort -n "$1" | tail -1
 }
+TUNE=$OUT/tune
 BASE_MIB=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null | head -1)
 
 echo "== kernels"
@@ -50,7 +54,7 @@ for run in 1 2 3 4; do
     warm=--warmup
     [ $run = 1 ] && warm=
     L8_CUDA_GRAPHS=$graphs L8_PDL=$pdl timeout 180 "$BIN/llama8-run" --model "$MODEL" --backend cuda --numerics fp8 \
-        --tokens-file "$OUT/prompt512.txt" --max-new 128 --ignore-eos --json $warm \
+        --tokens-file "$OUT/prompt512.txt" --max-new 128 --ignore-eos --json $warm --tune-file "$TUNE" \
         >"$OUT/single$run.json" 2>"$OUT/single$run.log"
     echo "single run $run (graphs $graphs, pdl $pdl) rc=$? $(cat "$OUT/single$run.json")"
     echo "$(peak_stop "$OUT/mem_single$run.txt")" >"$OUT/peak_single$run.txt"
@@ -60,6 +64,7 @@ done
 echo "== step profile"
 L8_PROFILE="$OUT/profile.json" timeout 120 "$BIN/llama8-run" --model "$MODEL" --backend cuda \
     --numerics fp8 --tokens-file "$OUT/prompt512.txt" --max-new 32 --ignore-eos --json --warmup \
+    --tune-file "$TUNE" \
     >"$OUT/single5.json" 2>"$OUT/single5.log"
 echo "profile rc=$?"
 grep -A16 "cuda profile" "$OUT/single5.log"
@@ -69,7 +74,7 @@ SOCK=$(mktemp -d)/llama8d.sock
 peak_start "$OUT/mem_serve.txt"
 "$BIN/llama8d" --model "$MODEL" --socket "$SOCK" --backend cuda --numerics fp8 \
     --kv_mib 12288 --max_batch 64 --max_step_tokens 2048 --max_requests 256 \
-    --max_requests_per_client 256 --log_level notice >"$OUT/llama8d.log" 2>&1 &
+    --max_requests_per_client 256 --tune_file "$TUNE" --log_level notice >"$OUT/llama8d.log" 2>&1 &
 DPID=$!
 for i in $(seq 1 120); do
     [ -S "$SOCK" ] && break
@@ -112,8 +117,12 @@ if s:
          "ttft_cold_ms": s1.get("prefill_ms") if s1 else None,
          "decode_tok_s_cold": s1.get("decode_tokens_per_s") if s1 else None,
          "peak_vram_mib": peak("peak_single2.txt") or peak("peak_single1.txt")}
+    try:   # the tune file's line: "KEY\tqkv 8 o 8 gate_up 4 down 8 lm_head 16"
+        line = [l for l in open(os.path.join(out, "tune")) if "\t" in l][-1].split("\t")[1].split()
+        m["gemv_max_m"] = {line[i]: int(line[i + 1]) for i in range(0, len(line), 2)}
+    except Exception: pass
 rows.append({"method": "llama8 cuda fp8 (llama8-run, in-process)", "kind": "llama8", "metrics": m,
-             "notes": "512-token prompt, 128 new, batch 1, decode graphs on, after an untimed warm-up run (llama8-run --warmup); ttft = prefill step incl. first token; *_cold: run 1, the process's first steps (cuBLASLt heuristics, graph capture); load_s: run 1, load_s_warm: run 2 (page cache warm); peak = nvidia-smi used minus idle",
+             "notes": "512-token prompt, 128 new, batch 1, decode graphs on, after an untimed warm-up run (llama8-run --warmup); ttft = prefill step incl. first token; *_cold: run 1, the process's first steps (cuBLASLt heuristics, graph capture); load_s: run 1 (with measuring the GEMV/cuBLASLt crossover), load_s_warm: run 2 (page cache warm, crossover read from the tune file); gemv_max_m: the most rows each product runs through the GEMV (measured); peak = nvidia-smi used minus idle",
              "error": None if s else "llama8-run failed (see single*.log)"})
 s3 = load("single3.json")
 rows.append({"method": "llama8 cuda fp8 eager decode (llama8-run, L8_CUDA_GRAPHS=0)", "kind": "llama8",

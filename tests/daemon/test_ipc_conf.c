@@ -1,6 +1,7 @@
 /* test_ipc_conf: llama8d.conf parsing and flag precedence. */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "conf.h"
@@ -29,6 +30,17 @@ int main(void)
     CHECK(l8d_conf_parse_text(&c, "max_batch\n", "x.conf", err) == -EINVAL, "no '='");
     CHECK(!strcmp(err, "x.conf:1: expected 'key = value'"), "message: %s", err);
     CHECK(l8d_conf_parse_text(&c, "numerics = fast\n", "x.conf", err) == -EINVAL, "bad enum");
+
+    /* tune_file: systemd's CacheDirectory= (the first of a list) by default,
+     * nowhere without it, and an empty value means nowhere. */
+    setenv("CACHE_DIRECTORY", "/var/cache/llama8d:/var/cache/other", 1);
+    l8d_conf_defaults(&c);
+    CHECK(!strcmp(c.tune_file, "/var/cache/llama8d/tune"), "tune_file default: %s", c.tune_file);
+    CHECK(l8d_conf_parse_text(&c, "tune_file =\n", "t.conf", err) == 0 && !c.tune_file[0],
+          "empty tune_file: '%s'", c.tune_file);
+    unsetenv("CACHE_DIRECTORY");
+    l8d_conf_defaults(&c);
+    CHECK(!c.tune_file[0], "tune_file without CACHE_DIRECTORY: %s", c.tune_file);
 
     /* File then flags: flags win; --config must exist when given. */
     FILE *f = fopen("/tmp/l8ipc-test.conf", "w");

@@ -334,7 +334,8 @@ int main(int argc, char **argv)
             cross = Ms[i];
         prod_free(&c);
     }
-    fprintf(stderr, "GEMV faster up to M = %u (engine default 8; L8_GEMV_MAX_M overrides)\n", cross);
+    fprintf(stderr, "GEMV faster up to M = %u (the engine measures its own at start, "
+                    "cuda_tune.h)\n", cross);
     json_object_object_add(out, "crossover_m", json_object_new_int(cross));
 
     /* Ceiling 2: FP8 tensor throughput, our cuBLASLt FP8 path on a shape

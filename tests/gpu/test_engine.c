@@ -17,6 +17,9 @@
  *   sampling: the same seed gives the same tokens, run to run;
  *   the step profile (L8_PROFILE): every phase counted once per layer or
  *     step, and profiling changes no logit.
+ *   the GEMV / cuBLASLt crossover: measured and kept in the tune file, then
+ *     taken from it (bitwise the logits of the same choice pinned by
+ *     L8_GEMV_MAX_M); malformed lines measured again, other lines kept.
  * With MODEL_DIR (the synthetic 8B of llama8-mkmodel: real head sizes, 8 KV
  * heads, 128k vocabulary), instead: a 40-token prompt in two chunks and 4
  * decode steps through cpu exact, cpu fp8, cuda exact and cuda fp8, every
@@ -28,6 +31,7 @@
  *     fp8's - 0.25 (44 positions, ~3 standard deviations: a coarse band,
  *     printed in full).
  * usage: test_engine GOLDEN_DIR [MODEL_DIR]. Exits 77 without a CUDA device. */
+#include <errno.h>
 #include <json-c/json.h>
 #include <stdbool.h>
 #include <time.h>
@@ -38,6 +42,7 @@
 #include "model.h"
 #include "safetensors.h"
 #include "../engine/reference.h"
+#include "../../daemon/engine/cuda_tune.h"
 
 #define PS 16u
 #define CHUNK 512u
@@ -48,11 +53,16 @@
 #define N_CASES 5
 #define GRAPH_EAGER_TOL 1e-5
 
+/* Every fp8 engine of a run keeps its measured crossover here, so all take
+ * the same paths (as llama8d's restarts do through its tune_file). */
+static char g_tune[64];
+
 static struct l8_engine *make(const struct l8_model *m, enum l8_numerics num, uint32_t n_pages,
                               uint32_t max_seqs)
 {
     struct l8_engine_opts o = { .numerics = num, .page_size = PS, .n_pages = n_pages,
-                                .max_step_tokens = CHUNK, .max_seqs = max_seqs };
+                                .max_step_tokens = CHUNK, .max_seqs = max_seqs,
+                                .tune_file = g_tune };
     struct l8_engine *e = NULL;
     char err[L8_ERRLEN];
     int r = l8_engine_create(m, L8_BACKEND_CUDA, &o, &e, err);
@@ -400,6 +410,170 @@ static void run_profile(const struct l8_model *m, const struct l8_tensor_set *re
     free(lg[1]);
 }
 
+/* ---- the GEMV / cuBLASLt crossover (cuda_tune.h) ----------------------------- */
+
+/* A 40-token prefill of case2 (logits of every position) in fp8 with the
+ * tune file `tf`; returns the engine creation's result. */
+static int tune_prefill(const struct l8_model *m, const struct l8_tensor_set *ref, const char *tf,
+                        float *out)
+{
+    uint32_t tok[64], S, pages[4] = { 3, 1, 0, 2 };
+    load_tokens(ref, 2, tok, &S);
+    struct l8_engine_opts o = { .numerics = L8_NUMERICS_FP8, .page_size = PS, .n_pages = 4,
+                                .max_step_tokens = CHUNK, .max_seqs = 1, .tune_file = tf };
+    struct l8_engine *e = NULL;
+    char err[L8_ERRLEN];
+    int r = l8_engine_create(m, L8_BACKEND_CUDA, &o, &e, err);
+    if (r < 0) {
+        printf("tune: engine creation failed: %s (%d)\n", err, r);
+        return r;
+    }
+    struct l8_seq q = { .tokens = tok, .n_tokens = 40, .pos = 0, .pages = pages, .n_pages = 4,
+                        .logits = L8_LOGITS_ALL, .logits_out = out };
+    r = l8_engine_step(e, &q, 1);
+    l8_engine_destroy(e);
+    return r;
+}
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    CHECK(f && fputs(text, f) >= 0 && fclose(f) == 0, "cannot write %s", path);
+}
+
+/* The lines of path that are not comments, and the key of the last one. */
+static int tune_lines(const char *path, char *key, size_t key_len, char *vals, size_t vals_len)
+{
+    FILE *f = fopen(path, "r");
+    char line[1024];
+    int n = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        if (line[0] == '#')
+            continue;
+        char *tab = strchr(line, '\t');
+        if (tab) {
+            snprintf(key, key_len, "%.*s", (int)(tab - line), line);
+            snprintf(vals, vals_len, "%s", tab + 1);
+        }
+        n++;
+    }
+    if (f)
+        fclose(f);
+    return n;
+}
+
+/* The engine measures the crossover when the file has no line for its key,
+ * keeps it there, and then takes the file's word for it: all 0 (cuBLASLt
+ * everywhere) gives bitwise L8_GEMV_MAX_M=0's logits, all 64 those of
+ * L8_GEMV_MAX_M=64, and the two differ. A malformed line is measured again
+ * and replaced, other keys' lines are kept, an unwritable file costs only
+ * the keeping. */
+static void run_tune(const struct l8_model *m, const struct l8_tensor_set *ref)
+{
+    const size_t n = (size_t)40 * m->cfg.vocab;
+    char dir[] = "/tmp/l8-tune-XXXXXX", tf[96], key[1024], vals[256], text[2048];
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    snprintf(tf, sizeof tf, "%s/tune", dir);
+    const char *env = getenv("L8_GEMV_MAX_M");
+    char *saved = env ? strdup(env) : NULL;
+    float *pin[2], *got = malloc(n * 4);
+    for (int i = 0; i < 2; i++) {
+        pin[i] = malloc(n * 4);
+        setenv("L8_GEMV_MAX_M", i ? "64" : "0", 1);
+        CHECK(tune_prefill(m, ref, NULL, pin[i]) == 0, "tune: pinned run %d", i);
+    }
+    unsetenv("L8_GEMV_MAX_M");
+    CHECK(memcmp(pin[0], pin[1], n * 4) != 0, "tune: GEMV and cuBLASLt gave bitwise equal logits");
+
+    /* measured and kept */
+    CHECK(tune_prefill(m, ref, tf, got) == 0, "tune: measuring run");
+    CHECK(tune_lines(tf, key, sizeof key, vals, sizeof vals) == 1, "tune: %s has no one line", tf);
+    struct l8_tune t;
+    char err[256];
+    CHECK(l8_tune_load(tf, key, &t, err, sizeof err) == 0, "tune: the kept line does not load");
+    printf("crossover kept in the tune file: %s", vals);
+
+    /* the file's word: all 0, then all 64, beside another key's line */
+    const char *other = "another GPU | hidden 1\tqkv 1 o 2 gate_up 3 down 4 lm_head 5\n";
+    for (int i = 0; i < 2; i++) {
+        snprintf(text, sizeof text, "# comment\n%s%s\tqkv %d o %d gate_up %d down %d lm_head %d\n",
+                 other, key, 64 * i, 64 * i, 64 * i, 64 * i, 64 * i);
+        write_file(tf, text);
+        CHECK(tune_prefill(m, ref, tf, got) == 0, "tune: run from the file %d", i);
+        CHECK(memcmp(got, pin[i], n * 4) == 0,
+              "tune: a file of all %d did not give L8_GEMV_MAX_M=%d's logits", 64 * i, 64 * i);
+    }
+
+    /* a malformed line: measured again, replaced, the other key kept */
+    snprintf(text, sizeof text, "%s%s\tqkv 8 o x\n", other, key);
+    write_file(tf, text);
+    CHECK(tune_prefill(m, ref, tf, got) == 0, "tune: run with a malformed line");
+    CHECK(tune_lines(tf, key, sizeof key, vals, sizeof vals) == 2 &&
+          l8_tune_load(tf, key, &t, err, sizeof err) == 0 &&
+          l8_tune_load(tf, "another GPU | hidden 1", &t, err, sizeof err) == 0 &&
+          t.gemv_max_m[L8_TP_LM_HEAD] == 5, "tune: the malformed line was not replaced");
+
+    /* what load refuses */
+    const char *bad[] = { "qkv 8 o 8 gate_up 8 down 8 lm_head 65", "qkv 8 o 8 gate_up 8 down 8",
+                          "qkv 8 o 8 gate_up 8 down 8 lm_head 8 extra", "o 8 qkv 8 gate_up 8 down 8 lm_head 8",
+                          "qkv -1 o 8 gate_up 8 down 8 lm_head 8" };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        snprintf(text, sizeof text, "k\t%s\n", bad[i]);
+        write_file(tf, text);
+        CHECK(l8_tune_load(tf, "k", &t, err, sizeof err) == -EINVAL && strstr(err, ":1:"),
+              "tune: load accepted \"%s\"", bad[i]);
+    }
+    CHECK(l8_tune_load(tf, "no such key", &t, err, sizeof err) == -ENOENT, "tune: unknown key");
+    unlink(tf);
+    CHECK(l8_tune_load(tf, "k", &t, err, sizeof err) == -ENOENT, "tune: missing file");
+
+    /* a file that cannot be written: the engine still works */
+    snprintf(tf, sizeof tf, "%s/no/such/dir/tune", dir);
+    CHECK(tune_prefill(m, ref, tf, got) == 0, "tune: an unwritable tune file failed creation");
+    rmdir(dir);
+    if (saved)
+        setenv("L8_GEMV_MAX_M", saved, 1);
+    free(saved);
+    free(pin[0]);
+    free(pin[1]);
+    free(got);
+}
+
+/* l8_tune_measure's rule on known times: the host sleeps inside the timed
+ * span (the events record when the stream reaches them), the "GEMV" 2 ms a
+ * row, "cuBLASLt" 5 ms, or it cannot run. */
+struct fake_paths { bool no_gemm, no_gemv; };
+static int fake_run(void *ctx, enum l8_tune_product p, uint32_t M, bool gemm)
+{
+    const struct fake_paths *f = ctx;
+    if ((gemm && f->no_gemm && p == L8_TP_LM_HEAD) || (!gemm && f->no_gemv && p == L8_TP_O))
+        return -ENOTSUP;
+    usleep(gemm ? 5000 : 2000 * M);
+    return 0;
+}
+
+static void run_tune_rule(void)
+{
+    cudaStream_t st;
+    CHECK(cudaStreamCreate(&st) == cudaSuccess, "stream");
+    struct fake_paths f = { .no_gemm = true, .no_gemv = true };
+    struct l8_tune t;
+    char rep[2048];
+    int r = l8_tune_measure(st, fake_run, &f, &t, rep, sizeof rep);
+    printf("%s", rep);
+    CHECK(r == 0, "tune rule: measure failed %d", r);
+    CHECK(t.gemv_max_m[L8_TP_QKV] == 2 && t.gemv_max_m[L8_TP_GATE_UP] == 2 &&
+          t.gemv_max_m[L8_TP_DOWN] == 2, "tune rule: %u %u %u rows, want 2 (2 ms a row vs 5 ms)",
+          t.gemv_max_m[L8_TP_QKV], t.gemv_max_m[L8_TP_GATE_UP], t.gemv_max_m[L8_TP_DOWN]);
+    CHECK(t.gemv_max_m[L8_TP_LM_HEAD] == L8_TUNE_MAX_M,
+          "tune rule: without cuBLASLt %u rows, want %u", t.gemv_max_m[L8_TP_LM_HEAD],
+          L8_TUNE_MAX_M);
+    CHECK(t.gemv_max_m[L8_TP_O] == 0, "tune rule: without the GEMV %u rows, want 0",
+          t.gemv_max_m[L8_TP_O]);
+    CHECK(strstr(rep, "qkv: GEMV up to 2 rows") != NULL, "tune rule: report");
+    cudaStreamDestroy(st);
+}
+
 /* ---- the synthetic 8B: cuda against cpu on the real shapes ----------------- */
 
 #define BIG_PROMPT 40u
@@ -421,7 +595,8 @@ static int big_run(const struct l8_model *m, enum l8_backend be, enum l8_numeric
 {
     const uint32_t V = m->cfg.vocab, n_pages = (BIG_ROWS + PS) / PS + 1;
     struct l8_engine_opts o = { .numerics = num, .page_size = PS, .n_pages = n_pages,
-                                .max_step_tokens = BIG_CHUNK, .max_seqs = 1 };
+                                .max_step_tokens = BIG_CHUNK, .max_seqs = 1,
+                                .tune_file = g_tune };
     struct l8_engine *e = NULL;
     char err[L8_ERRLEN];
     struct timespec t0, t1;
@@ -686,8 +861,22 @@ int main(int argc, char **argv)
         return 2;
     }
     require_gpu();
+    char tdir[] = "/tmp/l8-tune-XXXXXX";
+    if (!mkdtemp(tdir)) {
+        printf("FAIL: mkdtemp\n");
+        return 1;
+    }
+    snprintf(g_tune, sizeof g_tune, "%s/tune", tdir);
+#ifdef L8_CUEMU
+    /* The emulation's timings send every product to cuBLASLt (its GEMV is
+     * fibers, its cuBLASLt plain loops); keep the other tests on the paths
+     * a GPU takes at these sizes. run_tune measures all the same. */
+    setenv("L8_GEMV_MAX_M", "8", 0);
+#endif
     if (argc > 2) {
         run_big(argv[2]);
+        unlink(g_tune);
+        rmdir(tdir);
         printf("%s (%d failures)\n", g_failures ? "FAILED" : "ok", g_failures);
         return g_failures ? 1 : 0;
     }
@@ -711,6 +900,10 @@ int main(int argc, char **argv)
     run_mixed_step(m, ref);
     run_determinism(m, ref);
     run_profile(m, ref);
+    run_tune(m, ref);
+    run_tune_rule();
+    unlink(g_tune);
+    rmdir(tdir);
     l8_st_close(ref);
     l8_model_free(m);
     printf("%s (%d failures)\n", g_failures ? "FAILED" : "ok", g_failures);

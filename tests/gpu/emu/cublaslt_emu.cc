@@ -123,6 +123,11 @@ cublasStatus_t check(const Desc *d, const Layout *a, const Layout *b, const Layo
 
 extern "C" {
 
+size_t cublasLtGetVersion(void)
+{
+    return CUBLAS_VERSION;
+}
+
 cublasStatus_t cublasLtCreate(cublasLtHandle_t *h)
 {
     *h = (cublasLtHandle_t) new char;

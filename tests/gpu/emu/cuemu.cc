@@ -684,4 +684,32 @@ cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int)
     }
 }
 
+/* The same device, as the properties the engine's keys are made of. */
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d)
+{
+    if (d != 0)
+        return g_last_error = cudaErrorInvalidDevice;
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "cuemu (CPU emulation)");
+    p->major = 9;
+    p->minor = 0;
+    p->multiProcessorCount = 132;
+    size_t free_b, total_b;
+    cudaMemGetInfo(&free_b, &total_b);
+    p->totalGlobalMem = total_b;
+    return cudaSuccess;
+}
+
+cudaError_t cudaRuntimeGetVersion(int *v)
+{
+    *v = CUDART_VERSION;
+    return cudaSuccess;
+}
+
+cudaError_t cudaDriverGetVersion(int *v)
+{
+    *v = CUDART_VERSION;
+    return cudaSuccess;
+}
+
 }  // extern "C"
