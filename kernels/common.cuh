@@ -150,8 +150,9 @@ __device__ __forceinline__ void l8k_mma_bf16_16816(float (&d)[4], const uint32_t
  * that kernel wrote or writes anything; a kernel that calls l8k_pdl_allow()
  * lets its successor's blocks be scheduled from then on (else when it
  * ends). Both are no-ops on older devices and in launches without the
- * attribute; under the emulation (blocks run in stream order) the wait only
- * records that the thread reached it. */
+ * attribute; under the emulation (blocks run in stream order) the wait marks
+ * the end of the part of the thread that cuemu.cc checks against the kernel
+ * before. */
 __device__ __forceinline__ void l8k_pdl_wait(void)
 {
 #if defined(CUEMU)
@@ -171,7 +172,7 @@ __device__ __forceinline__ void l8k_pdl_allow(void)
 /* k over grid x block on st, with programmatic stream serialization when
  * l8k_pdl_enabled(): every thread of k must call l8k_pdl_wait() before it
  * reads what an earlier kernel wrote or writes anything (the emulation
- * checks that each thread calls it). name: k's, for the emulation's
+ * checks that each thread calls it, and what it touches before). name: k's, for the emulation's
  * messages. 0, or -EIO for a launch the runtime refused. */
 template <class... P, class... A>
 static int l8k_launch(const char *name, void (*k)(P...), dim3 grid, dim3 block, cudaStream_t st,

@@ -5,11 +5,13 @@
 #include "cuemu.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #include <map>
@@ -220,9 +222,12 @@ void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b
     }
 }
 
+static void pdl_check_release();
+
 void pdl_wait()
 {
     S.pdl_waited[cur_fiber()->th.linear] = true;
+    pdl_check_release();
 }
 
 static cudaError_t g_last_error = cudaSuccess;
@@ -243,6 +248,10 @@ bool check_launch(const Cfg &c, const char *name)
         die("%s: dynamic shared memory is not emulated", name);
     return true;
 }
+
+static bool pdl_track_begin(const Cfg &c, const char *name);
+static void pdl_track_end(const Cfg &c);
+static void pdl_check_apply();
 
 void run_grid(const Cfg &c, const char *name, const std::function<void()> &body)
 {
@@ -279,6 +288,8 @@ void run_grid(const Cfg &c, const char *name, const std::function<void()> &body)
     S.pdl = c.pdl;
     grid_dim = c.grid;
     block_dim = c.block;
+    const bool check = pdl_track_begin(c, name);
+    const unsigned last_block = c.grid.x * c.grid.y * c.grid.z - 1;
     for (unsigned bz = 0; bz < c.grid.z; bz++)
         for (unsigned by = 0; by < c.grid.y; by++)
             for (unsigned bx = 0; bx < c.grid.x; bx++) {
@@ -296,6 +307,8 @@ void run_grid(const Cfg &c, const char *name, const std::function<void()> &body)
                 memset(S.pdl_waited, 0, sizeof S.pdl_waited);
                 /* Round robin until every thread has returned; a pass in which
                  * no thread moves is a deadlock (a barrier some never reach). */
+                const unsigned b = (bz * c.grid.y + by) * c.grid.x + bx;
+                const bool check_block = check && (b == 0 || b == last_block);
                 while (S.live) {
                     S.progress = false;
                     for (unsigned i = 0; i < nthreads; i++) {
@@ -303,7 +316,10 @@ void run_grid(const Cfg &c, const char *name, const std::function<void()> &body)
                         if (f.done)
                             continue;
                         cur = &f.th;
+                        if (check_block && !S.pdl_waited[f.th.linear])
+                            pdl_check_apply();
                         cuemu_switch(&S.sched_sp, f.sp);
+                        pdl_check_release();
                     }
                     if (!S.progress && S.live) {
                         for (auto &f : S.fibers)
@@ -316,6 +332,7 @@ void run_grid(const Cfg &c, const char *name, const std::function<void()> &body)
                 }
             }
     cur = nullptr;
+    pdl_track_end(c);
 }
 
 /* ---- device memory: each allocation ends at a PROT_NONE page, so reading or
@@ -323,6 +340,7 @@ void run_grid(const Cfg &c, const char *name, const std::function<void()> &body)
 struct Alloc {
     char *map;
     size_t map_len, bytes;
+    uint8_t acc, prev;   /* PDL check: ACC_* of the running kernel, and of the one before */
 };
 static std::map<uintptr_t, Alloc> g_allocs;   /* keyed by the pointer handed out */
 
@@ -352,6 +370,173 @@ void check_device_ptr(const char *kernel, int arg, const void *p)
         die("%s: argument %d (%p) is not device memory", kernel, arg, p);
 }
 
+/* ---- the PDL contract, checked. On the GPU a kernel launched with
+ * programmatic dependent launch may start while the kernel before it on
+ * the stream still runs; until l8k_pdl_wait() it must not read what that
+ * kernel writes, nor write what it reads or writes. Here blocks run in
+ * order, so such a race gives the right answer; instead, every kernel's
+ * accesses are recorded (all device memory is protected when it starts,
+ * and the first read and the first write of each allocation fault once),
+ * and in the first and the last block of a PDL launch that directly
+ * follows another kernel, each thread runs until its l8k_pdl_wait() with
+ * what the kernel before wrote unreadable and what it read read-only: an
+ * access there is reported with both kernels' names. Any other work on
+ * the stream between the two (a copy, an event, a synchronization, a
+ * graph launch) lets the kernel before finish first, and clears it.
+ * Protecting all device memory costs system calls at every launch, so only
+ * the first PDL_TRACKED launches of each kernel in each configuration (its
+ * launch site, grid and block) are recorded, and a launch is checked when
+ * the kernel before it was: a pair that repeats (a layer, a step) is
+ * checked in its first instances. CUEMU_PDL_CHECK=0 turns this off. */
+enum { ACC_READ = 1, ACC_WRITE = 2, PDL_TRACKED = 3 };
+static bool g_in_grid;            /* a grid is running: faults are recordings */
+static bool g_checking;           /* the running thread is under the check */
+static bool g_last_op_kernel;     /* the stream's last operation was a kernel */
+static bool g_prev_is_kernel;     /* ... as seen by the operation now running */
+static bool g_last_tracked;       /* ... and its accesses were recorded */
+static cudaStream_t g_last_stream;
+static const char *g_prev_name = "", *g_cur_name = "";
+
+static int prot_of(uint8_t acc)
+{
+    return acc & ACC_WRITE ? PROT_READ | PROT_WRITE : acc & ACC_READ ? PROT_READ : PROT_NONE;
+}
+
+/* What the check allows while the kernel before may still run. */
+static int check_prot(uint8_t prev)
+{
+    return prev & ACC_WRITE ? PROT_NONE : prev & ACC_READ ? PROT_READ : PROT_READ | PROT_WRITE;
+}
+
+static void protect(const Alloc &a, int prot)
+{
+    if (mprotect(a.map, a.map_len - 4096, prot))
+        die("mprotect: %s", strerror(errno));
+}
+
+/* The allocation whose mapping (guard page excluded) holds p: its own
+ * entry, or the next one's when p lies before that one's first byte. */
+static Alloc *find_mapping(const void *p, uintptr_t *base)
+{
+    const char *c = (const char *)p;
+    auto it = g_allocs.upper_bound((uintptr_t)p);
+    for (int i = 0; i < 2; i++) {
+        if (it != g_allocs.end() && c >= it->second.map &&
+            c < it->second.map + it->second.map_len - 4096) {
+            *base = it->first;
+            return &it->second;
+        }
+        if (it == g_allocs.begin())
+            break;
+        --it;
+    }
+    return nullptr;
+}
+
+static void on_fault(int sig, siginfo_t *si, void *ucv)
+{
+    uintptr_t base = 0;
+    Alloc *a = g_in_grid ? find_mapping(si->si_addr, &base) : nullptr;
+    if (!a) {
+        signal(sig, SIG_DFL);   /* a real fault (a guard page): the default crash */
+        return;
+    }
+    const bool write = ((ucontext_t *)ucv)->uc_mcontext.gregs[REG_ERR] & 2;
+    if (g_checking && ((a->prev & ACC_WRITE) || (write && a->prev)))
+        die("%s: thread %u of block (%u,%u,%u) %s %p, in the %zu bytes at %#lx that %s, the "
+            "kernel before it on the stream, %s, before its l8k_pdl_wait(): with programmatic "
+            "dependent launch the two may run at once",
+            g_cur_name, cur ? cur->linear : 0, block_idx.x, block_idx.y, block_idx.z,
+            write ? "wrote" : "read", si->si_addr, a->bytes, (unsigned long)base, g_prev_name,
+            a->prev & ACC_WRITE ? "writes" : "reads");
+    a->acc |= write ? ACC_READ | ACC_WRITE : ACC_READ;
+    protect(*a, prot_of(a->acc) & (g_checking ? check_prot(a->prev) : ~0));
+}
+
+static bool pdl_track_enabled()
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("CUEMU_PDL_CHECK");
+        on = !(e && !strcmp(e, "0"));
+        struct sigaction sa = {};
+        sa.sa_sigaction = on_fault;
+        sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+        if (on && sigaction(SIGSEGV, &sa, nullptr))
+            die("sigaction: %s", strerror(errno));
+    }
+    return on;
+}
+
+/* Whether this launch is among the first PDL_TRACKED of its configuration. */
+static bool pdl_sampled(const Cfg &c, const char *name)
+{
+    static std::map<std::tuple<const char *, unsigned, unsigned, unsigned, unsigned, unsigned,
+                               unsigned>, unsigned> seen;
+    unsigned &n = seen[std::make_tuple(name, c.grid.x, c.grid.y, c.grid.z, c.block.x, c.block.y,
+                                       c.block.z)];
+    return n++ < PDL_TRACKED;
+}
+
+/* Before a grid: protect everything when it is recorded; returns whether
+ * its PDL threads are checked against the kernel before. */
+static bool pdl_track_begin(const Cfg &c, const char *name)
+{
+    g_in_grid = pdl_track_enabled() && pdl_sampled(c, name);
+    if (!g_in_grid)
+        return false;
+    const bool check = c.pdl && g_prev_is_kernel && g_last_tracked && c.stream == g_last_stream;
+    for (auto &e : g_allocs) {
+        if (!check)
+            e.second.prev = 0;
+        e.second.acc = 0;
+        protect(e.second, PROT_NONE);
+    }
+    g_cur_name = name;
+    return check;
+}
+
+static void pdl_track_end(const Cfg &c)
+{
+    g_last_op_kernel = true;
+    g_last_stream = c.stream;
+    g_last_tracked = g_in_grid;
+    if (!g_in_grid)
+        return;
+    g_in_grid = false;
+    for (auto &e : g_allocs) {
+        e.second.prev = e.second.acc;
+        protect(e.second, PROT_READ | PROT_WRITE);
+    }
+    g_prev_name = g_cur_name;
+}
+
+static void pdl_check_apply()
+{
+    for (auto &e : g_allocs)
+        if (e.second.prev)
+            protect(e.second, prot_of(e.second.acc) & check_prot(e.second.prev));
+    g_checking = true;
+}
+
+static void pdl_check_release()
+{
+    if (!g_checking)
+        return;
+    g_checking = false;
+    for (auto &e : g_allocs)
+        if (e.second.prev)
+            protect(e.second, prot_of(e.second.acc));
+}
+
+/* Work that is not a kernel, or a host synchronization: the kernel before
+ * has finished by the next launch. */
+static void no_overlap()
+{
+    g_last_op_kernel = false;
+    g_prev_is_kernel = false;
+}
+
 /* ---- streams and graphs. Every stream is synchronous: work runs when it
  * is submitted, except on a stream being captured, where it is recorded into
  * the graph (and runs at each cudaGraphLaunch). What the real runtime
@@ -376,13 +561,19 @@ static bool capture_refuses(const char *what)
 
 void submit(cudaStream_t st, std::function<void()> op)
 {
+    /* Whether the operation before this one was a kernel (the PDL check). */
+    std::function<void()> w = [op = std::move(op)]() {
+        g_prev_is_kernel = g_last_op_kernel;
+        g_last_op_kernel = false;
+        op();
+    };
     if (g_capture && st == g_capturing) {
-        g_capture->ops.push_back(std::move(op));
+        g_capture->ops.push_back(std::move(w));
         return;
     }
     if (g_capture && st == 0 && capture_refuses("work on the legacy default stream"))
         return;
-    op();
+    w();
 }
 
 }  // namespace cuemu
@@ -403,7 +594,7 @@ cudaError_t cudaMalloc(void **p, size_t bytes)
     mprotect(m + len - page, page, PROT_NONE);
     char *user = m + len - page - need;
     memset(user, 0xa5, need);   /* cudaMalloc gives garbage, not zeros */
-    g_allocs[(uintptr_t)user] = Alloc { m, len, bytes };
+    g_allocs[(uintptr_t)user] = Alloc { m, len, bytes, 0, 0 };
     *p = user;
     return cudaSuccess;
 }
@@ -458,6 +649,7 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind kind
         return cudaErrorStreamCaptureUnsupported;
     if (cudaError_t e = check_copy(dst, src, kind))
         return e;
+    no_overlap();
     if (n)
         memmove(dst, src, n);
     return cudaSuccess;
@@ -479,6 +671,7 @@ cudaError_t cudaMemset(void *p, int v, size_t n)
         return cudaErrorStreamCaptureUnsupported;
     if (n && !device_range(p, 0))
         return g_last_error = cudaErrorInvalidValue;
+    no_overlap();
     memset(p, v, n);
     return cudaSuccess;
 }
@@ -512,6 +705,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t st)
 {
     if ((st == g_capturing || st == 0) && capture_refuses("cudaStreamSynchronize"))
         return cudaErrorStreamCaptureUnsupported;
+    no_overlap();
     return cudaSuccess;
 }
 
@@ -519,6 +713,7 @@ cudaError_t cudaDeviceSynchronize(void)
 {
     if (capture_refuses("cudaDeviceSynchronize"))
         return cudaErrorStreamCaptureUnsupported;
+    no_overlap();
     return cudaSuccess;
 }
 
@@ -607,6 +802,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t)
 {
     if (capture_refuses("cudaEventSynchronize"))
         return cudaErrorStreamCaptureUnsupported;
+    no_overlap();
     return cudaSuccess;
 }
 

@@ -12,7 +12,9 @@
  * that ends at a guard page and launches checked as the hardware checks them.
  *
  * What it finds: indexing, bounds, barrier and launch-configuration mistakes,
- * and numerical errors in the algorithm. What it cannot: timing, memory-model
+ * breaches of the programmatic-dependent-launch contract (a thread touching,
+ * before l8k_pdl_wait(), what the kernel before it writes; cuemu.cc), and
+ * numerical errors in the algorithm. What it cannot: timing, memory-model
  * races (fibers switch only at barriers), device math's last-ulp differences
  * (host libm here; nvcc's FMA contraction), cuBLASLt. */
 #pragma once
