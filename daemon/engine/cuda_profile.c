@@ -5,9 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "l8_kernels.h"
+#include "mono_clock.h"
 
 #define PROF_EVENTS 4096          /* marks per step; a step with more is dropped */
 #define PROF_HOLD_US 30000u       /* > the host's queueing of a step (~1 ms at 8B) */
@@ -32,19 +32,12 @@ struct l8_cuda_prof {
     uint32_t n;
     bool prefill, overflow;
     uint32_t tokens;
-    struct timespec t0;           /* the hold's launch */
+    double t0;                    /* the hold's launch, l8_mono_s() */
     double queue_ms;              /* the step's queueing, from t0 to its last mark */
     double weight_bytes[L8_PH_N]; /* per call */
     double flop_per_token[L8_PH_N];
     struct prof_kind kind[2];     /* [0] decode, [1] prefill */
 };
-
-static double ms_since(const struct timespec *t0)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (t.tv_sec - t0->tv_sec) * 1e3 + (t.tv_nsec - t0->tv_nsec) * 1e-6;
-}
 
 struct l8_cuda_prof *l8_prof_create(cudaStream_t st)
 {
@@ -88,7 +81,7 @@ void l8_prof_begin(struct l8_cuda_prof *p, bool prefill, uint32_t tokens)
     p->overflow = false;
     p->prefill = prefill;
     p->tokens = tokens;
-    clock_gettime(CLOCK_MONOTONIC, &p->t0);
+    p->t0 = l8_mono_s();
     if (l8k_hold_stream(PROF_HOLD_US, p->st))
         p->overflow = true;       /* no hold, no profile for this step */
     l8_prof_mark(p, L8_PH_START);
@@ -103,7 +96,7 @@ void l8_prof_mark(struct l8_cuda_prof *p, enum l8_phase ph)
         return;
     }
     p->ph[p->n++] = (uint8_t)ph;
-    p->queue_ms = ms_since(&p->t0);
+    p->queue_ms = (l8_mono_s() - p->t0) * 1e3;
 }
 
 void l8_prof_end(struct l8_cuda_prof *p, bool ok)

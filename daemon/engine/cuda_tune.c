@@ -9,6 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "mono_clock.h"
+
 #define TUNE_REPS 3
 #define TUNE_FILE_MAX (1u << 20)
 #define TUNE_HEADER "# llama8 cuda engine: the most token rows each product runs through the " \
@@ -49,6 +51,7 @@ int l8_tune_measure(cudaStream_t st, l8_tune_run_fn run, void *ctx, struct l8_tu
     cudaEvent_t a = NULL, b = NULL;
     int rc = 0;
     size_t used = 0;
+    const double t0 = l8_mono_s();
     if (report_len)
         report[0] = 0;
     if (cudaEventCreate(&a) != cudaSuccess || cudaEventCreate(&b) != cudaSuccess) {
@@ -76,6 +79,9 @@ int l8_tune_measure(cudaStream_t st, l8_tune_run_fn run, void *ctx, struct l8_tu
                                      "%s: GEMV up to %u rows (M gemv/cuBLASLt us: %s)\n",
                                      l8_tune_product_name[p], thr, line);
     }
+    if (used < report_len)
+        snprintf(report + used, report_len - used, "(measured in %.0f ms)\n",
+                 (l8_mono_s() - t0) * 1e3);
 out:
     if (a)
         cudaEventDestroy(a);

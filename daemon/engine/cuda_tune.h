@@ -38,7 +38,7 @@ typedef int (*l8_tune_run_fn)(void *ctx, enum l8_tune_product p, uint32_t M, boo
 /* Time both paths at M = 1, 2, 4, ... L8_TUNE_MAX_M, the fastest of 3 runs
  * after a warm-up each, and stop at the first M where cuBLASLt wins (or at
  * the first the GEMV cannot run). report gets one line per product: its
- * choice and every M's two times. */
+ * choice and every M's two times; then the measurement's own time. */
 int l8_tune_measure(cudaStream_t st, l8_tune_run_fn run, void *ctx, struct l8_tune *t,
                     char *report, size_t report_len);
 

@@ -6,19 +6,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "l8_kernels.h"
+#include "mono_clock.h"
 
 #define UPLOAD_THREADS 4
 #define UPLOAD_CHUNK (32u << 20)          /* bytes per staging buffer */
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 int l8_upload_add(struct l8_upload *u, const void *src, void *dst, size_t bytes, const char *what)
 {
@@ -193,7 +186,7 @@ int l8_upload_run(struct l8_upload *u, cudaStream_t st, double *secs, double *vs
 {
     pthread_t th[UPLOAD_THREADS];
     int started = 0;
-    double t0 = now_s();
+    double t0 = l8_mono_s();
     pthread_mutex_init(&u->mu, NULL);
     u->next_job = u->next_off = 0;
     u->failed = 0;
@@ -207,14 +200,14 @@ int l8_upload_run(struct l8_upload *u, cudaStream_t st, double *secs, double *vs
     for (int i = 0; i < started; i++)
         pthread_join(th[i], NULL);
     pthread_mutex_destroy(&u->mu);
-    *secs = now_s() - t0;
+    *secs = l8_mono_s() - t0;
     if (u->failed) {
         snprintf(err, L8_ERRLEN, "weight upload failed (host-to-device copy)");
         return -EIO;
     }
-    t0 = now_s();
+    t0 = l8_mono_s();
     int rc = up_verify(u, st, err);
-    *vsecs = now_s() - t0;
+    *vsecs = l8_mono_s() - t0;
     return rc;
 }
 

@@ -31,7 +31,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <cuda_runtime_api.h>
 
@@ -79,6 +78,7 @@ struct cuda_engine {
     const struct l8_config *c;
     enum l8_numerics num;
     uint32_t ps, n_pages, max_tokens, max_seqs, max_pages_seq, lch;
+    uint32_t in_max;              /* the widest product input: max(hidden, inter, nh D) */
     struct l8_tune tune;          /* GEMV up to tune.gemv_max_m[product] rows */
     cudaStream_t st;
     struct l8k_blas *blas;
@@ -291,11 +291,8 @@ static int choose_crossover(struct cuda_engine *e, const char *tune_file, char e
     if (rc == -EINVAL)
         fprintf(stderr, "llama8 cuda: %s; measuring again\n", lerr);
     /* Inputs of moderate size: E4M3 1.0 codes, scales and activations ~0.01. */
-    uint32_t kmax = c->inter > c->hidden ? c->inter : c->hidden;
-    if (c->n_heads * c->head_dim > kmax)
-        kmax = c->n_heads * c->head_dim;
     const size_t M = L8_TUNE_MAX_M;
-    if (cudaMemsetAsync(e->xq, 0x38, M * kmax, e->st) != cudaSuccess ||
+    if (cudaMemsetAsync(e->xq, 0x38, M * e->in_max, e->st) != cudaSuccess ||
         cudaMemsetAsync(e->xs, 0x3c, M * 4, e->st) != cudaSuccess ||
         cudaMemsetAsync(e->fin, 0x3c, M * c->hidden * 4, e->st) != cudaSuccess ||
         cudaMemsetAsync(e->fin16, 0x3c, M * c->hidden * 2, e->st) != cudaSuccess) {
@@ -304,15 +301,11 @@ static int choose_crossover(struct cuda_engine *e, const char *tune_file, char e
         return -EIO;
     }
     char report[2048];
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
     if ((rc = l8_tune_measure(e->st, tune_run, e, &e->tune, report, sizeof report))) {
         snprintf(err, L8_ERRLEN, "measuring the GEMV / cuBLASLt crossover failed (%d)", rc);
         return rc;
     }
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    fprintf(stderr, "llama8 cuda: GEMV / cuBLASLt crossover measured in %.0f ms:\n%s",
-            (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) * 1e-6, report);
+    fprintf(stderr, "llama8 cuda: GEMV / cuBLASLt crossover measured:\n%s", report);
     if (tune_file && (rc = l8_tune_save(tune_file, key, &e->tune)) < 0)
         fprintf(stderr, "llama8 cuda: cannot keep the crossover in %s: %s\n", tune_file,
                 strerror(-rc));
@@ -484,9 +477,9 @@ static int cuda_create(const struct l8_model *m, const struct l8_engine_opts *o,
     {
         const uint32_t T = e->num == L8_NUMERICS_FP8 && e->max_tokens < L8_TUNE_MAX_M
                                ? L8_TUNE_MAX_M : e->max_tokens;
-        uint32_t kmax = H > I ? H : I;
-        if (nh * D > kmax)
-            kmax = nh * D;
+        e->in_max = H > I ? H : I;
+        if (nh * D > e->in_max)
+            e->in_max = nh * D;
         /* The widest attention workspace over any row count up to T. */
         uint32_t ctx = c->max_pos;
         for (uint32_t r = 1; r <= T; r++) {
@@ -501,9 +494,9 @@ static int cuda_create(const struct l8_model *m, const struct l8_engine_opts *o,
         a |= dmalloc((void **)&e->att, (size_t)T * nh * D * 4, &abytes);
         a |= dmalloc((void **)&e->gu, (size_t)T * 2 * I * 4, &abytes);
         if (e->num == L8_NUMERICS_EXACT)
-            a |= dmalloc((void **)&e->act, (size_t)T * kmax * 4, &abytes);
+            a |= dmalloc((void **)&e->act, (size_t)T * e->in_max * 4, &abytes);
         else
-            a |= dmalloc((void **)&e->xq, (size_t)T * kmax, &abytes);
+            a |= dmalloc((void **)&e->xq, (size_t)T * e->in_max, &abytes);
         a |= dmalloc((void **)&e->xs, (size_t)T * 4, &abytes);
         a |= dmalloc((void **)&e->attn_work, e->attn_work_floats * 4, &abytes);
         a |= dmalloc((void **)&e->fin, (size_t)e->lch * H * 4, &abytes);
