@@ -666,6 +666,11 @@ int l8c_status(struct l8c_client *c, struct l8c_status *out, int timeout_ms)
         o.step_time_s = s->step_time_s;
         o.gap_steps = s->gap_steps;
         o.gap_time_s = s->gap_time_s;
+        o.decode_steps = s->decode_steps;
+        o.decode_time_s = s->decode_time_s;
+        o.decode_rows = s->decode_rows;
+        o.fed_tokens = s->fed_tokens;
+        o.preemptions = s->preemptions;
         *out = o;
         rc = 0;
     }

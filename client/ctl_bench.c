@@ -269,6 +269,18 @@ int ctl_bench(int argc, char **argv)
     const double step_ms = steps ? (st1.step_time_s - st0.step_time_s) * 1e3 / (double)steps : 0;
     const double busy = wall > 0 ? (st1.step_time_s - st0.step_time_s) / wall : 0;
     const double gap_us = gaps ? (st1.gap_time_s - st0.gap_time_s) * 1e6 / (double)gaps : 0;
+    /* The steps split: decode-only ones (their batch and time are the
+     * decode rate) and the ones with prompt tokens (what admitting costs). */
+    const uint64_t dsteps = st1.decode_steps - st0.decode_steps, psteps = steps - dsteps;
+    const double dtime = st1.decode_time_s - st0.decode_time_s;
+    const double ptime = st1.step_time_s - st0.step_time_s - dtime;
+    const double dbatch = dsteps ? (double)(st1.decode_rows - st0.decode_rows) / (double)dsteps : 0;
+    const double dms = dsteps ? dtime * 1e3 / (double)dsteps : 0;
+    const double ptok = psteps ? (double)((st1.fed_tokens - st0.fed_tokens) -
+                                          (st1.decode_rows - st0.decode_rows)) / (double)psteps : 0;
+    const double pms = psteps ? ptime * 1e3 / (double)psteps : 0;
+    const double dfrac = dtime + ptime > 0 ? dtime / (dtime + ptime) : 0;
+    const uint64_t preempt = st1.preemptions - st0.preemptions;
     double tps = (double)total_tokens / wall;
     double t50 = pct_us(&ttft, 50), t99 = pct_us(&ttft, 99);
     double s50 = pct_us(&start, 50), s99 = pct_us(&start, 99);
@@ -292,6 +304,14 @@ int ctl_bench(int argc, char **argv)
         json_object_object_add(o, "engine_step_ms_mean", json_object_new_double(step_ms));
         json_object_object_add(o, "engine_busy_frac", json_object_new_double(busy));
         json_object_object_add(o, "engine_gap_us_mean", json_object_new_double(gap_us));
+        json_object_object_add(o, "engine_decode_steps", json_object_new_uint64(dsteps));
+        json_object_object_add(o, "engine_decode_batch_mean", json_object_new_double(dbatch));
+        json_object_object_add(o, "engine_decode_step_ms_mean", json_object_new_double(dms));
+        json_object_object_add(o, "engine_decode_time_frac", json_object_new_double(dfrac));
+        json_object_object_add(o, "engine_prompt_steps", json_object_new_uint64(psteps));
+        json_object_object_add(o, "engine_prompt_step_tokens_mean", json_object_new_double(ptok));
+        json_object_object_add(o, "engine_prompt_step_ms_mean", json_object_new_double(pms));
+        json_object_object_add(o, "engine_preemptions", json_object_new_uint64(preempt));
         puts(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY));
         json_object_put(o);
     } else {
@@ -306,6 +326,10 @@ int ctl_bench(int argc, char **argv)
         printf("engine:                  %llu steps, %.3f ms each, busy %.1f %% of the run; "
                "%.1f us between steps with requests left\n", (unsigned long long)steps, step_ms,
                100 * busy, gap_us);
+        printf("  decode-only steps:     %llu, batch %.1f, %.3f ms each (%.1f %% of engine time)\n",
+               (unsigned long long)dsteps, dbatch, dms, 100 * dfrac);
+        printf("  steps with prompts:    %llu, %.1f tokens, %.3f ms each; %llu preemptions\n",
+               (unsigned long long)psteps, ptok, pms, (unsigned long long)preempt);
     }
     rc = CTL_OK;
 out:

@@ -75,6 +75,11 @@ int ctl_status(int argc, char **argv)
         json_object_object_add(o, "step_time_s", json_object_new_double(s.step_time_s));
         json_object_object_add(o, "gap_steps", json_object_new_uint64(s.gap_steps));
         json_object_object_add(o, "gap_time_s", json_object_new_double(s.gap_time_s));
+        json_object_object_add(o, "decode_steps", json_object_new_uint64(s.decode_steps));
+        json_object_object_add(o, "decode_time_s", json_object_new_double(s.decode_time_s));
+        json_object_object_add(o, "decode_rows", json_object_new_uint64(s.decode_rows));
+        json_object_object_add(o, "fed_tokens", json_object_new_uint64(s.fed_tokens));
+        json_object_object_add(o, "preemptions", json_object_new_uint64(s.preemptions));
         puts(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY));
         json_object_put(o);
     } else {
@@ -96,12 +101,23 @@ int ctl_status(int argc, char **argv)
             printf("engine:    a step running for %.3f s\n", s.step_running_s);
         else
             printf("engine:    idle\n");
-        if (s.steps)
+        if (s.steps) {
+            const uint64_t ps = s.steps - s.decode_steps;
             printf("steps:     %llu, %.3f ms each on average; %.1f us from a step's end to the "
                    "next one's start while requests were left (%llu such)\n",
                    (unsigned long long)s.steps, s.step_time_s * 1e3 / (double)s.steps,
                    s.gap_steps ? s.gap_time_s * 1e6 / (double)s.gap_steps : 0.0,
                    (unsigned long long)s.gap_steps);
+            printf("           decode only: %llu, batch %.1f, %.3f ms each; with prompt tokens: "
+                   "%llu, %.1f tokens, %.3f ms each; %llu preemptions\n",
+                   (unsigned long long)s.decode_steps,
+                   s.decode_steps ? (double)s.decode_rows / (double)s.decode_steps : 0.0,
+                   s.decode_steps ? s.decode_time_s * 1e3 / (double)s.decode_steps : 0.0,
+                   (unsigned long long)ps,
+                   ps ? (double)(s.fed_tokens - s.decode_rows) / (double)ps : 0.0,
+                   ps ? (s.step_time_s - s.decode_time_s) * 1e3 / (double)ps : 0.0,
+                   (unsigned long long)s.preemptions);
+        }
     }
     l8c_close(c);
     return CTL_OK;

@@ -145,6 +145,12 @@ struct l8c_status {
      * itself adds between steps under load. */
     uint64_t steps, gap_steps;
     double step_time_s, gap_time_s;
+    /* Of those steps, the decode-only ones (no prompt tokens): their count,
+     * time and sequences (mean batch = decode_rows / decode_steps); the
+     * tokens fed in all steps (prompt chunks included); requests preempted
+     * for KV pages. */
+    uint64_t decode_steps, decode_rows, fed_tokens, preemptions;
+    double decode_time_s;
 };
 int l8c_status(struct l8c_client *c, struct l8c_status *out, int timeout_ms);
 

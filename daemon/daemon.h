@@ -111,6 +111,7 @@ struct l8d {
     uint32_t step_n;
     uint64_t step_t_submit;
     uint32_t step_tokens;    /* tokens in the step in flight */
+    bool step_decode;        /* no sequence in it is (re)computing prompt tokens */
     uint64_t step_tok_ns;    /* slowest recent ns per token of a step (decaying
                                 max; the warm-up seeds it): the stall bound */
     bool step_stalled;       /* the step in flight ran past its bound */
@@ -118,6 +119,11 @@ struct l8d {
      * gaps from a step's end to the next one's start when requests were
      * still running or waiting at that end (the loop's own cost per step). */
     uint64_t steps, step_ns, gaps, gap_ns;
+    /* Of them, the decode-only steps (each sequence fed its last sampled
+     * token): count, time and sequences; and the tokens fed in all steps.
+     * Serving throughput is read from these: the decode steps' batch and
+     * time against what the prompt chunks cost. */
+    uint64_t decode_steps, decode_ns, decode_rows, fed_tokens;
     uint64_t last_step_end;  /* engine clock, the last step's end */
     bool gap_open;           /* requests remained when it ended */
     uint64_t ev_t_ns;        /* t_ns of the events being delivered */

@@ -183,8 +183,11 @@ static void start_step(struct l8d *d)
     d->step_n = n;
     d->step_t_submit = t;
     d->step_tokens = 0;
-    for (uint32_t i = 0; i < n; i++)
+    d->step_decode = true;
+    for (uint32_t i = 0; i < n; i++) {
         d->step_tokens += seqs[i].n_tokens;
+        d->step_decode &= !slots[i].prefill;
+    }
     /* Clients need not ring while the step runs: see the top comment. */
     for (uint32_t i = 0; i < d->n_slots; i++) {
         struct l8d_session *s = d->sessions[i];
@@ -221,6 +224,12 @@ static void on_engine_done(struct l8d *d)
     }
     d->steps++;
     d->step_ns += t1 - t0;
+    d->fed_tokens += d->step_tokens;
+    if (d->step_decode) {
+        d->decode_steps++;
+        d->decode_ns += t1 - t0;
+        d->decode_rows += d->step_n;
+    }
     if (d->gap_open && t0 > d->last_step_end) {
         d->gaps++;
         d->gap_ns += t0 - d->last_step_end;

@@ -334,6 +334,11 @@ static void send_status(struct l8d_session *s)
     o.step_time_s = (double)d->step_ns / 1e9;
     o.gap_steps = d->gaps;
     o.gap_time_s = (double)d->gap_ns / 1e9;
+    o.decode_steps = d->decode_steps;
+    o.decode_time_s = (double)d->decode_ns / 1e9;
+    o.decode_rows = d->decode_rows;
+    o.fed_tokens = d->fed_tokens;
+    o.preemptions = st.preemptions;
     Llama8__DaemonMessage m = LLAMA8__DAEMON_MESSAGE__INIT;
     m.msg_case = LLAMA8__DAEMON_MESSAGE__MSG_STATUS;
     m.status = &o;

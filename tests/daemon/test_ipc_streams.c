@@ -177,6 +177,24 @@ int main(int argc, char **argv)
           (unsigned long long)s.requests_done);
     CHECK(s.pages_used == 0, "pages still used: %u", s.pages_used);
     CHECK(s.requests_running == 0 && s.requests_waiting == 0, "requests left");
+    /* The step split: 128 requests of 1-24 tokens in batches of 16 give
+     * decode-only steps and steps with prompt chunks. Every token fed is a
+     * prompt token or a sampled one fed back, and each request's last
+     * sampled token is never fed (a preempted request recomputes its
+     * sampled tokens as prompt tokens, so then only <=). */
+    CHECK(s.decode_steps > 0 && s.decode_steps < s.steps, "decode steps %llu of %llu",
+          (unsigned long long)s.decode_steps, (unsigned long long)s.steps);
+    CHECK(s.decode_rows >= s.decode_steps && s.decode_rows <= 16 * s.decode_steps,
+          "decode rows %llu in %llu steps", (unsigned long long)s.decode_rows,
+          (unsigned long long)s.decode_steps);
+    CHECK(s.decode_time_s > 0 && s.decode_time_s < s.step_time_s, "decode time %.6f of %.6f",
+          s.decode_time_s, s.step_time_s);
+    const uint64_t fed = s.prompt_tokens + s.tokens_generated - s.requests_done;
+    CHECK(s.preemptions ? s.fed_tokens <= fed : s.fed_tokens == fed,
+          "fed %llu tokens: %llu prompt + %llu generated - %llu requests, %llu preemptions",
+          (unsigned long long)s.fed_tokens, (unsigned long long)s.prompt_tokens,
+          (unsigned long long)s.tokens_generated, (unsigned long long)s.requests_done,
+          (unsigned long long)s.preemptions);
     l8c_close(probe);
     int rc = tdaemon_stop(&d);
     CHECK(rc == 0, "llama8d exit %d", rc);

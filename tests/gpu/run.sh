@@ -200,7 +200,7 @@ if [ -f "$MODEL/config.json" ]; then
     grep -h -A16 "cuda profile" "$W/bench/single5.log" 2>/dev/null >>"$SUMMARY"
     grep -h "uploaded in" "$W/bench/single1.log" "$W/bench/single2.log" 2>/dev/null >>"$SUMMARY"
     grep -h -A6 "crossover measured" "$W/bench/single1.log" 2>/dev/null >>"$SUMMARY"
-    grep -h "^steps:" "$W/bench/status_after.txt" 2>/dev/null >>"$SUMMARY"
+    grep -h -A1 "^steps:" "$W/bench/status_after.txt" 2>/dev/null >>"$SUMMARY"
     grep -h "graph capture" "$W"/bench/*.log 2>/dev/null | head -3 | tee -a "$SUMMARY"
 else
     say "benchmarks skipped: no checkpoint"
