@@ -2,7 +2,7 @@
  *
  *   llama8-run --model DIR --tokens 1,2,3 [--max-new N] [--backend cpu|cuda]
  *              [--numerics exact|fp8] [sampling options] [--logits-out F]
- *              [--json]
+ *              [--batch B] [--json]
  *
  * --logits-out FILE.safetensors writes (all little-endian, row-major):
  *   "prompt_logits"  F32 [S, vocab]  logits after every prompt position
@@ -32,12 +32,13 @@
 
 #define DEFAULT_PAGE_SIZE 16u
 #define MAX_STOP 64
+#define MAX_BATCH 1024u
 
 struct opts {
     const char *model, *tokens, *tokens_file, *logits_out, *tune_file;
     enum l8_backend backend;
     enum l8_numerics numerics;
-    uint32_t max_new, chunk, page_size;
+    uint32_t max_new, chunk, page_size, batch;
     int threads;
     struct l8_sampling sp;
     uint32_t stop[MAX_STOP];
@@ -70,6 +71,11 @@ static void usage(FILE *f)
 "                           config's eos ids, none with --ignore-eos)\n"
 "  --ignore-eos             do not stop at eos\n"
 "  --chunk N                prefill chunk size (default: whole prompt)\n"
+"  --batch B                run B copies of the prompt, each with its own KV\n"
+"                           pages, copy b sampled with seed S + b: prefilled one\n"
+"                           after another, then decoded together, B rows a step\n"
+"                           (default 1); prints a line for each copy, --json\n"
+"                           the first copy's tokens\n"
 "  --page-size N            KV page size in positions (default 16)\n"
 "  --threads N              cpu threads (default 0 = all cores)\n"
 "  --logits-out FILE        write f32 logits as safetensors: \"prompt_logits\"\n"
@@ -191,7 +197,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 {
     enum { O_MODEL = 256, O_TOKENS, O_TOKENS_FILE, O_MAX_NEW, O_BACKEND, O_NUMERICS,
            O_TEMP, O_TOPK, O_TOPP, O_MINP, O_REP, O_SEED, O_STOP, O_IGNORE_EOS, O_CHUNK,
-           O_PAGE, O_THREADS, O_LOGITS, O_JSON, O_WARMUP, O_TUNE, O_HELP };
+           O_PAGE, O_THREADS, O_LOGITS, O_JSON, O_WARMUP, O_TUNE, O_BATCH, O_HELP };
     static const struct option lo[] = {
         { "model", required_argument, 0, O_MODEL },
         { "tokens", required_argument, 0, O_TOKENS },
@@ -214,11 +220,12 @@ static int parse_args(int argc, char **argv, struct opts *o)
         { "json", no_argument, 0, O_JSON },
         { "warmup", no_argument, 0, O_WARMUP },
         { "tune-file", required_argument, 0, O_TUNE },
+        { "batch", required_argument, 0, O_BATCH },
         { "help", no_argument, 0, O_HELP },
         { 0, 0, 0, 0 },
     };
     *o = (struct opts){ .backend = L8_BACKEND_CPU, .numerics = L8_NUMERICS_EXACT,
-                        .max_new = 16, .page_size = DEFAULT_PAGE_SIZE,
+                        .max_new = 16, .page_size = DEFAULT_PAGE_SIZE, .batch = 1,
                         .sp = { .temperature = 0.0f, .top_k = 0, .top_p = 1.0f,
                                 .min_p = 0.0f, .repetition_penalty = 1.0f, .seed = 0 } };
     int c;
@@ -276,6 +283,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
         case O_JSON: o->json = true; break;
         case O_WARMUP: o->warmup = true; break;
         case O_TUNE: o->tune_file = a; break;
+        case O_BATCH: bad = parse_u32(a, &o->batch) || o->batch == 0 || o->batch > MAX_BATCH; break;
         case O_HELP: usage(stdout); exit(0);
         default:
             fprintf(stderr, "llama8-run: unknown or incomplete option %s\n", argv[optind - 1]);
@@ -296,6 +304,10 @@ static int parse_args(int argc, char **argv, struct opts *o)
     }
     if (!o->tokens == !o->tokens_file) {
         fprintf(stderr, "llama8-run: give exactly one of --tokens and --tokens-file\n");
+        return -EINVAL;
+    }
+    if (o->logits_out && o->batch > 1) {
+        fprintf(stderr, "llama8-run: --logits-out writes one sequence's logits: not with --batch\n");
         return -EINVAL;
     }
     return 0;
@@ -336,6 +348,102 @@ static int write_logits(const char *path, const struct opts *o, const struct l8_
     return r;
 }
 
+/* The sequences of a run: B copies of the prompt, each with its own pages
+ * and its own tokens (the prompt, then what it generated). */
+struct run {
+    uint32_t B, S, total, n_pages, chunk, V;   /* n_pages: of each sequence */
+    uint32_t *all;       /* [B][total] */
+    uint32_t *pages;     /* [B][n_pages] */
+    uint32_t *n_gen;     /* [B] tokens generated */
+    bool *stopped;       /* [B] generated a stop token */
+    struct l8_seq *seqs; /* [B] a decode step's sequences */
+    uint32_t *who;       /* [B] the sequence of each of them */
+    struct l8_sampling *sp; /* [B] the options, seed + b: copies diverge */
+};
+
+struct timing {
+    double prefill_s, decode_s;
+    uint32_t decode_steps;
+    uint64_t decode_tokens;
+};
+
+static void after_sample(const struct opts *o, struct run *r, uint32_t b, uint32_t tok)
+{
+    r->all[(size_t)b * r->total + r->S + r->n_gen[b]++] = tok;
+    for (uint32_t i = 0; i < o->n_stop; i++)
+        r->stopped[b] |= tok == o->stop[i];
+}
+
+/* Every prompt in chunks, one sequence a step (the last chunk samples its
+ * first token), then up to max_decode decode steps of every sequence still
+ * generating. plog / glog (batch 1 only): the logits to keep, or NULL. */
+static int generate(struct l8_engine *e, const struct opts *o, struct run *r,
+                    uint32_t max_decode, float *plog, float *glog, struct timing *tm)
+{
+    const uint32_t S = r->S, V = r->V;
+    *tm = (struct timing){ 0 };
+    memset(r->n_gen, 0, sizeof(uint32_t) * r->B);
+    memset(r->stopped, 0, sizeof(bool) * r->B);
+    double t0 = now_s();
+    for (uint32_t b = 0; b < r->B; b++) {
+        uint32_t *all = r->all + (size_t)b * r->total;
+        for (uint32_t p = 0; p < S; p += r->chunk) {
+            uint32_t n = S - p < r->chunk ? S - p : r->chunk;
+            bool last = p + n == S;
+            struct l8_seq s = { .tokens = all + p, .n_tokens = n, .pos = p,
+                                .pages = r->pages + (size_t)b * r->n_pages, .n_pages = r->n_pages,
+                                .logits = plog ? L8_LOGITS_ALL : L8_LOGITS_NONE,
+                                .logits_out = plog ? plog + (size_t)p * V : NULL,
+                                .sample = last && o->max_new > 0, .sampling = &r->sp[b],
+                                .history = all, .n_history = p + n, .sample_index = 0 };
+            int rc = l8_engine_step(e, &s, 1);
+            if (rc < 0) {
+                fprintf(stderr, "llama8-run: prefill step at position %u of sequence %u failed: %s\n",
+                        p, b, strerror(-rc));
+                return rc;
+            }
+            if (s.sample) {
+                after_sample(o, r, b, s.token_out);
+                if (glog)
+                    memcpy(glog, plog + (size_t)(S - 1) * V, sizeof(float) * V);
+            }
+        }
+    }
+    double t1 = now_s();
+    tm->prefill_s = t1 - t0;
+    while (tm->decode_steps < max_decode) {
+        uint32_t n = 0;
+        for (uint32_t b = 0; b < r->B; b++) {
+            if (r->stopped[b] || !r->n_gen[b] || r->n_gen[b] >= o->max_new)
+                continue;
+            const uint32_t *all = r->all + (size_t)b * r->total;
+            uint32_t p = S + r->n_gen[b] - 1;
+            r->who[n] = b;
+            r->seqs[n++] = (struct l8_seq){
+                .tokens = all + p, .n_tokens = 1, .pos = p,
+                .pages = r->pages + (size_t)b * r->n_pages, .n_pages = r->n_pages,
+                .logits = glog ? L8_LOGITS_LAST : L8_LOGITS_NONE,
+                .logits_out = glog ? glog + (size_t)r->n_gen[b] * V : NULL,
+                .sample = true, .sampling = &r->sp[b], .history = all, .n_history = p + 1,
+                .sample_index = r->n_gen[b] };
+        }
+        if (!n)
+            break;
+        int rc = l8_engine_step(e, r->seqs, n);
+        if (rc < 0) {
+            fprintf(stderr, "llama8-run: decode step at position %u failed: %s\n",
+                    r->seqs[0].pos, strerror(-rc));
+            return rc;
+        }
+        tm->decode_steps++;
+        tm->decode_tokens += n;
+        for (uint32_t i = 0; i < n; i++)
+            after_sample(o, r, r->who[i], r->seqs[i].token_out);
+    }
+    tm->decode_s = now_s() - t1;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     struct opts o;
@@ -368,7 +476,7 @@ int main(int argc, char **argv)
     char err[L8_ERRLEN];
     struct l8_model *m = NULL;
     struct l8_engine *e = NULL;
-    uint32_t *all = NULL, *pages = NULL;
+    struct run run = { 0 };
     float *plog = NULL, *glog = NULL;
     json_object *jo = NULL;
 
@@ -399,9 +507,11 @@ int main(int argc, char **argv)
                 o.stop[o.n_stop++] = (uint32_t)m->cfg.eos[i];
 
     const uint32_t chunk = o.chunk && o.chunk < (uint32_t)S ? o.chunk : (uint32_t)S;
+    const uint32_t B = o.batch;
     const uint32_t n_pages = (uint32_t)((total + o.page_size - 1) / o.page_size);
     struct l8_engine_opts eo = { .numerics = o.numerics, .page_size = o.page_size,
-                                 .n_pages = n_pages, .max_step_tokens = chunk, .max_seqs = 1,
+                                 .n_pages = n_pages * B,
+                                 .max_step_tokens = chunk > B ? chunk : B, .max_seqs = B,
                                  .nthreads = o.threads, .tune_file = o.tune_file };
     r = l8_engine_create(m, o.backend, &eo, &e, err);
     if (r < 0) {
@@ -410,13 +520,24 @@ int main(int argc, char **argv)
     }
     const double load_s = now_s() - t0;
 
-    all = malloc(sizeof(uint32_t) * total);
-    pages = malloc(sizeof(uint32_t) * n_pages);
-    if (!all || !pages)
+    run = (struct run){ .B = B, .S = (uint32_t)S, .total = (uint32_t)total,
+                        .n_pages = n_pages, .chunk = chunk, .V = V };
+    run.all = malloc(sizeof(uint32_t) * total * B);
+    run.pages = malloc(sizeof(uint32_t) * n_pages * B);
+    run.n_gen = calloc(B, sizeof(uint32_t));
+    run.stopped = calloc(B, sizeof(bool));
+    run.seqs = calloc(B, sizeof(struct l8_seq));
+    run.who = calloc(B, sizeof(uint32_t));
+    run.sp = calloc(B, sizeof(struct l8_sampling));
+    if (!run.all || !run.pages || !run.n_gen || !run.stopped || !run.seqs || !run.who || !run.sp)
         goto oom;
-    memcpy(all, prompt, sizeof(uint32_t) * (size_t)S);
-    for (uint32_t i = 0; i < n_pages; i++)
-        pages[i] = i;
+    for (uint32_t b = 0; b < B; b++) {
+        memcpy(run.all + (size_t)b * total, prompt, sizeof(uint32_t) * (size_t)S);
+        run.sp[b] = o.sp;
+        run.sp[b].seed = o.sp.seed + b;
+    }
+    for (uint32_t i = 0; i < n_pages * B; i++)
+        run.pages[i] = i;
     if (o.logits_out) {
         plog = malloc(sizeof(float) * (size_t)S * V);
         glog = malloc(sizeof(float) * ((size_t)o.max_new ? o.max_new : 1) * V);
@@ -427,79 +548,20 @@ int main(int argc, char **argv)
     /* Warm-up: the same steps as below, results dropped; the timed run
      * rewrites every KV position and generated token it reads. */
     double warmup_s = 0;
+    struct timing tm;
     if (o.warmup) {
         double tw = now_s();
-        const uint32_t wdec = o.max_new < 2 ? 0 : o.max_new == 2 ? 1 : 2;
-        for (uint32_t p = 0, n; p < (uint32_t)S + wdec; p += n) {
-            const bool pre = p < (uint32_t)S;
-            n = !pre ? 1 : (uint32_t)S - p < chunk ? (uint32_t)S - p : chunk;
-            struct l8_seq s = { .tokens = all + p, .n_tokens = n, .pos = p,
-                                .pages = pages, .n_pages = n_pages,
-                                .logits = L8_LOGITS_NONE, .sample = !pre || (p + n == (uint32_t)S && o.max_new > 0),
-                                .sampling = &o.sp, .history = all,
-                                .n_history = p + n, .sample_index = pre ? 0 : p + 1 - S };
-            r = l8_engine_step(e, &s, 1);
-            if (r < 0) {
-                fprintf(stderr, "llama8-run: warm-up step at position %u failed: %s\n", p,
-                        strerror(-r));
-                goto out;
-            }
-            if (s.sample)
-                all[p + n] = s.token_out;
-        }
+        if (generate(e, &o, &run, 2, NULL, NULL, &tm) < 0)
+            goto out;
         warmup_s = now_s() - tw;
     }
-
-    /* Prefill; the last chunk samples the first new token. */
-    uint32_t n_gen = 0;
-    bool stopped = false;
-    double tp0 = now_s();
-    for (uint32_t p = 0; p < (uint32_t)S; p += chunk) {
-        uint32_t n = (uint32_t)S - p < chunk ? (uint32_t)S - p : chunk;
-        bool last = p + n == (uint32_t)S;
-        struct l8_seq s = { .tokens = all + p, .n_tokens = n, .pos = p, .pages = pages,
-                            .n_pages = n_pages,
-                            .logits = plog ? L8_LOGITS_ALL : L8_LOGITS_NONE,
-                            .logits_out = plog ? plog + (size_t)p * V : NULL,
-                            .sample = last && o.max_new > 0, .sampling = &o.sp,
-                            .history = all, .n_history = p + n, .sample_index = 0 };
-        r = l8_engine_step(e, &s, 1);
-        if (r < 0) {
-            fprintf(stderr, "llama8-run: prefill step at position %u failed: %s\n", p, strerror(-r));
-            goto out;
-        }
-        if (s.sample) {
-            all[S + n_gen++] = s.token_out;
-            if (glog)
-                memcpy(glog, plog + (size_t)(S - 1) * V, sizeof(float) * V);
-        }
-    }
-    const double prefill_s = now_s() - tp0;
-    for (uint32_t i = 0; i < o.n_stop && n_gen; i++)
-        stopped |= all[S] == o.stop[i];
-
-    double td0 = now_s();
-    uint32_t decode_steps = 0;
-    while (!stopped && n_gen < o.max_new) {
-        uint32_t p = (uint32_t)S + n_gen - 1;
-        struct l8_seq s = { .tokens = all + p, .n_tokens = 1, .pos = p, .pages = pages,
-                            .n_pages = n_pages,
-                            .logits = glog ? L8_LOGITS_LAST : L8_LOGITS_NONE,
-                            .logits_out = glog ? glog + (size_t)n_gen * V : NULL,
-                            .sample = true, .sampling = &o.sp, .history = all,
-                            .n_history = p + 1, .sample_index = n_gen };
-        r = l8_engine_step(e, &s, 1);
-        if (r < 0) {
-            fprintf(stderr, "llama8-run: decode step at position %u failed: %s\n", p, strerror(-r));
-            goto out;
-        }
-        decode_steps++;
-        all[S + n_gen++] = s.token_out;
-        for (uint32_t i = 0; i < o.n_stop; i++)
-            stopped |= s.token_out == o.stop[i];
-    }
-    const double decode_s = now_s() - td0;
-    const double dec_tps = decode_steps && decode_s > 0 ? decode_steps / decode_s : 0.0;
+    if (generate(e, &o, &run, UINT32_MAX, plog, glog, &tm) < 0)
+        goto out;
+    const uint32_t n_gen = run.n_gen[0], *all = run.all;
+    const bool stopped = run.stopped[0];
+    const double prefill_s = tm.prefill_s, decode_s = tm.decode_s;
+    const uint32_t decode_steps = tm.decode_steps;
+    const double dec_tps = tm.decode_tokens && decode_s > 0 ? tm.decode_tokens / decode_s : 0.0;
 
     if (o.logits_out && write_logits(o.logits_out, &o, m, plog, (uint32_t)S, glog, n_gen, all) < 0)
         goto out;
@@ -521,17 +583,21 @@ int main(int argc, char **argv)
         json_object_object_add(jo, "warmup_s", json_object_new_double(warmup_s));
         json_object_object_add(jo, "prefill_ms", json_object_new_double(prefill_s * 1e3));
         json_object_object_add(jo, "prefill_tokens_per_s",
-                               json_object_new_double(prefill_s > 0 ? S / prefill_s : 0.0));
+                               json_object_new_double(prefill_s > 0 ? (double)B * S / prefill_s : 0.0));
+        json_object_object_add(jo, "batch", json_object_new_int64(B));
         json_object_object_add(jo, "decode_steps", json_object_new_int64(decode_steps));
         json_object_object_add(jo, "decode_tokens_per_s", json_object_new_double(dec_tps));
         printf("%s\n", json_object_to_json_string_ext(jo, JSON_C_TO_STRING_PLAIN));
     } else {
-        for (uint32_t i = 0; i < n_gen; i++)
-            printf("%s%u", i ? "," : "", all[S + i]);
-        printf("\n");
-        fprintf(stderr, "load %.3f s, prefill %ld tokens %.1f ms (%.1f tokens/s), "
-                "decode %u steps %.1f tokens/s, stop: %s\n", load_s, S, prefill_s * 1e3,
-                prefill_s > 0 ? S / prefill_s : 0.0, decode_steps, dec_tps,
+        for (uint32_t b = 0; b < B; b++) {
+            const uint32_t *ab = all + (size_t)b * total;
+            for (uint32_t i = 0; i < run.n_gen[b]; i++)
+                printf("%s%u", i ? "," : "", ab[S + i]);
+            printf("\n");
+        }
+        fprintf(stderr, "load %.3f s, prefill %u x %ld tokens %.1f ms (%.1f tokens/s), "
+                "decode %u steps %.1f tokens/s, stop: %s\n", load_s, B, S, prefill_s * 1e3,
+                prefill_s > 0 ? (double)B * S / prefill_s : 0.0, decode_steps, dec_tps,
                 stopped ? "stop token" : "length");
     }
     if (fflush(stdout) != 0) {
@@ -546,8 +612,13 @@ out:
     json_object_put(jo);
     free(plog);
     free(glog);
-    free(all);
-    free(pages);
+    free(run.all);
+    free(run.pages);
+    free(run.n_gen);
+    free(run.stopped);
+    free(run.seqs);
+    free(run.who);
+    free(run.sp);
     free(prompt);
     l8_engine_destroy(e);
     l8_model_free(m);

@@ -18,11 +18,19 @@
 #              GPU time of each phase of a prefill and a decode step
 #              (daemon/engine/cuda_profile.h), eager, kernels back to back
 #   serving:   llama8d (cuda fp8) + llama8ctl bench: 256 requests, prompts
-#              128-512, 128 new, 64 in flight
+#              128-512, 128 new, 64 in flight (its output splits the engine's
+#              steps: decode-only ones, their batch and time, and those with
+#              prompt tokens)
+#   batch 64:  llama8-run --batch 64 (64 copies of the 512-token prompt,
+#              decoded together): run 6 with graphs, decode tokens/s at the
+#              serving batch with nothing else in the steps; run 7 its step
+#              profile (what limits a decode step at batch 64)
 # Every engine keeps its GEMV / cuBLASLt crossover in OUT_DIR/tune: run 1
 # measures it (inside its load_s), the others take it from there, so all
 # take the same paths.
-# Each stage has its own timeout; a failed stage becomes a row with "error".
+# Each stage has its own timeout, cut to what is left before L8_BENCH_END
+# (epoch seconds, from run.sh; 10 s kept for writing the JSON); a failed or
+# cut stage becomes a row with "error", and the JSON is written on any exit.
 # Writes OUT_DIR/bench-gpu.json shaped like ../shared/reference/bench-h100-linnet.json.
 set -u
 BIN=$1 MODEL=$2 OUT=$3
@@ -38,60 +46,18 @@ peak_stop() {    # prints the max of the samples
     sort -n "$1" | tail -1
 }
 TUNE=$OUT/tune
+END=${L8_BENCH_END:-$(( $(date +%s) + 100000 ))}
+lim() {   # seconds for a stage: at most $1, and what is left before END - 10
+    local l=$(( END - $(date +%s) - 10 ))
+    [ "$l" -gt "$1" ] && l=$1
+    [ "$l" -lt 1 ] && l=1
+    echo "$l"
+}
 BASE_MIB=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null | head -1)
 
-echo "== kernels"
-timeout 180 "$BIN/bench_gpu_kernels" >"$OUT/kernels.json" 2>"$OUT/kernels.log"
-echo "kernels rc=$?"; cat "$OUT/kernels.log"
-
-echo "== single stream"
-python3 -c 'import random; r=random.Random(0); print(",".join(["128000"]+[str(r.randrange(1000,120000)) for _ in range(511)]))' >"$OUT/prompt512.txt"
-for run in 1 2 3 4; do
-    peak_start "$OUT/mem_single$run.txt"
-    graphs=1 pdl=1
-    [ $run = 3 ] && graphs=0
-    [ $run = 4 ] && pdl=0
-    warm=--warmup
-    [ $run = 1 ] && warm=
-    L8_CUDA_GRAPHS=$graphs L8_PDL=$pdl timeout 180 "$BIN/llama8-run" --model "$MODEL" --backend cuda --numerics fp8 \
-        --tokens-file "$OUT/prompt512.txt" --max-new 128 --ignore-eos --json $warm --tune-file "$TUNE" \
-        >"$OUT/single$run.json" 2>"$OUT/single$run.log"
-    echo "single run $run (graphs $graphs, pdl $pdl) rc=$? $(cat "$OUT/single$run.json")"
-    echo "$(peak_stop "$OUT/mem_single$run.txt")" >"$OUT/peak_single$run.txt"
-    tail -3 "$OUT/single$run.log"
-done
-
-echo "== step profile"
-L8_PROFILE="$OUT/profile.json" timeout 120 "$BIN/llama8-run" --model "$MODEL" --backend cuda \
-    --numerics fp8 --tokens-file "$OUT/prompt512.txt" --max-new 32 --ignore-eos --json --warmup \
-    --tune-file "$TUNE" \
-    >"$OUT/single5.json" 2>"$OUT/single5.log"
-echo "profile rc=$?"
-grep -A16 "cuda profile" "$OUT/single5.log"
-
-echo "== serving"
-SOCK=$(mktemp -d)/llama8d.sock
-peak_start "$OUT/mem_serve.txt"
-"$BIN/llama8d" --model "$MODEL" --socket "$SOCK" --backend cuda --numerics fp8 \
-    --kv_mib 12288 --max_batch 64 --max_step_tokens 2048 --max_requests 256 \
-    --max_requests_per_client 256 --tune_file "$TUNE" --log_level notice >"$OUT/llama8d.log" 2>&1 &
-DPID=$!
-for i in $(seq 1 120); do
-    [ -S "$SOCK" ] && break
-    kill -0 "$DPID" 2>/dev/null || { echo "llama8d exited before listening"; break; }
-    sleep 0.5
-done
-# Ready means the socket answers; llama8ctl status waits for the model.
-timeout 60 "$BIN/llama8ctl" status --socket "$SOCK" >"$OUT/status.txt" 2>&1
-timeout 300 "$BIN/llama8ctl" bench --socket "$SOCK" -n 256 -c 64 --prompt-min 128 \
-    --prompt-max 512 --new 128 --json >"$OUT/serve.json" 2>"$OUT/serve.log"
-echo "serving rc=$? $(cat "$OUT/serve.json")"
-timeout 30 "$BIN/llama8ctl" status --socket "$SOCK" >"$OUT/status_after.txt" 2>&1
-kill -TERM "$DPID" 2>/dev/null; sleep 2; kill -KILL "$DPID" 2>/dev/null; wait "$DPID" 2>/dev/null
-echo "$(peak_stop "$OUT/mem_serve.txt")" >"$OUT/peak_serve.txt"
-tail -5 "$OUT/llama8d.log"
-
-# Assemble the rows (python's json module: no hand-made JSON).
+# Assemble the rows (python's json module: no hand-made JSON), whatever ran.
+assemble() {
+kill "${PEAK_PID:-}" 2>/dev/null; kill -KILL "${DPID:-}" 2>/dev/null
 python3 - "$OUT" "${BASE_MIB:-0}" <<'PY'
 import json, os, sys, subprocess, datetime
 out, base = sys.argv[1], float(sys.argv[2] or 0)
@@ -135,12 +101,14 @@ rows.append({"method": "llama8 cuda fp8 without PDL (llama8-run, L8_PDL=0)", "ki
              "metrics": {"ttft_ms": s4.get("prefill_ms"), "decode_tok_s": s4.get("decode_tokens_per_s")} if s4 else {},
              "notes": "as the graphs run, kernels launched without programmatic dependent launch: its share of decode speed",
              "error": None if s4 else "llama8-run failed (see single4.log)"})
+def profile(p):
+    return {k["kind"]: {"gpu_us_per_step": k["gpu_us_per_step"], "steps": k["steps"],
+                        "host_bound_steps": k["host_bound_steps"],
+                        "phases": {r["phase"]: {x: r[x] for x in ("us_per_step", "share", "weight_gbs", "tflops")} for r in k["phases"]}}
+            for k in p["kinds"]} if p else {}
 p = load("profile.json")
 rows.append({"method": "llama8 cuda fp8 step profile (llama8-run, L8_PROFILE)", "kind": "llama8",
-             "metrics": {k["kind"]: {"gpu_us_per_step": k["gpu_us_per_step"], "steps": k["steps"],
-                                     "host_bound_steps": k["host_bound_steps"],
-                                     "phases": {r["phase"]: {x: r[x] for x in ("us_per_step", "share", "weight_gbs", "tflops")} for r in k["phases"]}}
-                         for k in p["kinds"]} if p else {},
+             "metrics": profile(p),
              "notes": "GPU time of each phase, the step queued behind a hold kernel so the kernels run back to back (eager, no PDL between the timed kernels); 512-token prompt, 32 decode steps",
              "error": None if p else "the profiled run failed (see single5.log)"})
 v = load("serve.json")
@@ -148,6 +116,18 @@ rows.append({"method": "llama8 cuda fp8 (llama8d + llama8ctl bench)", "kind": "l
              "metrics": dict(v, peak_vram_mib=peak("peak_serve.txt")) if isinstance(v, dict) else {},
              "notes": "256 requests, prompts 128-512, 128 new, 64 in flight",
              "error": None if v else "serving benchmark failed (see serve.log, llama8d.log)"})
+s6 = load("single6.json")
+rows.append({"method": "llama8 cuda fp8 batch 64 (llama8-run --batch 64)", "kind": "llama8",
+             "metrics": {"decode_tok_s": s6.get("decode_tokens_per_s"),
+                         "decode_step_ms": 64e3 / s6["decode_tokens_per_s"] if s6.get("decode_tokens_per_s") else None,
+                         "prefill_tok_s": s6.get("prefill_tokens_per_s")} if s6 else {},
+             "notes": "64 copies of the 512-token prompt (each its own pages, seeds differ, greedy), prefilled one per step, then 63 decode steps of all 64 with graphs: decode at the serving batch with nothing else in the steps, against which serving's decode-only steps compare",
+             "error": None if s6 else "llama8-run --batch 64 failed (see single6.log)"})
+p64 = load("profile64.json")
+rows.append({"method": "llama8 cuda fp8 step profile, batch 64 (llama8-run --batch 64, L8_PROFILE)", "kind": "llama8",
+             "metrics": profile(p64),
+             "notes": "as the step profile above; decode steps of 64 rows (kv 512-528 each), prefill steps of one 512-token prompt",
+             "error": None if p64 else "the profiled batch run failed (see single7.log)"})
 try: gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
 except Exception: gpu = None
 try: commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
@@ -161,3 +141,68 @@ doc = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
 json.dump(doc, open(os.path.join(out, "bench-gpu.json"), "w"), indent=1)
 for r in rows: print(r["method"], json.dumps(r["metrics"]), r["error"] or "")
 PY
+}
+trap assemble EXIT
+
+echo "== kernels"
+timeout "$(lim 180)" "$BIN/bench_gpu_kernels" >"$OUT/kernels.json" 2>"$OUT/kernels.log"
+echo "kernels rc=$?"; cat "$OUT/kernels.log"
+
+echo "== single stream"
+python3 -c 'import random; r=random.Random(0); print(",".join(["128000"]+[str(r.randrange(1000,120000)) for _ in range(511)]))' >"$OUT/prompt512.txt"
+for run in 1 2 3 4; do
+    peak_start "$OUT/mem_single$run.txt"
+    graphs=1 pdl=1
+    [ $run = 3 ] && graphs=0
+    [ $run = 4 ] && pdl=0
+    warm=--warmup
+    [ $run = 1 ] && warm=
+    L8_CUDA_GRAPHS=$graphs L8_PDL=$pdl timeout "$(lim 180)" "$BIN/llama8-run" --model "$MODEL" --backend cuda --numerics fp8 \
+        --tokens-file "$OUT/prompt512.txt" --max-new 128 --ignore-eos --json $warm --tune-file "$TUNE" \
+        >"$OUT/single$run.json" 2>"$OUT/single$run.log"
+    echo "single run $run (graphs $graphs, pdl $pdl) rc=$? $(cat "$OUT/single$run.json")"
+    echo "$(peak_stop "$OUT/mem_single$run.txt")" >"$OUT/peak_single$run.txt"
+    tail -3 "$OUT/single$run.log"
+done
+
+echo "== step profile"
+L8_PROFILE="$OUT/profile.json" timeout "$(lim 120)" "$BIN/llama8-run" --model "$MODEL" --backend cuda \
+    --numerics fp8 --tokens-file "$OUT/prompt512.txt" --max-new 32 --ignore-eos --json --warmup \
+    --tune-file "$TUNE" \
+    >"$OUT/single5.json" 2>"$OUT/single5.log"
+echo "profile rc=$?"
+grep -A16 "cuda profile" "$OUT/single5.log"
+
+echo "== serving"
+SOCK=$(mktemp -d)/llama8d.sock
+peak_start "$OUT/mem_serve.txt"
+"$BIN/llama8d" --model "$MODEL" --socket "$SOCK" --backend cuda --numerics fp8 \
+    --kv_mib 12288 --max_batch 64 --max_step_tokens 2048 --max_requests 256 \
+    --max_requests_per_client 256 --tune_file "$TUNE" --log_level notice >"$OUT/llama8d.log" 2>&1 &
+DPID=$!
+for i in $(seq 1 $(( $(lim 60) * 2 ))); do
+    [ -S "$SOCK" ] && break
+    kill -0 "$DPID" 2>/dev/null || { echo "llama8d exited before listening"; break; }
+    sleep 0.5
+done
+# Ready means the socket answers; llama8ctl status waits for the model.
+timeout "$(lim 60)" "$BIN/llama8ctl" status --socket "$SOCK" >"$OUT/status.txt" 2>&1
+timeout "$(lim 300)" "$BIN/llama8ctl" bench --socket "$SOCK" -n 256 -c 64 --prompt-min 128 \
+    --prompt-max 512 --new 128 --json >"$OUT/serve.json" 2>"$OUT/serve.log"
+echo "serving rc=$? $(cat "$OUT/serve.json")"
+timeout "$(lim 30)" "$BIN/llama8ctl" status --socket "$SOCK" >"$OUT/status_after.txt" 2>&1
+kill -TERM "$DPID" 2>/dev/null; sleep 2; kill -KILL "$DPID" 2>/dev/null; wait "$DPID" 2>/dev/null
+echo "$(peak_stop "$OUT/mem_serve.txt")" >"$OUT/peak_serve.txt"
+tail -5 "$OUT/llama8d.log"
+
+echo "== batch 64"
+L8_CUDA_GRAPHS=1 timeout "$(lim 120)" "$BIN/llama8-run" --model "$MODEL" --backend cuda --numerics fp8 \
+    --tokens-file "$OUT/prompt512.txt" --max-new 64 --ignore-eos --json --warmup --batch 64 \
+    --tune-file "$TUNE" >"$OUT/single6.json" 2>"$OUT/single6.log"
+echo "batch 64 rc=$? $(cat "$OUT/single6.json")"
+L8_PROFILE="$OUT/profile64.json" timeout "$(lim 120)" "$BIN/llama8-run" --model "$MODEL" --backend cuda \
+    --numerics fp8 --tokens-file "$OUT/prompt512.txt" --max-new 16 --ignore-eos --json --warmup \
+    --batch 64 --tune-file "$TUNE" >"$OUT/single7.json" 2>"$OUT/single7.log"
+echo "batch 64 profile rc=$?"
+grep -A16 "cuda profile" "$OUT/single7.log"
+

@@ -1,0 +1,53 @@
+#!/bin/sh
+# llama8-run's modes change no result.
+# --warmup (the GPU benchmark's): the same tokens with and without it,
+# prompt in chunks, sampled with a repetition penalty, for --max-new 0, 1,
+# 2 (fewer decode steps than the warm-up's two) and 12.
+# --batch 4: copy b gives the tokens of a single run with seed 7 + b (its
+# own pages, its own history and generator), warm-up and all; and a stop
+# token ends one copy while the others go on.
+# usage: test_run_modes.sh LLAMA8_RUN MODEL_DIR
+set -eu
+RUN=$1 MODEL=$2
+run() { "$RUN" --model "$MODEL" --tokens 1,2,3,4,5,6,7,8,9,10,11 --chunk 4 --temperature 0.8 \
+        --repetition-penalty 1.2 --numerics fp8 "$@" 2>/dev/null; }
+for n in 0 1 2 12; do
+    a=$(run --max-new "$n" --seed 7)
+    b=$(run --max-new "$n" --seed 7 --warmup)
+    if { [ "$n" != 0 ] && [ -z "$a" ]; } || [ "$a" != "$b" ]; then
+        echo "FAIL: --max-new $n: without --warmup '$a', with '$b'"
+        exit 1
+    fi
+    echo "max-new $n: $a (same with --warmup)"
+done
+
+single=""
+for b in 0 1 2 3; do
+    single="$single$(run --max-new 12 --seed $((7 + b)))
+"
+done
+# copy 2's fifth token as a stop token: copy 2 stops there, the rest do not
+# unless they generate it too (then they stop at it, as a single run would)
+stop=$(echo "$single" | sed -n 3p | cut -d, -f5)
+for extra in "" "--warmup"; do
+    batch=$(run --max-new 12 --seed 7 --batch 4 $extra)
+    if [ "$batch
+" != "$single" ]; then
+        echo "FAIL: --batch 4 $extra:"; echo "$batch"; echo "single runs:"; echo "$single"
+        exit 1
+    fi
+    echo "batch 4 $extra: each copy equals its single run"
+done
+want=""
+for b in 0 1 2 3; do
+    want="$want$(run --max-new 12 --seed $((7 + b)) --stop "$stop")
+"
+done
+got=$(run --max-new 12 --seed 7 --batch 4 --stop "$stop")
+if [ "$got
+" != "$want" ] || [ "$(echo "$got" | sed -n 3p | tr ',' '\n' | wc -l)" != 5 ]; then
+    echo "FAIL: --batch 4 --stop $stop:"; echo "$got"; echo "single runs:"; echo "$want"
+    exit 1
+fi
+echo "batch 4 --stop $stop: copy 2 stops at its fifth token, each copy equals its single run"
+echo ok
