@@ -15,6 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../file_util.h"
+
 static int t_failures;
 
 #define CHECK(cond)                                                              \
@@ -80,35 +82,7 @@ static inline void t_rm_rf(char *dir)
     free(dir);
 }
 
-static inline char *t_path(const char *dir, const char *name)
-{
-    char *p;
-    if (asprintf(&p, "%s/%s", dir, name) < 0)
-        abort();
-    return p;
-}
 
-/* Whole file into memory (NUL-terminated); NULL on error. */
-static inline uint8_t *t_read(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *b = malloc((size_t)n + 1);
-    if (!b || fread(b, 1, (size_t)n, f) != (size_t)n) {
-        free(b);
-        fclose(f);
-        return NULL;
-    }
-    b[n] = 0;
-    fclose(f);
-    if (len)
-        *len = (size_t)n;
-    return b;
-}
 
 static inline void t_write(const char *path, const void *data, size_t len)
 {

@@ -13,29 +13,12 @@
 
 #include <json-c/json.h>
 
+#include "../file_util.h"
 #include "tok_test.h"
 #include "tokenizer_internal.h"
 
 static const char *tok_json;
 static json_object *golden_cases;
-
-static uint8_t *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *b = malloc((size_t)n + 1);
-    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
-        free(b);
-        b = NULL;
-    }
-    fclose(f);
-    *len = (size_t)n;
-    return b;
-}
 
 static bool spit(const char *path, const void *b, size_t n)
 {
@@ -44,15 +27,6 @@ static bool spit(const char *path, const void *b, size_t n)
         return false;
     bool ok = fwrite(b, 1, n, f) == n;
     return fclose(f) == 0 && ok;
-}
-
-/* a/b, malloc'd. */
-static char *join(const char *a, const char *b)
-{
-    char *p;
-    if (asprintf(&p, "%s/%s", a, b) < 0)
-        exit(1);
-    return p;
 }
 
 /* Remove the regular files in dir (earlier runs' caches). */
@@ -65,7 +39,7 @@ static void empty_dir(const char *dir)
     while ((e = readdir(d))) {
         if (e->d_name[0] == '.' && (!e->d_name[1] || (e->d_name[1] == '.' && !e->d_name[2])))
             continue;
-        char *p = join(dir, e->d_name);
+        char *p = t_path(dir, e->d_name);
         unlink(p);
         free(p);
     }
@@ -213,7 +187,7 @@ static void check_rejected(const l8tok *ref, const char *cache, const uint8_t *g
     check_golden(t, what);
     l8tok_free(t);
     size_t n = 0;
-    uint8_t *now = slurp(cache, &n);
+    uint8_t *now = t_read(cache, &n);
     CHECK(now && n == good_len && memcmp(now, good, n) == 0, "%s: cache not rebuilt", what);
     free(now);
 }
@@ -240,7 +214,7 @@ int main(int argc, char **argv)
         return 1;
     }
     const char *dir = tt_scratch(argv[3]);
-    char *cdir = join(dir, "test_cache");
+    char *cdir = t_path(dir, "test_cache");
     tt_scratch(cdir);
     empty_dir(cdir);
 
@@ -256,7 +230,7 @@ int main(int argc, char **argv)
     l8tok_free(t);
     char *cache = cache_file_of(tok_json);
     size_t good_len = 0;
-    uint8_t *good = slurp(cache, &good_len);
+    uint8_t *good = t_read(cache, &good_len);
     CHECK(good && good_len > sizeof(struct l8tok_cache_header), "no cache file %s", cache);
     if (!good)
         return tt_result("test_cache");
@@ -338,11 +312,11 @@ int main(int argc, char **argv)
 
     /* A changed tokenizer.json at the same path, same size and same mtime: the change is
      * seen (the key is the contents), and each version has its own file. */
-    char *json2dir = join(dir, "test_cache_json");
+    char *json2dir = t_path(dir, "test_cache_json");
     tt_scratch(json2dir);
-    char *json2 = join(json2dir, "tokenizer.json");
+    char *json2 = t_path(json2dir, "tokenizer.json");
     size_t jl = 0;
-    uint8_t *j = slurp(tok_json, &jl);
+    uint8_t *j = t_read(tok_json, &jl);
     CHECK(j && spit(json2, j, jl), "cannot copy the tokenizer.json");
     static const char old_tok[] = "<|reserved_special_token_0|>", new_tok[] = "<|reserved_special_token_Z|>";
     uint32_t rid = 0;
@@ -391,10 +365,10 @@ int main(int argc, char **argv)
     {
         struct timespec old[2] = { { .tv_sec = time(NULL) - 40 * 86400 },
                                    { .tv_sec = time(NULL) - 40 * 86400 } };
-        char *stale = join(cdir, "tokenizer-00000000000000aa-1.bin");
-        char *stale_tmp = join(cdir, "tokenizer-00000000000000bb-1.bin.Xy12Zw");
-        char *fresh = join(cdir, "tokenizer-00000000000000cc-1.bin");
-        char *other = join(cdir, "notes.txt");
+        char *stale = t_path(cdir, "tokenizer-00000000000000aa-1.bin");
+        char *stale_tmp = t_path(cdir, "tokenizer-00000000000000bb-1.bin.Xy12Zw");
+        char *fresh = t_path(cdir, "tokenizer-00000000000000cc-1.bin");
+        char *other = t_path(cdir, "notes.txt");
         CHECK(spit(stale, "x", 1) && spit(stale_tmp, "x", 1) && spit(fresh, "x", 1) &&
               spit(other, "x", 1), "cannot write into %s", cdir);
         utimensat(AT_FDCWD, stale, old, 0);
@@ -423,9 +397,9 @@ int main(int argc, char **argv)
     }
 
     /* A cache directory that cannot be made: loads from the JSON, no error. */
-    char *blocker = join(dir, "test_cache_file");
+    char *blocker = t_path(dir, "test_cache_file");
     CHECK(spit(blocker, "x", 1), "cannot write %s", blocker);
-    char *blocked = join(blocker, "sub");
+    char *blocked = t_path(blocker, "sub");
     setenv("LLAMA8_TOKENIZER_CACHE", blocked, 1);
     t = load(tok_json, false, "unusable cache dir");
     check_golden(t, "unusable cache dir");
