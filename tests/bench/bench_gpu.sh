@@ -112,9 +112,14 @@ rows.append({"method": "llama8 cuda fp8 step profile (llama8-run, L8_PROFILE)", 
              "notes": "GPU time of each phase, the step queued behind a hold kernel so the kernels run back to back (eager, no PDL between the timed kernels); 512-token prompt, 32 decode steps",
              "error": None if p else "the profiled run failed (see single5.log)"})
 v = load("serve.json")
+ready = None
+try:   # llama8d's "ready: ... (X s since start)": load, upload, warm-up steps and graph captures
+    import re
+    ready = float(re.findall(r"ready: .*\(([0-9.]+) s since start\)", open(os.path.join(out, "llama8d.log")).read())[0])
+except Exception: pass
 rows.append({"method": "llama8 cuda fp8 (llama8d + llama8ctl bench)", "kind": "llama8",
-             "metrics": dict(v, peak_vram_mib=peak("peak_serve.txt")) if isinstance(v, dict) else {},
-             "notes": "256 requests, prompts 128-512, 128 new, 64 in flight",
+             "metrics": dict(v, peak_vram_mib=peak("peak_serve.txt"), ready_s=ready) if isinstance(v, dict) else {"ready_s": ready},
+             "notes": "256 requests, prompts 128-512, 128 new, 64 in flight; ready_s: llama8d's start to READY (checkpoint in page cache, crossover from the tune file; includes the warm-up decode steps at each batch bucket, which capture the graphs); engine_*: the run's steps split into decode-only ones and ones with prompt tokens",
              "error": None if v else "serving benchmark failed (see serve.log, llama8d.log)"})
 s6 = load("single6.json")
 rows.append({"method": "llama8 cuda fp8 batch 64 (llama8-run --batch 64)", "kind": "llama8",
