@@ -411,6 +411,11 @@ static void status_json(struct status *s)
     s->prompt = get_int(j, "prompt_tokens", w);
     s->cached = get_int(j, "prompt_tokens_cached", w);
     CHECK(get_num(j, "tokens_per_s", w) >= 0, "tokens_per_s %s", o.p);
+    CHECK(get_int(j, "decode_steps", w) <= get_int(j, "steps", w) &&
+          get_int(j, "decode_rows", w) >= get_int(j, "decode_steps", w) &&
+          get_num(j, "decode_time_s", w) <= get_num(j, "step_time_s", w) &&
+          get_int(j, "fed_tokens", w) >= get_int(j, "prompt_tokens", w) &&
+          get_int(j, "preemptions", w) == 0, "status --json steps: %s", o.p);
     CHECK(get_num(j, "uptime_s", w) > 0, "uptime_s %s", o.p);
     CHECK(!json_object_get_boolean(get(j, "draining", json_type_boolean, w)), "draining %s", o.p);
     /* Nobody else talks to this daemon and nothing runs between our
@@ -756,6 +761,16 @@ static void test_bench(void)
         double p50 = table_value(o.p, lines[i], "p50"), p99 = table_value(o.p, lines[i], "p99");
         CHECK(p50 > 0 && p99 >= p50, "%s p50 %f p99 %f", lines[i], p50, p99);
     }
+    /* 6 requests of 4 tokens, 3 in flight: each gets 3 decode rows, so
+     * some steps decode only (at most 3 rows), and the 6 prompts need at
+     * least one step with prompt tokens. */
+    const double dsteps = table_value(o.p, "decode-only steps:", NULL);
+    const double dbatch = table_value(o.p, "decode-only steps:", "batch");
+    const double psteps = table_value(o.p, "steps with prompts:", NULL);
+    const double ptok = table_value(o.p, "steps with prompts:", ",");
+    CHECK(dsteps >= 1 && dbatch >= 1 && dbatch <= 3 && psteps >= 1 && ptok >= 1,
+          "bench's step split: %.0f decode steps at batch %.1f, %.0f with %.1f prompt tokens",
+          dsteps, dbatch, psteps, ptok);
     status_settled(&s1);
     CHECK(s1.done - s0.done == 6 && s1.generated - s0.generated == 24,
           "bench: %" PRId64 " requests, %" PRId64 " tokens", s1.done - s0.done,
@@ -771,6 +786,14 @@ static void test_bench(void)
           get_int(j, "clients", w) == 2 && get_int(j, "new_tokens", w) == 3 &&
           get_int(j, "tokens", w) == 15, "bench --json counts: %s", o.p);
     CHECK(get_num(j, "wall_s", w) > 0 && get_num(j, "tokens_per_s", w) > 0, "%s", o.p);
+    const int64_t steps = get_int(j, "engine_steps", w), dst = get_int(j, "engine_decode_steps", w);
+    CHECK(dst >= 1 && get_int(j, "engine_prompt_steps", w) == steps - dst &&
+          get_num(j, "engine_decode_batch_mean", w) >= 1 &&
+          get_num(j, "engine_decode_batch_mean", w) <= 2 &&
+          get_num(j, "engine_decode_time_frac", w) > 0 &&
+          get_num(j, "engine_decode_time_frac", w) < 1 &&
+          get_num(j, "engine_prompt_step_tokens_mean", w) >= 1 &&
+          get_int(j, "engine_preemptions", w) == 0, "bench --json step split: %s", o.p);
     static const char *const keys[] = { "ttft", "submit_to_start", "delivery" };
     for (int i = 0; i < 3; i++) {
         char k50[64], k99[64];
