@@ -18,7 +18,14 @@
  *     (the RMSNorm, quantize or SiLU that writes x).
  * v1.3: each load slot is refilled as soon as it is decoded, so the loads
  *     stay in flight through the products (v1 issued a group, used it, then
- *     issued the next: nothing in flight while it computed). */
+ *     issued the next: nothing in flight while it computed).
+ * v1.5: the qkv product can end in RoPE and the KV append (rope.cu's
+ *     arithmetic, bitwise): a warp then owns a rotation pair of rows (i and
+ *     i + D/2 of one head), so lane 0 holds both after the reduction; the
+ *     sine and cosine are computed while the first weights are in flight.
+ *     A decode step loses a kernel a layer (rope_kv), and with it one wait
+ *     for the kernel before. */
+#include <type_traits>
 #include "common.cuh"
 
 #define GEMV_THREADS 256
@@ -79,17 +86,43 @@ __device__ __forceinline__ void decode16(uint4 a, float (&f)[EPL])
     load_decode<DT, EPL>(&a, f);
 }
 
-template <int WT, int XT, int MT>
+/* The RoPE epilogue's arguments (l8k_gemv_qkv_rope), by value. */
+struct rope_args {
+    const int32_t *pos, *slot_map;   /* [Mv] of this launch */
+    const float *inv_freq;           /* [D / 2] */
+    uint32_t nh, nkv, D, page_size;
+    void *kb, *vb;
+};
+
+/* KVT: -1 a plain product; L8K_F32 / L8K_BF16: the qkv product with RoPE
+ * and the append to a pool of that dtype. */
+template <int WT, int XT, int MT, int KVT>
 static __global__ __launch_bounds__(GEMV_THREADS) void gemv_kernel(
     const uint8_t *__restrict__ W, const float *__restrict__ ws, const uint8_t *__restrict__ X,
     const float *__restrict__ xs, uint32_t Mv, uint32_t N, uint32_t K, float *__restrict__ Y,
-    uint32_t ldy)
+    uint32_t ldy, rope_args ra)
 {
+    constexpr bool ROPE = KVT >= 0;
+    static_assert(!ROPE || GEMV_ROWS == 2, "a rotation pair is two rows");
     constexpr int WB = dt_bytes<WT>::v, XB = dt_bytes<XT>::v;
     constexpr int EPL = 16 / WB;           /* weights per lane per step */
     constexpr uint32_t STEP = 32 * EPL;    /* weights per warp per step */
     const uint32_t lane = threadIdx.x & 31;
-    const uint32_t row0 = (blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5)) * GEMV_ROWS;
+    const uint32_t gw = blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
+    /* The warp's rows: 2 consecutive, or with RoPE the pair (i, i + D/2)
+     * of head h (q heads, then k, then v). */
+    uint32_t rows[GEMV_ROWS], head = 0, pair = 0;
+    if constexpr (ROPE) {
+        head = gw / (ra.D / 2);
+        pair = gw % (ra.D / 2);
+        rows[0] = head * ra.D + pair;
+        rows[1] = rows[0] + ra.D / 2;
+    } else {
+#pragma unroll
+        for (int r = 0; r < GEMV_ROWS; r++)
+            rows[r] = gw * GEMV_ROWS + r;
+    }
+    const bool rotate = ROPE && head < ra.nh + ra.nkv;
 
     float acc[MT][GEMV_ROWS];
 #pragma unroll
@@ -104,22 +137,33 @@ static __global__ __launch_bounds__(GEMV_THREADS) void gemv_kernel(
      * streamed (evict-first): they are not re-read within a step. */
     uint4 wv[GEMV_UNROLL][GEMV_ROWS] = {};   /* rows past N stay 0 */
     auto load = [&](int u, int r, uint32_t k) {
-        if (k < K && row0 + r < N)
-            wv[u][r] = __ldcs((const uint4 *)(W + (row0 + r) * wrow + (size_t)k * WB));
+        if (k < K && rows[r] < N)
+            wv[u][r] = __ldcs((const uint4 *)(W + rows[r] * wrow + (size_t)k * WB));
     };
     uint32_t k0 = lane * EPL;
     /* The first group of weights does not depend on the kernel before this
      * one: with PDL it is in flight while that kernel finishes. X, xs and Y
      * do depend on it. */
-    if (row0 < N) {
+    if (rows[0] < N) {
 #pragma unroll
         for (int u = 0; u < GEMV_UNROLL; u++)
 #pragma unroll
             for (int r = 0; r < GEMV_ROWS; r++)
                 load(u, r, k0 + u * STEP);
     }
+    /* Lane m's token: the angle's cosine and sine as rope_kv_kernel has
+     * them (f64, rounded to f32). Positions are step metadata, copied in
+     * before the step, never written by a kernel: read before the wait,
+     * while the weights load. */
+    float cos_m = 0.0f, sin_m = 0.0f;
+    if (rotate && lane < Mv) {
+        double sn, cs;
+        sincos((double)ra.pos[lane] * (double)ra.inv_freq[pair], &sn, &cs);
+        cos_m = (float)cs;
+        sin_m = (float)sn;
+    }
     l8k_pdl_wait();
-    if (row0 >= N)
+    if (rows[0] >= N)
         return;
     while (k0 < K) {
 #pragma unroll
@@ -158,30 +202,66 @@ static __global__ __launch_bounds__(GEMV_THREADS) void gemv_kernel(
 #pragma unroll
         for (int r = 0; r < GEMV_ROWS; r++)
             acc[m][r] = l8k_warp_sum(acc[m][r]);
+    float cs[MT], sn[MT];
+    if constexpr (ROPE) {
+#pragma unroll
+        for (int m = 0; m < MT; m++) {
+            cs[m] = __shfl_sync(0xffffffffu, cos_m, m);
+            sn[m] = __shfl_sync(0xffffffffu, sin_m, m);
+        }
+    }
     if (lane != 0)
         return;
 #pragma unroll
     for (int m = 0; m < MT; m++) {
         if ((uint32_t)m >= Mv)
             break;
+        float v[GEMV_ROWS];
 #pragma unroll
         for (int r = 0; r < GEMV_ROWS; r++) {
-            uint32_t n = row0 + r;
-            if (n >= N)
-                break;
-            float v = acc[m][r];
+            const uint32_t n = rows[r] < N ? rows[r] : 0;
+            v[r] = acc[m][r];
             if (ws)
-                v *= ws[n];
+                v[r] *= ws[n];
             if (XT == L8K_FP8)
-                v *= xs[m];
-            Y[(size_t)m * ldy + n] = v;
+                v[r] *= xs[m];
         }
+        if constexpr (ROPE) {
+            /* rope_kv_kernel's rotation, then its store: f32 without
+             * contraction, K and V rounded to the pool's dtype. */
+            if (rotate) {
+                const float a = v[0], b = v[1];
+                v[0] = __fsub_rn(__fmul_rn(a, cs[m]), __fmul_rn(b, sn[m]));
+                v[1] = __fadd_rn(__fmul_rn(b, cs[m]), __fmul_rn(a, sn[m]));
+            }
+            const int32_t sm = ra.slot_map[m];
+            if (head >= ra.nh && sm >= 0) {
+                const bool is_k = head < ra.nh + ra.nkv;
+                const uint32_t hk = head - ra.nh - (is_k ? 0 : ra.nkv);
+                const uint32_t page = (uint32_t)sm / ra.page_size, slot = (uint32_t)sm % ra.page_size;
+                const size_t off = (((size_t)page * ra.nkv + hk) * ra.page_size + slot) * ra.D + pair;
+                using KV = typename std::conditional<KVT == L8K_F32, float, uint16_t>::type;
+                KV *p = (KV *)(is_k ? ra.kb : ra.vb) + off;
+                if constexpr (KVT == L8K_F32) {
+                    p[0] = v[0];
+                    p[ra.D / 2] = v[1];
+                } else {
+                    p[0] = l8k_float_to_bf16(v[0]);
+                    p[ra.D / 2] = l8k_float_to_bf16(v[1]);
+                }
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < GEMV_ROWS; r++)
+            if (rows[r] < N)
+                Y[(size_t)m * ldy + rows[r]] = v[r];
     }
 }
 
-template <int WT, int XT>
+template <int WT, int XT, int KVT = -1>
 static int launch_mt(const void *w, const float *ws, const void *x, const float *xs, uint32_t M,
-                     uint32_t N, uint32_t K, float *y, uint32_t ldy, cudaStream_t st)
+                     uint32_t N, uint32_t K, float *y, uint32_t ldy, rope_args ra,
+                     cudaStream_t st)
 {
     const uint32_t rows_per_block = GEMV_WARPS * GEMV_ROWS;
     dim3 grid((N + rows_per_block - 1) / rows_per_block);
@@ -192,13 +272,18 @@ static int launch_mt(const void *w, const float *ws, const void *x, const float 
         const float *xsp = xs ? xs + m0 : NULL;
         float *yp = y + (size_t)m0 * ldy;
         const uint8_t *wp = (const uint8_t *)w;
+        rope_args rm = ra;
+        if (KVT >= 0) {
+            rm.pos += m0;
+            rm.slot_map += m0;
+        }
         void (*k)(const uint8_t *, const float *, const uint8_t *, const float *, uint32_t,
-                  uint32_t, uint32_t, float *, uint32_t) =
-            mv == 1 ? gemv_kernel<WT, XT, 1> : mv == 2 ? gemv_kernel<WT, XT, 2>
-                                             : mv <= 4 ? gemv_kernel<WT, XT, 4>
-                                                       : gemv_kernel<WT, XT, 8>;
-        int rc = l8k_launch("gemv_kernel", k, grid, dim3(GEMV_THREADS), st, wp, ws, xp, xsp, mv,
-                            N, K, yp, ldy);
+                  uint32_t, uint32_t, float *, uint32_t, rope_args) =
+            mv == 1 ? gemv_kernel<WT, XT, 1, KVT> : mv == 2 ? gemv_kernel<WT, XT, 2, KVT>
+                                                  : mv <= 4 ? gemv_kernel<WT, XT, 4, KVT>
+                                                            : gemv_kernel<WT, XT, 8, KVT>;
+        int rc = l8k_launch(KVT >= 0 ? "gemv_rope_kernel" : "gemv_kernel", k, grid,
+                            dim3(GEMV_THREADS), st, wp, ws, xp, xsp, mv, N, K, yp, ldy, rm);
         if (rc)
             return rc;
     }
@@ -218,15 +303,41 @@ extern "C" int l8k_gemv(const void *w, enum l8k_dtype w_dt, const float *w_scale
         return 0;
     if (w_dt == L8K_FP8) {
         if (x_dt == L8K_F32)
-            return launch_mt<L8K_FP8, L8K_F32>(w, w_scale, x, NULL, M, N, K, y, ldy, st);
+            return launch_mt<L8K_FP8, L8K_F32>(w, w_scale, x, NULL, M, N, K, y, ldy, {}, st);
         if (x_dt == L8K_BF16)
-            return launch_mt<L8K_FP8, L8K_BF16>(w, w_scale, x, NULL, M, N, K, y, ldy, st);
+            return launch_mt<L8K_FP8, L8K_BF16>(w, w_scale, x, NULL, M, N, K, y, ldy, {}, st);
         if (x_dt == L8K_FP8)
-            return launch_mt<L8K_FP8, L8K_FP8>(w, w_scale, x, x_scale, M, N, K, y, ldy, st);
+            return launch_mt<L8K_FP8, L8K_FP8>(w, w_scale, x, x_scale, M, N, K, y, ldy, {}, st);
     } else if (w_dt == L8K_BF16 && x_dt == L8K_F32) {
-        return launch_mt<L8K_BF16, L8K_F32>(w, NULL, x, NULL, M, N, K, y, ldy, st);
+        return launch_mt<L8K_BF16, L8K_F32>(w, NULL, x, NULL, M, N, K, y, ldy, {}, st);
     } else if (w_dt == L8K_F32 && x_dt == L8K_F32) {
-        return launch_mt<L8K_F32, L8K_F32>(w, NULL, x, NULL, M, N, K, y, ldy, st);
+        return launch_mt<L8K_F32, L8K_F32>(w, NULL, x, NULL, M, N, K, y, ldy, {}, st);
     }
     return -EINVAL;
+}
+
+extern "C" int l8k_gemv_qkv_rope(const uint8_t *w, const float *w_scale, const void *x,
+                                 enum l8k_dtype x_dt, const float *x_scale, uint32_t M,
+                                 uint32_t K, float *y, uint32_t ldy, const int32_t *pos,
+                                 const float *inv_freq, uint32_t nh, uint32_t nkv, uint32_t D,
+                                 void *k_base, void *v_base, enum l8k_dtype kv_dt,
+                                 uint32_t page_size, const int32_t *slot_map, cudaStream_t st)
+{
+    const uint32_t N = (nh + 2 * nkv) * D;
+    if (!w || !w_scale || !x || !y || !pos || !inv_freq || !k_base || !v_base || !slot_map ||
+        K == 0 || K % 16 || nh == 0 || nkv == 0 || D == 0 || D % 2 || page_size == 0 ||
+        ldy < N || !l8k_aligned16(w) || !l8k_aligned16(x) ||
+        (x_dt == L8K_FP8) != (x_scale != NULL) || (x_dt != L8K_FP8 && x_dt != L8K_F32) ||
+        (kv_dt != L8K_F32 && kv_dt != L8K_BF16))
+        return -EINVAL;
+    if (M == 0)
+        return 0;
+    const rope_args ra = { pos, slot_map, inv_freq, nh, nkv, D, page_size, k_base, v_base };
+    if (x_dt == L8K_FP8)
+        return kv_dt == L8K_F32
+                   ? launch_mt<L8K_FP8, L8K_FP8, L8K_F32>(w, w_scale, x, x_scale, M, N, K, y, ldy, ra, st)
+                   : launch_mt<L8K_FP8, L8K_FP8, L8K_BF16>(w, w_scale, x, x_scale, M, N, K, y, ldy, ra, st);
+    return kv_dt == L8K_F32
+               ? launch_mt<L8K_FP8, L8K_F32, L8K_F32>(w, w_scale, x, NULL, M, N, K, y, ldy, ra, st)
+               : launch_mt<L8K_FP8, L8K_F32, L8K_BF16>(w, w_scale, x, NULL, M, N, K, y, ldy, ra, st);
 }

@@ -69,6 +69,15 @@ int l8k_embed(const void *table, enum l8k_dtype table_dt, uint32_t vocab, uint32
 int l8k_gemv(const void *w, enum l8k_dtype w_dt, const float *w_scale,
              const void *x, enum l8k_dtype x_dt, const float *x_scale,
              uint32_t M, uint32_t N, uint32_t K, float *y, uint32_t ldy, cudaStream_t st);
+/* The qkv product (FP8 weights [(nh + 2 nkv) D, K]; x FP8 with scales or
+ * f32) ending in RoPE and the KV append: y and the pool end bitwise as
+ * l8k_gemv then l8k_rope_kv leave them (the decode path: one kernel fewer). */
+int l8k_gemv_qkv_rope(const uint8_t *w, const float *w_scale, const void *x,
+                      enum l8k_dtype x_dt, const float *x_scale, uint32_t M, uint32_t K,
+                      float *y, uint32_t ldy, const int32_t *pos, const float *inv_freq,
+                      uint32_t nh, uint32_t nkv, uint32_t D, void *k_base, void *v_base,
+                      enum l8k_dtype kv_dt, uint32_t page_size, const int32_t *slot_map,
+                      cudaStream_t st);
 
 /* ---- gemm.cu: cuBLASLt for large M ------------------------------------ */
 

@@ -698,13 +698,19 @@ static int grow_pair(void **h, void **d, size_t *cap, size_t n, size_t sz)
 
 /* y [T, W.n] = (product input) . W^T in the engine's numerics; the input is
  * in_f32 or e->act (exact) or e->xq / e->xs (fp8), [T, W.k]. */
+/* Whether product p of T rows runs through the GEMV (else cuBLASLt). */
+static bool uses_gemv(const struct cuda_engine *e, enum l8_tune_product p, uint32_t T)
+{
+    return e->num == L8_NUMERICS_EXACT || T <= e->tune.gemv_max_m[p];
+}
+
 static int project(struct cuda_engine *e, enum l8_tune_product p, const struct gw *W, uint32_t T,
                    const float *in_f32, float *y)
 {
     if (e->num == L8_NUMERICS_EXACT)
         return l8k_gemv(W->w, L8K_FP8, W->s, in_f32 ? in_f32 : e->act, L8K_F32, NULL, T, W->n,
                         W->k, y, W->n, e->st);
-    if (T <= e->tune.gemv_max_m[p])
+    if (uses_gemv(e, p, T))
         return l8k_gemv(W->w, L8K_FP8, W->s, e->xq, L8K_FP8, e->xs, T, W->n, W->k, y, W->n, e->st);
     return l8k_gemm_fp8(e->blas, W->w, W->s, e->xq, e->xs, T, W->n, W->k, y, e->st);
 }
@@ -810,9 +816,18 @@ static int fwd_layers(struct cuda_engine *e, const struct fwd *f)
         uint8_t *vb = kb + e->kv_half * kv_elt;
         OP(L8_PH_ATTN_NORM, l8k_rmsnorm(e->x, l ? e->y : NULL, g->attn_norm, c->rms_eps, H, NULL,
                                         T, idt, ib, e->xs, e->st));
-        OP(L8_PH_QKV, project(e, L8_TP_QKV, &g->qkv, T, NULL, e->qkv));
-        OP(L8_PH_ROPE_KV, l8k_rope_kv(e->qkv, QKV, f->pos, e->inv_freq, T, nh, nkv, D, kb, vb,
-                                      e->kv_dt, e->ps, f->slot, e->st));
+        if (uses_gemv(e, L8_TP_QKV, T)) {
+            /* RoPE and the KV append in the GEMV's epilogue (the profile's
+             * qkv phase then includes them). */
+            OP(L8_PH_QKV, l8k_gemv_qkv_rope(g->qkv.w, g->qkv.s, ib, idt,
+                                            idt == L8K_FP8 ? e->xs : NULL, T, H, e->qkv, QKV,
+                                            f->pos, e->inv_freq, nh, nkv, D, kb, vb, e->kv_dt,
+                                            e->ps, f->slot, e->st));
+        } else {
+            OP(L8_PH_QKV, project(e, L8_TP_QKV, &g->qkv, T, NULL, e->qkv));
+            OP(L8_PH_ROPE_KV, l8k_rope_kv(e->qkv, QKV, f->pos, e->inv_freq, T, nh, nkv, D, kb,
+                                          vb, e->kv_dt, e->ps, f->slot, e->st));
+        }
         OP(L8_PH_ATTENTION, attention(e, f, kb, vb));
         if (e->num == L8_NUMERICS_FP8)
             OP(L8_PH_QUANTIZE, l8k_quantize_rows(e->att, T, nh * D, e->xq, e->xs, e->st));

@@ -5,7 +5,8 @@
  *
  * Prints a table on stderr and one JSON object on stdout:
  *   {"copy_gbs":..., "rows":[{"name","M","N","K","us","gbs","bw_frac","tflops"}...],
- *    "decode_projection_us":..., "decode_bw_frac":..., "crossover_m":...}
+ *    "decode_projection_us":..., "decode_bw_frac":..., "crossover_m":...,
+ *    "qkv_rope_fused_us":..., "qkv_then_rope_kv_us":..., ...}
  * `bench_gpu_kernels attention` runs only the attention rows.
  * Exits 77 without a device. */
 #include <json-c/json.h>
@@ -73,10 +74,25 @@ struct prod_ctx {
     enum l8k_dtype w_dt, x_dt;
     struct l8k_blas *blas;
     int use_blas;
+    /* the qkv product with RoPE and the KV append (8B heads): 1 fused
+     * (l8k_gemv_qkv_rope), 2 l8k_gemv then l8k_rope_kv */
+    int rope;
+    int32_t *pos, *slot;
+    float *inv_freq;
+    void *kpool, *vpool;
 };
 static int do_prod(void *c_, int i)
 {
     struct prod_ctx *c = c_;
+    if (c->rope == 1)
+        return l8k_gemv_qkv_rope(c->w[i % c->rot], c->ws, c->x, c->x_dt, c->xs, c->M, c->K, c->y,
+                                 c->N, c->pos, c->inv_freq, 32, 8, 128, c->kpool, c->vpool,
+                                 L8K_BF16, 16, c->slot, 0);
+    if (c->rope == 2)
+        return l8k_gemv(c->w[i % c->rot], c->w_dt, c->ws, c->x, c->x_dt, c->xs, c->M, c->N, c->K,
+                        c->y, c->N, 0) ||
+               l8k_rope_kv(c->y, c->N, c->pos, c->inv_freq, c->M, 32, 8, 128, c->kpool, c->vpool,
+                           L8K_BF16, 16, c->slot, 0);
     if (c->use_blas)
         return l8k_gemm_fp8(c->blas, c->w[i % c->rot], c->ws, c->x, c->xs, c->M, c->N, c->K, c->y, 0);
     return l8k_gemv(c->w[i % c->rot], c->w_dt, c->w_dt == L8K_FP8 ? c->ws : NULL, c->x, c->x_dt,
@@ -297,6 +313,37 @@ int main(int argc, char **argv)
                                         2.0 * P[i].N * P[i].K));
         layer_us += us;
         layer_bytes += bytes;
+        prod_free(&c);
+    }
+    /* The qkv product with RoPE and the KV append: fused into the GEMV (the
+     * engine's decode path) against the GEMV then rope_kv, M = 1, position
+     * 640: the fusion's gain, a layer's worth. */
+    {
+        struct prod_ctx c;
+        prod_init(&c, 1, 6144, 4096, L8K_FP8, L8K_FP8, b);
+        int32_t pos = 640, slot = 640;
+        float invf[64];
+        for (int i = 0; i < 64; i++)
+            invf[i] = (float)pow(500000.0, -2.0 * i / 128);
+        c.pos = dup_to_dev(&pos, 4);
+        c.slot = dup_to_dev(&slot, 4);
+        c.inv_freq = dup_to_dev(invf, sizeof invf);
+        c.kpool = dalloc((size_t)41 * 8 * 16 * 128 * 2);   /* 41 pages: slot 640 is page 40 */
+        c.vpool = dalloc((size_t)41 * 8 * 16 * 128 * 2);
+        double bytes = 6144.0 * 4096;
+        float us[2];
+        for (int r = 0; r < 2; r++) {
+            c.rope = r + 1;
+            us[r] = time_us(do_prod, &c);
+            json_object_array_add(rows, row(r ? "qkv_then_rope_kv" : "qkv_rope_fused", 1, 6144,
+                                            4096, us[r], bytes, copy_gbs, 2.0 * 6144 * 4096));
+        }
+        fprintf(stderr, "qkv + RoPE + KV append: fused %.2f us, GEMV then rope_kv %.2f us\n",
+                us[0], us[1]);
+        json_object_object_add(out, "qkv_rope_fused_us", json_object_new_double(us[0]));
+        json_object_object_add(out, "qkv_then_rope_kv_us", json_object_new_double(us[1]));
+        cudaFree(c.pos); cudaFree(c.slot); cudaFree(c.inv_freq); cudaFree(c.kpool);
+        cudaFree(c.vpool);
         prod_free(&c);
     }
     {

@@ -498,6 +498,68 @@ static void test_rope_kv(enum l8k_dtype kv_dt)
     cudaFree(dq); cudaFree(di); cudaFree(dp); cudaFree(ds); cudaFree(dk); cudaFree(dv);
 }
 
+/* The fused decode qkv product (l8k_gemv_qkv_rope) against l8k_gemv then
+ * l8k_rope_kv (each checked against f64 above) on the same inputs: q, k, v
+ * and both pools bitwise equal, poison included (a padding row's slot -1
+ * stores nothing); M past one launch's 8 rows. */
+static void test_gemv_qkv_rope(uint32_t M, uint32_t nh, uint32_t nkv, uint32_t D,
+                               enum l8k_dtype x_dt, enum l8k_dtype kv_dt)
+{
+    const uint32_t K = 1040, N = (nh + 2 * nkv) * D, ps = 16, n_pages = (M + ps - 1) / ps * 2 + 1;
+    const size_t xb = x_dt == L8K_FP8 ? 1 : 4, elt = kv_dt == L8K_F32 ? 4 : 2;
+    const size_t pool = (size_t)n_pages * nkv * ps * D * elt;
+    uint8_t *w = malloc((size_t)N * K), *x = malloc((size_t)M * K * xb);
+    float *ws = malloc(N * 4), *xs = malloc(M * 4), *invf = malloc(D / 2 * 4);
+    int32_t *pos = malloc(M * 4), *slot = malloc(M * 4);
+    for (size_t i = 0; i < (size_t)N * K; i++)
+        w[i] = rnd_fp8();
+    for (uint32_t i = 0; i < N; i++)
+        ws[i] = 1e-3f * (1.0f + rnd_f() * 0.5f);
+    for (size_t i = 0; i < (size_t)M * K; i++) {
+        if (x_dt == L8K_FP8)
+            x[i] = rnd_fp8();
+        else
+            ((float *)x)[i] = rnd_n(1.0f);
+    }
+    for (uint32_t i = 0; i < D / 2; i++)
+        invf[i] = (float)pow(500000.0, -2.0 * i / D);
+    /* Distinct slots in every other page (odd pages stay poisoned), one
+     * padding row; positions up to 131071. */
+    for (uint32_t m = 0; m < M; m++) {
+        xs[m] = 0.02f * (1.0f + rnd_f() * 0.5f);
+        pos[m] = (int32_t)(rnd_u32() % 131072);
+        slot[m] = m == M / 2 && M > 1 ? -1 : (int32_t)((m / ps) * 2 * ps + m % ps);
+    }
+    void *dw = dup_to_dev(w, (size_t)N * K), *dx = dup_to_dev(x, (size_t)M * K * xb);
+    float *dws = dup_to_dev(ws, N * 4), *dxs = dup_to_dev(xs, M * 4), *di = dup_to_dev(invf, D / 2 * 4);
+    int32_t *dp = dup_to_dev(pos, M * 4), *ds = dup_to_dev(slot, M * 4);
+    float *y1 = dalloc((size_t)M * N * 4), *y2 = dalloc((size_t)M * N * 4);
+    void *k1 = dalloc(pool), *v1 = dalloc(pool), *k2 = dalloc(pool), *v2 = dalloc(pool);
+    const float *sc = x_dt == L8K_FP8 ? dxs : NULL;
+    KOK(l8k_gemv(dw, L8K_FP8, dws, dx, x_dt, sc, M, N, K, y1, N, 0));
+    KOK(l8k_rope_kv(y1, N, dp, di, M, nh, nkv, D, k1, v1, kv_dt, ps, ds, 0));
+    KOK(l8k_gemv_qkv_rope(dw, dws, dx, x_dt, sc, M, K, y2, N, dp, di, nh, nkv, D, k2, v2, kv_dt,
+                          ps, ds, 0));
+    uint8_t *h1 = malloc(pool > (size_t)M * N * 4 ? pool : (size_t)M * N * 4);
+    uint8_t *h2 = malloc(pool > (size_t)M * N * 4 ? pool : (size_t)M * N * 4);
+    const struct { const char *what; const void *a, *b; size_t n; } cmp[] = {
+        { "q/k/v", y1, y2, (size_t)M * N * 4 }, { "K pool", k1, k2, pool }, { "V pool", v1, v2, pool },
+    };
+    for (int c = 0; c < 3; c++) {
+        to_host(h1, cmp[c].a, cmp[c].n);
+        to_host(h2, cmp[c].b, cmp[c].n);
+        size_t bad = 0;
+        for (size_t i = 0; i < cmp[c].n; i++)
+            bad += h1[i] != h2[i];
+        CHECK(bad == 0, "gemv_qkv_rope M=%u nh=%u nkv=%u D=%u x dt%d kv dt%d: %s: %zu bytes "
+              "differ from gemv + rope_kv", M, nh, nkv, D, x_dt, kv_dt, cmp[c].what, bad);
+    }
+    free(w); free(x); free(ws); free(xs); free(invf); free(pos); free(slot); free(h1); free(h2);
+    cudaFree(dw); cudaFree(dx); cudaFree(dws); cudaFree(dxs); cudaFree(di); cudaFree(dp);
+    cudaFree(ds); cudaFree(y1); cudaFree(y2); cudaFree(k1); cudaFree(v1); cudaFree(k2);
+    cudaFree(v2);
+}
+
 /* 0 .. n-1 in a random order (malloc'd): page tables that are not in order. */
 static uint32_t *shuffled(uint32_t n)
 {
@@ -858,6 +920,14 @@ static void test_refusals(struct l8k_blas *b)
     CHECK(l8k_attention(d, 128, d, d, L8K_BF16, 16, (int32_t *)d, 1, (int32_t *)d, (int32_t *)d,
                         NULL, 1, 12, 1, 128, 1.0f, 16, d, d, 128 * 12, 0) == -EINVAL,
           "attention G > 8");
+    const uint8_t *w8 = (const uint8_t *)d;
+    const int32_t *i32 = (const int32_t *)d;
+    CHECK(l8k_gemv_qkv_rope(w8, d, d, L8K_FP8, d, 1, 16, d, 4 * 3, i32, d, 1, 1, 3, d, d, L8K_BF16,
+                            16, i32, 0) == -EINVAL, "gemv_qkv_rope odd head_dim");
+    CHECK(l8k_gemv_qkv_rope(w8, d, d, L8K_FP8, d, 1, 16, d, 4 * 3 - 1, i32, d, 1, 1, 4, d, d,
+                            L8K_BF16, 16, i32, 0) == -EINVAL, "gemv_qkv_rope ldy < N");
+    CHECK(l8k_gemv_qkv_rope(w8, d, d, L8K_BF16, NULL, 1, 16, d, 4 * 3, i32, d, 1, 1, 4, d, d,
+                            L8K_BF16, 16, i32, 0) == -EINVAL, "gemv_qkv_rope bf16 x");
     CHECK(l8k_attention_prefill(d, 128 * 12, d, d, 16, (int32_t *)d, 1, (int32_t *)d, 1, 12, 1,
                                 128, 1.0f, 16, d, d, 128 * 12, 0) == -EINVAL,
           "attention prefill G > 8");
@@ -934,6 +1004,11 @@ int main(int argc, char **argv)
         test_gemm(b);
     test_rope_kv(L8K_F32);
     test_rope_kv(L8K_BF16);
+    test_gemv_qkv_rope(1, 32, 8, 128, L8K_FP8, L8K_BF16);   /* the 8B's heads, decode */
+    test_gemv_qkv_rope(5, 8, 2, 128, L8K_FP8, L8K_BF16);
+    test_gemv_qkv_rope(11, 4, 1, 64, L8K_FP8, L8K_F32);
+    test_gemv_qkv_rope(3, 8, 2, 128, L8K_F32, L8K_F32);     /* exact numerics */
+    test_gemv_qkv_rope(9, 6, 3, 64, L8K_F32, L8K_BF16);
     test_attention_all();
     test_sample(5000);
     test_sample(4999);

@@ -165,14 +165,12 @@ void sync_warp()
 /* One barrier per shuffle: values go to slot[seq & 1], so the next shuffle
  * writes the other half, and the one after that (the same half again) can
  * only start once every lane has passed the next barrier, after its read. */
-uint64_t shfl_xor(uint64_t v, unsigned lane_mask, unsigned width)
+/* A shuffle reading lane src (same warp): every lane posts its value, one
+ * warp barrier, then each reads its source's. */
+static uint64_t shfl_from(uint64_t v, unsigned src)
 {
     Fiber *f = cur_fiber();
-    unsigned lane = f->th.lane, src = lane ^ lane_mask, me = f->th.linear;
-    if (width == 0 || width > WARP || (width & (width - 1)))
-        die("%s: shuffle width %u", S.kernel, width);
-    if ((src & ~(width - 1)) != (lane & ~(width - 1)))
-        src = lane;   /* outside the lane's segment: its own value, as the hardware */
+    unsigned me = f->th.linear;
     unsigned half = S.shfl_seq[me]++ & 1;
     S.slot[half][me] = v;
     sync_warp();
@@ -184,6 +182,28 @@ uint64_t shfl_xor(uint64_t v, unsigned lane_mask, unsigned width)
         die("%s: thread %u shuffles from lane %u, which has exited or does not exist "
             "(a full-mask shuffle needs the whole warp)", S.kernel, me, src);
     return S.slot[half][src_linear];
+}
+
+static void check_width(unsigned width)
+{
+    if (width == 0 || width > WARP || (width & (width - 1)))
+        die("%s: shuffle width %u", S.kernel, width);
+}
+
+uint64_t shfl_xor(uint64_t v, unsigned lane_mask, unsigned width)
+{
+    check_width(width);
+    unsigned lane = cur_fiber()->th.lane, src = lane ^ lane_mask;
+    if ((src & ~(width - 1)) != (lane & ~(width - 1)))
+        src = lane;   /* outside the lane's segment: its own value, as the hardware */
+    return shfl_from(v, src);
+}
+
+uint64_t shfl_idx(uint64_t v, unsigned src_lane, unsigned width)
+{
+    check_width(width);
+    unsigned lane = cur_fiber()->th.lane;
+    return shfl_from(v, (lane & ~(width - 1)) + src_lane % width);
 }
 
 /* The MMA from its definition: every lane posts its fragments, one warp

@@ -57,6 +57,7 @@ extern dim3 block_idx, block_dim, grid_dim;
 void sync_block();
 void sync_warp();
 uint64_t shfl_xor(uint64_t v, unsigned lane_mask, unsigned width);
+uint64_t shfl_idx(uint64_t v, unsigned src_lane, unsigned width);
 /* l8k_pdl_wait(): the calling thread may now use what the kernel before
  * wrote. A thread of a PDL launch that ends without it is reported. */
 void pdl_wait();
@@ -183,6 +184,18 @@ template <class T> inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, i
     uint64_t u = 0;
     memcpy(&u, &v, sizeof v);
     u = cuemu::shfl_xor(u, (unsigned)lane_mask, (unsigned)width);
+    T r;
+    memcpy(&r, &u, sizeof r);
+    return r;
+}
+
+template <class T> inline T __shfl_sync(unsigned mask, T v, int src_lane, int width = 32)
+{
+    static_assert(sizeof(T) <= 8, "shuffle of more than 8 bytes");
+    (void)mask;
+    uint64_t u = 0;
+    memcpy(&u, &v, sizeof v);
+    u = cuemu::shfl_idx(u, (unsigned)src_lane, (unsigned)width);
     T r;
     memcpy(&r, &u, sizeof r);
     return r;
