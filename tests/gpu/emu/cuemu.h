@@ -177,28 +177,34 @@ cudaError_t launch_ex(const cudaLaunchConfig_t *c, void (*k)(P...), A &&...a)
 inline void __syncthreads() { cuemu::sync_block(); }
 inline void __syncwarp(unsigned mask = 0xffffffffu) { (void)mask; cuemu::sync_warp(); }
 
-template <class T> inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32)
+namespace cuemu {
+/* A shuffle of any value up to 8 bytes through one of the uint64_t ones. */
+template <class T, class F> inline T shfl_value(T v, F shfl)
 {
     static_assert(sizeof(T) <= 8, "shuffle of more than 8 bytes");
-    (void)mask;
     uint64_t u = 0;
     memcpy(&u, &v, sizeof v);
-    u = cuemu::shfl_xor(u, (unsigned)lane_mask, (unsigned)width);
+    u = shfl(u);
     T r;
     memcpy(&r, &u, sizeof r);
     return r;
 }
+}
+
+template <class T> inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32)
+{
+    (void)mask;
+    return cuemu::shfl_value(v, [&](uint64_t u) {
+        return cuemu::shfl_xor(u, (unsigned)lane_mask, (unsigned)width);
+    });
+}
 
 template <class T> inline T __shfl_sync(unsigned mask, T v, int src_lane, int width = 32)
 {
-    static_assert(sizeof(T) <= 8, "shuffle of more than 8 bytes");
     (void)mask;
-    uint64_t u = 0;
-    memcpy(&u, &v, sizeof v);
-    u = cuemu::shfl_idx(u, (unsigned)src_lane, (unsigned)width);
-    T r;
-    memcpy(&r, &u, sizeof r);
-    return r;
+    return cuemu::shfl_value(v, [&](uint64_t u) {
+        return cuemu::shfl_idx(u, (unsigned)src_lane, (unsigned)width);
+    });
 }
 
 /* Fibers switch only at barriers, so a read-modify-write is atomic. */
