@@ -90,6 +90,7 @@ struct cuda_engine {
     bool lm_shared;
     float *final_norm;            /* [hidden] */
     float *inv_freq;              /* [head_dim / 2] */
+    int32_t *tune_rope;           /* while measuring the crossover: [64] of -1 */
 
     void *kv;                     /* pool[layer][kv][page][kv_head][slot][head_dim] */
     enum l8k_dtype kv_dt;
@@ -222,11 +223,15 @@ static void meta_plan(struct cuda_engine *e, uint32_t T, uint32_t S, uint32_t pt
 }
 
 /* cuda_tune.h's run: product p at M rows over every layer, on inputs that
- * choose_crossover filled (their values do not matter to the time). */
+ * choose_crossover filled (their values do not matter to the time). qkv is
+ * timed as each path runs it in a step: the GEMV with RoPE in its epilogue,
+ * cuBLASLt followed by rope_kv (tune_rope: positions and slots of -1, so
+ * nothing is stored). */
 static int tune_run(void *ctx, enum l8_tune_product p, uint32_t M, bool gemm)
 {
     struct cuda_engine *e = ctx;
-    const uint32_t H = e->c->hidden, V = e->c->vocab;
+    const uint32_t H = e->c->hidden, V = e->c->vocab, D = e->c->head_dim, nh = e->c->n_heads,
+                   nkv = e->c->n_kv_heads;
     if (p == L8_TP_LM_HEAD) {
         if (gemm)
             return e->lm_dt == L8K_BF16
@@ -240,9 +245,19 @@ static int tune_run(void *ctx, enum l8_tune_product p, uint32_t M, bool gemm)
         const struct gw *W = p == L8_TP_QKV ? &g->qkv : p == L8_TP_O ? &g->o
                            : p == L8_TP_GATE_UP ? &g->gu : &g->down;
         float *y = p == L8_TP_QKV ? e->qkv : p == L8_TP_GATE_UP ? e->gu : e->y;
-        int rc = gemm ? l8k_gemm_fp8(e->blas, W->w, W->s, e->xq, e->xs, M, W->n, W->k, y, e->st)
-                      : l8k_gemv(W->w, L8K_FP8, W->s, e->xq, L8K_FP8, e->xs, M, W->n, W->k, y,
-                                 W->n, e->st);
+        int rc;
+        if (p == L8_TP_QKV && !gemm)
+            rc = l8k_gemv_qkv_rope(W->w, W->s, e->xq, L8K_FP8, e->xs, M, W->k, y, W->n,
+                                   e->tune_rope, e->inv_freq, nh, nkv, D, e->kv, e->kv, e->kv_dt,
+                                   e->ps, e->tune_rope, e->st);
+        else if (gemm)
+            rc = l8k_gemm_fp8(e->blas, W->w, W->s, e->xq, e->xs, M, W->n, W->k, y, e->st);
+        else
+            rc = l8k_gemv(W->w, L8K_FP8, W->s, e->xq, L8K_FP8, e->xs, M, W->n, W->k, y, W->n,
+                          e->st);
+        if (!rc && p == L8_TP_QKV && gemm)
+            rc = l8k_rope_kv(y, W->n, e->tune_rope, e->inv_freq, M, nh, nkv, D, e->kv, e->kv,
+                             e->kv_dt, e->ps, e->tune_rope, e->st);
         if (rc)
             return rc;
     }
@@ -300,8 +315,19 @@ static int choose_crossover(struct cuda_engine *e, const char *tune_file, char e
         snprintf(err, L8_ERRLEN, "measuring the GEMV / cuBLASLt crossover: memset failed");
         return -EIO;
     }
+    if (cudaMalloc((void **)&e->tune_rope, M * 4) != cudaSuccess ||
+        cudaMemsetAsync(e->tune_rope, 0xff, M * 4, e->st) != cudaSuccess) {
+        cudaGetLastError();
+        cudaFree(e->tune_rope);
+        e->tune_rope = NULL;
+        snprintf(err, L8_ERRLEN, "measuring the GEMV / cuBLASLt crossover: no device memory");
+        return -ENOMEM;
+    }
     char report[2048];
-    if ((rc = l8_tune_measure(e->st, tune_run, e, &e->tune, report, sizeof report))) {
+    rc = l8_tune_measure(e->st, tune_run, e, &e->tune, report, sizeof report);
+    cudaFree(e->tune_rope);
+    e->tune_rope = NULL;
+    if (rc) {
         snprintf(err, L8_ERRLEN, "measuring the GEMV / cuBLASLt crossover failed (%d)", rc);
         return rc;
     }
