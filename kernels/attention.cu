@@ -224,14 +224,17 @@ __device__ __forceinline__ float combine_splits(const float *w, uint32_t nsplit,
         M = fmaxf(M, w[s * (D + 2) + D]);
     float num = 0.0f, den = 0.0f;
     if (M > -INFINITY) {
+        /* No branch in the loop, so the splits' loads are issued together
+         * (skipping an empty split made a round trip per split): an empty
+         * split (sum 0) adds 0 x 0, whatever its acc holds, which leaves
+         * num and den as they were (but a -0 turning +0). */
         for (uint32_t s = 0; s < nsplit; s++) {
             const float *ws = w + s * (D + 2);
-            float l = ws[D + 1];
-            if (l <= 0.0f)
-                continue;
-            float a = LOG2 ? exp2f(ws[D] - M) : expf(ws[D] - M);
-            num = fmaf(a, ws[t], num);
-            den = fmaf(a, l, den);
+            const float l = ws[D + 1], mx = ws[D], x = ws[t];
+            const float e = LOG2 ? exp2f(mx - M) : expf(mx - M);
+            const bool used = l > 0.0f;
+            num = fmaf(used ? e : 0.0f, used ? x : 0.0f, num);
+            den = fmaf(used ? e : 0.0f, used ? l : 0.0f, den);
         }
     }
     return den > 0.0f ? num / den : 0.0f;
