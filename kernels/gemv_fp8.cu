@@ -151,17 +151,21 @@ static __global__ __launch_bounds__(GEMV_THREADS) void gemv_kernel(
             for (int r = 0; r < GEMV_ROWS; r++)
                 load(u, r, k0 + u * STEP);
     }
-    /* Lane m's token: the angle's cosine and sine as rope_kv_kernel has
-     * them (f64, rounded to f32). Positions are step metadata, copied in
-     * before the step, never written by a kernel: read before the wait,
-     * while the weights load. */
-    float cos_m = 0.0f, sin_m = 0.0f;
+    /* With RoPE, lane m's token's slot and the angle's cosine and sine as
+     * rope_kv_kernel has them (f64, rounded to f32), before the wait:
+     * positions and slots are step metadata, copied in before the step and
+     * never written by a kernel, and the sincos runs while the weights
+     * load. */
+    float cos_l = 0.0f, sin_l = 0.0f;
+    int32_t slot_l = -1;
     if (rotate && lane < Mv) {
         double sn, cs;
         sincos((double)ra.pos[lane] * (double)ra.inv_freq[pair], &sn, &cs);
-        cos_m = (float)cs;
-        sin_m = (float)sn;
+        cos_l = (float)cs;
+        sin_l = (float)sn;
     }
+    if (ROPE && head >= ra.nh && lane < Mv)
+        slot_l = ra.slot_map[lane];
     l8k_pdl_wait();
     if (rows[0] >= N)
         return;
@@ -197,17 +201,31 @@ static __global__ __launch_bounds__(GEMV_THREADS) void gemv_kernel(
     }
     l8k_pdl_allow();   /* every load issued: the next kernel may be scheduled */
 
+    /* The epilogue's scales, loaded now (a lane each) so the warp's
+     * reduction below hides their latency; loaded before the loop they
+     * would hold registers through it (64 -> 68: 3 blocks an SM, not 4). */
+    float wsr[GEMV_ROWS], xs_l = 0.0f;
+#pragma unroll
+    for (int r = 0; r < GEMV_ROWS; r++)
+        wsr[r] = ws && rows[r] < N ? ws[rows[r]] : 1.0f;
+    if (XT == L8K_FP8 && lane < Mv)
+        xs_l = xs[lane];
+
 #pragma unroll
     for (int m = 0; m < MT; m++)
 #pragma unroll
         for (int r = 0; r < GEMV_ROWS; r++)
             acc[m][r] = l8k_warp_sum(acc[m][r]);
-    float cs[MT], sn[MT];
-    if constexpr (ROPE) {
+    float cs[MT], sn[MT], xsm[MT];
+    int32_t slot[MT];
 #pragma unroll
-        for (int m = 0; m < MT; m++) {
-            cs[m] = __shfl_sync(0xffffffffu, cos_m, m);
-            sn[m] = __shfl_sync(0xffffffffu, sin_m, m);
+    for (int m = 0; m < MT; m++) {
+        if (XT == L8K_FP8)
+            xsm[m] = __shfl_sync(0xffffffffu, xs_l, m);
+        if constexpr (ROPE) {
+            cs[m] = __shfl_sync(0xffffffffu, cos_l, m);
+            sn[m] = __shfl_sync(0xffffffffu, sin_l, m);
+            slot[m] = __shfl_sync(0xffffffffu, slot_l, m);
         }
     }
     if (lane != 0)
@@ -219,12 +237,11 @@ static __global__ __launch_bounds__(GEMV_THREADS) void gemv_kernel(
         float v[GEMV_ROWS];
 #pragma unroll
         for (int r = 0; r < GEMV_ROWS; r++) {
-            const uint32_t n = rows[r] < N ? rows[r] : 0;
             v[r] = acc[m][r];
             if (ws)
-                v[r] *= ws[n];
+                v[r] *= wsr[r];
             if (XT == L8K_FP8)
-                v[r] *= xs[m];
+                v[r] *= xsm[m];
         }
         if constexpr (ROPE) {
             /* rope_kv_kernel's rotation, then its store: f32 without
@@ -234,7 +251,7 @@ static __global__ __launch_bounds__(GEMV_THREADS) void gemv_kernel(
                 v[0] = __fsub_rn(__fmul_rn(a, cs[m]), __fmul_rn(b, sn[m]));
                 v[1] = __fadd_rn(__fmul_rn(b, cs[m]), __fmul_rn(a, sn[m]));
             }
-            const int32_t sm = ra.slot_map[m];
+            const int32_t sm = slot[m];
             if (head >= ra.nh && sm >= 0) {
                 const bool is_k = head < ra.nh + ra.nkv;
                 const uint32_t hk = head - ra.nh - (is_k ? 0 : ra.nkv);
