@@ -108,7 +108,7 @@ static __global__ __launch_bounds__(D) void attn_kernel(
             s[g] = 0.0f;
         if (p < end) {
             uint32_t page = (uint32_t)pt[p / page_size];
-            size_t off = (((size_t)page * nkv + h) * page_size + p % page_size) * D;
+            size_t off = l8k_kv_row(page, nkv, h, page_size, p % page_size, D);
             off_s[t] = off;
             const uint4 *kr = (const uint4 *)(kb + off);
             /* bf16: the whole row (16 loads) in flight; f32 (exact) 8, no spill */
@@ -334,8 +334,8 @@ static __global__ __launch_bounds__(TILE_THREADS) void attn_tile_kernel(
             const uint32_t j = i / (D / 8), c = i % (D / 8) * 8, p = k0 + j;
             uint4 kx = make_uint4(0, 0, 0, 0), vx = kx;   /* zeros past the end: 0 * P = 0 */
             if (p < end) {
-                size_t off = (((size_t)pt[p / page_size] * nkv + h) * page_size + p % page_size) *
-                             D + c;
+                size_t off = l8k_kv_row((uint32_t)pt[p / page_size], nkv, h, page_size,
+                                        p % page_size, D) + c;
                 kx = *(const uint4 *)(kb + off);
                 vx = *(const uint4 *)(vb + off);
             }

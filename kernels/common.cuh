@@ -117,6 +117,31 @@ __device__ __forceinline__ uint16_t l8k_float_to_bf16(float f)
     return u;
 }
 
+/* The KV pool's layout (the CPU engine's): [page][KV head][position in
+ * page][head_dim]. The offset of head h's row at position `slot` of `page`. */
+__device__ __forceinline__ size_t l8k_kv_row(uint32_t page, uint32_t nkv, uint32_t h,
+                                             uint32_t page_size, uint32_t slot, uint32_t D)
+{
+    return (((size_t)page * nkv + h) * page_size + slot) * D;
+}
+
+/* A K or V value into a pool of element type KV: f32, or bf16 (nearest even). */
+template <typename KV> __device__ __forceinline__ void l8k_kv_store(KV *p, float v);
+template <> __device__ __forceinline__ void l8k_kv_store<float>(float *p, float v) { *p = v; }
+template <> __device__ __forceinline__ void l8k_kv_store<uint16_t>(uint16_t *p, float v)
+{
+    *p = l8k_float_to_bf16(v);
+}
+
+/* RoPE's rotation of the pair (a, b) = (x[i], x[i + D/2]) by the angle of
+ * cosine c and sine s, as l8_cpu_rope_apply: f32, no contraction. */
+__device__ __forceinline__ void l8k_rope_rotate(float &a, float &b, float c, float s)
+{
+    const float x0 = a, x1 = b;
+    a = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+    b = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
+}
+
 /* Two floats as the bf16 pair of one 32-bit register (lo: the lower
  * column), nearest even: the operand format of the bf16 tensor-core MMA. */
 __device__ __forceinline__ uint32_t l8k_pack_bf16x2(float lo, float hi)

@@ -244,28 +244,19 @@ static __global__ __launch_bounds__(GEMV_THREADS) void gemv_kernel(
                 v[r] *= xsm[m];
         }
         if constexpr (ROPE) {
-            /* rope_kv_kernel's rotation, then its store: f32 without
-             * contraction, K and V rounded to the pool's dtype. */
-            if (rotate) {
-                const float a = v[0], b = v[1];
-                v[0] = __fsub_rn(__fmul_rn(a, cs[m]), __fmul_rn(b, sn[m]));
-                v[1] = __fadd_rn(__fmul_rn(b, cs[m]), __fmul_rn(a, sn[m]));
-            }
+            /* rope_kv_kernel's rotation and store (common.cuh). */
+            if (rotate)
+                l8k_rope_rotate(v[0], v[1], cs[m], sn[m]);
             const int32_t sm = slot[m];
             if (head >= ra.nh && sm >= 0) {
                 const bool is_k = head < ra.nh + ra.nkv;
                 const uint32_t hk = head - ra.nh - (is_k ? 0 : ra.nkv);
-                const uint32_t page = (uint32_t)sm / ra.page_size, slot = (uint32_t)sm % ra.page_size;
-                const size_t off = (((size_t)page * ra.nkv + hk) * ra.page_size + slot) * ra.D + pair;
                 using KV = typename std::conditional<KVT == L8K_F32, float, uint16_t>::type;
-                KV *p = (KV *)(is_k ? ra.kb : ra.vb) + off;
-                if constexpr (KVT == L8K_F32) {
-                    p[0] = v[0];
-                    p[ra.D / 2] = v[1];
-                } else {
-                    p[0] = l8k_float_to_bf16(v[0]);
-                    p[ra.D / 2] = l8k_float_to_bf16(v[1]);
-                }
+                KV *p = (KV *)(is_k ? ra.kb : ra.vb) +
+                        l8k_kv_row((uint32_t)sm / ra.page_size, ra.nkv, hk, ra.page_size,
+                                   (uint32_t)sm % ra.page_size, ra.D) + pair;
+                l8k_kv_store(p, v[0]);
+                l8k_kv_store(p + ra.D / 2, v[1]);
             }
         }
 #pragma unroll

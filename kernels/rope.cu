@@ -11,13 +11,6 @@
 #define ROPE_MAX_HALF 256   /* head_dim <= 512 */
 
 template <typename KV>
-__device__ __forceinline__ void kv_store(KV *p, float v);
-template <>
-__device__ __forceinline__ void kv_store<float>(float *p, float v) { *p = v; }
-template <>
-__device__ __forceinline__ void kv_store<uint16_t>(uint16_t *p, float v) { *p = l8k_float_to_bf16(v); }
-
-template <typename KV>
 static __global__ __launch_bounds__(ROPE_THREADS) void rope_kv_kernel(float *__restrict__ qkv, uint32_t ldq,
                                       const int32_t *__restrict__ pos,
                                       const float *__restrict__ inv_freq, uint32_t nh,
@@ -46,9 +39,7 @@ static __global__ __launch_bounds__(ROPE_THREADS) void rope_kv_kernel(float *__r
         uint32_t h = e / half, i = e % half;
         const float cf = cos_s[i], sf = sin_s[i];
         float *x = row + (size_t)h * D;
-        float a = x[i], b = x[i + half];
-        x[i] = __fsub_rn(__fmul_rn(a, cf), __fmul_rn(b, sf));
-        x[i + half] = __fadd_rn(__fmul_rn(b, cf), __fmul_rn(a, sf));
+        l8k_rope_rotate(x[i], x[i + half], cf, sf);
     }
     int32_t sm = slot_map[t];
     if (sm < 0)
@@ -58,9 +49,9 @@ static __global__ __launch_bounds__(ROPE_THREADS) void rope_kv_kernel(float *__r
     const float *k = row + (size_t)nh * D, *v = k + (size_t)nkv * D;
     for (uint32_t e = threadIdx.x; e < nkv * D; e += blockDim.x) {
         uint32_t h = e / D, d = e % D;
-        size_t off = (((size_t)page * nkv + h) * page_size + slot) * D + d;
-        kv_store(kb + off, k[e]);
-        kv_store(vb + off, v[e]);
+        size_t off = l8k_kv_row(page, nkv, h, page_size, slot, D) + d;
+        l8k_kv_store(kb + off, k[e]);
+        l8k_kv_store(vb + off, v[e]);
     }
 }
 

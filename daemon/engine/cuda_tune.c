@@ -116,6 +116,13 @@ static int slurp(const char *path, char **out, size_t *len)
     return 0;
 }
 
+/* The length of the line at l (up to its newline or end). */
+static size_t line_len(const char *l, const char *end)
+{
+    const char *nl = memchr(l, '\n', (size_t)(end - l));
+    return nl ? (size_t)(nl - l) : (size_t)(end - l);
+}
+
 /* Whether line (len bytes, no newline) is key's. */
 static bool line_is(const char *line, size_t len, const char *key)
 {
@@ -163,8 +170,7 @@ int l8_tune_load(const char *path, const char *key, struct l8_tune *t, char *err
     rc = -ENOENT;
     unsigned lineno = 0;
     for (char *l = buf; l < buf + len && rc == -ENOENT; lineno++) {
-        char *nl = memchr(l, '\n', (size_t)(buf + len - l));
-        size_t ll = nl ? (size_t)(nl - l) : (size_t)(buf + len - l);
+        const size_t ll = line_len(l, buf + len);
         if (line_is(l, ll, key)) {
             size_t kl = strlen(key) + 1;
             struct l8_tune v;
@@ -203,8 +209,7 @@ int l8_tune_save(const char *path, const char *key, const struct l8_tune *t)
     if (!old)
         fputs(TUNE_HEADER, f);
     for (char *l = old; l && l < old + len;) {
-        char *nl = memchr(l, '\n', (size_t)(old + len - l));
-        size_t ll = nl ? (size_t)(nl - l) : (size_t)(old + len - l);
+        const size_t ll = line_len(l, old + len);
         if (!line_is(l, ll, key)) {
             fwrite(l, 1, ll, f);
             fputc('\n', f);

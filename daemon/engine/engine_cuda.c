@@ -245,17 +245,14 @@ static int tune_run(void *ctx, enum l8_tune_product p, uint32_t M, bool gemm)
         const struct gw *W = p == L8_TP_QKV ? &g->qkv : p == L8_TP_O ? &g->o
                            : p == L8_TP_GATE_UP ? &g->gu : &g->down;
         float *y = p == L8_TP_QKV ? e->qkv : p == L8_TP_GATE_UP ? e->gu : e->y;
-        int rc;
-        if (p == L8_TP_QKV && !gemm)
-            rc = l8k_gemv_qkv_rope(W->w, W->s, e->xq, L8K_FP8, e->xs, M, W->k, y, W->n,
-                                   e->tune_rope, e->inv_freq, nh, nkv, D, e->kv, e->kv, e->kv_dt,
-                                   e->ps, e->tune_rope, e->st);
-        else if (gemm)
-            rc = l8k_gemm_fp8(e->blas, W->w, W->s, e->xq, e->xs, M, W->n, W->k, y, e->st);
-        else
-            rc = l8k_gemv(W->w, L8K_FP8, W->s, e->xq, L8K_FP8, e->xs, M, W->n, W->k, y, W->n,
-                          e->st);
-        if (!rc && p == L8_TP_QKV && gemm)
+        int rc = gemm ? l8k_gemm_fp8(e->blas, W->w, W->s, e->xq, e->xs, M, W->n, W->k, y, e->st)
+                 : p == L8_TP_QKV
+                     ? l8k_gemv_qkv_rope(W->w, W->s, e->xq, L8K_FP8, e->xs, M, W->k, y, W->n,
+                                         e->tune_rope, e->inv_freq, nh, nkv, D, e->kv, e->kv,
+                                         e->kv_dt, e->ps, e->tune_rope, e->st)
+                     : l8k_gemv(W->w, L8K_FP8, W->s, e->xq, L8K_FP8, e->xs, M, W->n, W->k, y,
+                                W->n, e->st);
+        if (!rc && gemm && p == L8_TP_QKV)   /* a step follows cuBLASLt's qkv with rope_kv */
             rc = l8k_rope_kv(y, W->n, e->tune_rope, e->inv_freq, M, nh, nkv, D, e->kv, e->kv,
                              e->kv_dt, e->ps, e->tune_rope, e->st);
         if (rc)

@@ -23,9 +23,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "engine.h"
+#include "mono_clock.h"
 #include "model.h"
 #include "safetensors.h"
 #include "l8_build.h"
@@ -93,13 +93,6 @@ static void usage(FILE *f)
 "  --help                   this text\n"
 "\n"
 "Exit status: 0 ok, 1 runtime error, 2 usage error.\n");
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 static int parse_u32(const char *s, uint32_t *out)
@@ -384,7 +377,7 @@ static int generate(struct l8_engine *e, const struct opts *o, struct run *r,
     *tm = (struct timing){ 0 };
     memset(r->n_gen, 0, sizeof(uint32_t) * r->B);
     memset(r->stopped, 0, sizeof(bool) * r->B);
-    double t0 = now_s();
+    double t0 = l8_mono_s();
     for (uint32_t b = 0; b < r->B; b++) {
         uint32_t *all = r->all + (size_t)b * r->total;
         for (uint32_t p = 0; p < S; p += r->chunk) {
@@ -409,7 +402,7 @@ static int generate(struct l8_engine *e, const struct opts *o, struct run *r,
             }
         }
     }
-    double t1 = now_s();
+    double t1 = l8_mono_s();
     tm->prefill_s = t1 - t0;
     while (tm->decode_steps < max_decode) {
         uint32_t n = 0;
@@ -440,7 +433,7 @@ static int generate(struct l8_engine *e, const struct opts *o, struct run *r,
         for (uint32_t i = 0; i < n; i++)
             after_sample(o, r, r->who[i], r->seqs[i].token_out);
     }
-    tm->decode_s = now_s() - t1;
+    tm->decode_s = l8_mono_s() - t1;
     return 0;
 }
 
@@ -480,7 +473,7 @@ int main(int argc, char **argv)
     float *plog = NULL, *glog = NULL;
     json_object *jo = NULL;
 
-    double t0 = now_s();
+    double t0 = l8_mono_s();
     int r = l8_model_load(o.model, o.threads, &m, err);
     if (r < 0) {
         fprintf(stderr, "llama8-run: %s\n", err);
@@ -518,7 +511,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "llama8-run: %s engine: %s\n", l8_backend_name(o.backend), err);
         goto out;
     }
-    const double load_s = now_s() - t0;
+    const double load_s = l8_mono_s() - t0;
 
     run = (struct run){ .B = B, .S = (uint32_t)S, .total = (uint32_t)total,
                         .n_pages = n_pages, .chunk = chunk, .V = V };
@@ -550,10 +543,10 @@ int main(int argc, char **argv)
     double warmup_s = 0;
     struct timing tm;
     if (o.warmup) {
-        double tw = now_s();
+        double tw = l8_mono_s();
         if (generate(e, &o, &run, 2, NULL, NULL, &tm) < 0)
             goto out;
-        warmup_s = now_s() - tw;
+        warmup_s = l8_mono_s() - tw;
     }
     if (generate(e, &o, &run, UINT32_MAX, plog, glog, &tm) < 0)
         goto out;
