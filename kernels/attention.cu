@@ -273,6 +273,31 @@ static __global__ void attn_combine_kernel(const float *__restrict__ work, uint3
 #define TILE_THREADS 128
 #define TILE_MIN_SPLIT 512 /* positions: below this a split is not worth a block */
 
+/* This thread's share of the copies of K or V rows [k0, k0 + TILE_N) of KV
+ * head h into the tile buffer buf (rows of LDS halves), as one cp.async
+ * group; rows from end on are zeros (0 * P must stay 0, never NaN). Every
+ * copy is issued before any lands: one round trip a tile, where loads
+ * through registers made one per row a thread copies (8). */
+template <int D, int LDS>
+__device__ __forceinline__ void tile_fetch(uint16_t *buf, const uint16_t *__restrict__ pool,
+                                           uint32_t k0, uint32_t end,
+                                           const int32_t *__restrict__ pt, uint32_t nkv,
+                                           uint32_t h, uint32_t page_size)
+{
+    constexpr uint32_t CH = D / 8, ROWS = TILE_THREADS / CH;   /* 16-byte chunks a row */
+    static_assert(TILE_THREADS % CH == 0 && TILE_N % ROWS == 0, "tile_fetch: D");
+    const uint32_t c = threadIdx.x % CH * 8;
+#pragma unroll
+    for (uint32_t b = 0; b < TILE_N / ROWS; b++) {
+        const uint32_t j = threadIdx.x / CH + b * ROWS, p = k0 + j;
+        const uint32_t pc = p < end ? p : end - 1;   /* an address in the pool; not read */
+        const size_t off = l8k_kv_row((uint32_t)pt[pc / page_size], nkv, h, page_size,
+                                      pc % page_size, D) + c;
+        l8k_cp_async16(buf + j * LDS + c, pool + off, p < end ? 16u : 0u);
+    }
+    l8k_cp_async_commit();
+}
+
 template <int D>
 static __global__ __launch_bounds__(TILE_THREADS) void attn_tile_kernel(
     const float *__restrict__ q, uint32_t ldq, const uint16_t *__restrict__ kb,
@@ -297,6 +322,15 @@ static __global__ __launch_bounds__(TILE_THREADS) void attn_tile_kernel(
     const uint32_t start = split * span, end = min(start + span, kv_end);
     const int32_t *pt = page_table + (size_t)seq * pt_stride;
     const uint32_t tid = threadIdx.x, warp = tid >> 5, g = (tid & 31) >> 2, t = tid & 3;
+    /* A software pipeline over the K/V tiles with the one buffer each: the
+     * next tile's K is fetched once S is computed (during the softmax and
+     * P V), its V once P V is done (during the next S). Groups in flight,
+     * oldest first: K(t), V(t) at the top of the loop; V(t), K(t + 1) after
+     * S. The first tile's copies go out before q is read. */
+    if (start < end) {
+        tile_fetch<D, LDS>(k_s, kb, start, end, pt, nkv, h, page_size);
+        tile_fetch<D, LDS>(v_s, vb, start, end, pt, nkv, h, page_size);
+    }
 
     /* This thread's rows: i = 0 is row g of the warp's 16, i = 1 row g + 8. */
     uint32_t qpos[2], m_row[2];
@@ -329,20 +363,9 @@ static __global__ __launch_bounds__(TILE_THREADS) void attn_tile_kernel(
     float m_run[2] = { -INFINITY, -INFINITY }, l_run[2] = { 0.0f, 0.0f };
 
     for (uint32_t k0 = start; k0 < end; k0 += TILE_N) {
-        __syncthreads();   /* every warp is done with the previous tile */
-        for (uint32_t i = tid; i < TILE_N * (D / 8); i += TILE_THREADS) {
-            const uint32_t j = i / (D / 8), c = i % (D / 8) * 8, p = k0 + j;
-            uint4 kx = make_uint4(0, 0, 0, 0), vx = kx;   /* zeros past the end: 0 * P = 0 */
-            if (p < end) {
-                size_t off = l8k_kv_row((uint32_t)pt[p / page_size], nkv, h, page_size,
-                                        p % page_size, D) + c;
-                kx = *(const uint4 *)(kb + off);
-                vx = *(const uint4 *)(vb + off);
-            }
-            *(uint4 *)(k_s + j * LDS + c) = kx;
-            *(uint4 *)(v_s + j * LDS + c) = vx;
-        }
-        __syncthreads();
+        const bool more = k0 + TILE_N < end;   /* the same in every thread */
+        l8k_cp_async_wait<1>();   /* K(t) */
+        __syncthreads();          /* ... every thread's part of it */
 
         /* S = Q K^T for the tile's 64 positions, 8 at a time. */
         float s[TILE_N / 8][4];
@@ -357,6 +380,9 @@ static __global__ __launch_bounds__(TILE_THREADS) void attn_tile_kernel(
                 l8k_mma_bf16_16816(s[n], qa[kk], b);
             }
         }
+        __syncthreads();   /* every warp is done with k_s */
+        if (more)
+            tile_fetch<D, LDS>(k_s, kb, k0 + TILE_N, end, pt, nkv, h, page_size);
         /* Causal mask (and the split's end), then the rows' maxima over the
          * 4 threads that share them. */
         float mx[2] = { -INFINITY, -INFINITY };
@@ -406,6 +432,11 @@ static __global__ __launch_bounds__(TILE_THREADS) void attn_tile_kernel(
             o[n][2] *= alpha[1];
             o[n][3] *= alpha[1];
         }
+        if (more)
+            l8k_cp_async_wait<1>();   /* V(t); K(t + 1) may still be in flight */
+        else
+            l8k_cp_async_wait<0>();
+        __syncthreads();
         /* O += P V: B[k][n] = V[position k][dimension n]. */
 #pragma unroll
         for (int j = 0; j < TILE_N / 16; j++) {
@@ -418,6 +449,9 @@ static __global__ __launch_bounds__(TILE_THREADS) void attn_tile_kernel(
                 l8k_mma_bf16_16816(o[n], pa[j], b);
             }
         }
+        __syncthreads();   /* every warp is done with v_s */
+        if (more)
+            tile_fetch<D, LDS>(v_s, vb, k0 + TILE_N, end, pt, nkv, h, page_size);
     }
 
 #pragma unroll

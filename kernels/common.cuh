@@ -125,13 +125,16 @@ __device__ __forceinline__ size_t l8k_kv_row(uint32_t page, uint32_t nkv, uint32
     return (((size_t)page * nkv + h) * page_size + slot) * D;
 }
 
-/* A K or V value into a pool of element type KV: f32, or bf16 (nearest even). */
-template <typename KV> __device__ __forceinline__ void l8k_kv_store(KV *p, float v);
-template <> __device__ __forceinline__ void l8k_kv_store<float>(float *p, float v) { *p = v; }
-template <> __device__ __forceinline__ void l8k_kv_store<uint16_t>(uint16_t *p, float v)
+/* An element of type T, f32 (float) or bf16 (uint16_t bits: stored nearest
+ * even), as f32: the K/V pool's element, and the products' outputs. */
+template <typename T> __device__ __forceinline__ void l8k_store(T *p, float v);
+template <> __device__ __forceinline__ void l8k_store<float>(float *p, float v) { *p = v; }
+template <> __device__ __forceinline__ void l8k_store<uint16_t>(uint16_t *p, float v)
 {
     *p = l8k_float_to_bf16(v);
 }
+__device__ __forceinline__ float l8k_load(const float *p) { return *p; }
+__device__ __forceinline__ float l8k_load(const uint16_t *p) { return l8k_bf16_to_float(*p); }
 
 /* RoPE's rotation of the pair (a, b) = (x[i], x[i + D/2]) by the angle of
  * cosine c and sine s, as l8_cpu_rope_apply: f32, no contraction. */
@@ -166,6 +169,43 @@ __device__ __forceinline__ void l8k_mma_bf16_16816(float (&d)[4], const uint32_t
                  "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
+}
+
+/* cp.async (sm_80+): copy n bytes (16, or 0 for none) from global memory to
+ * shared, zero-filling the rest of the 16, without passing through
+ * registers: a thread issues all its copies before any lands. They join the
+ * thread's open group; l8k_cp_async_commit() closes it, and
+ * l8k_cp_async_wait<N>() returns once all but the newest N committed groups
+ * have landed (for this thread: a barrier must follow before other threads
+ * read them). Both addresses 16-byte aligned; with n = 0, src is not read
+ * but must still be an address. */
+__device__ __forceinline__ void l8k_cp_async16(void *dst, const void *src, uint32_t n)
+{
+#if defined(CUEMU)
+    cuemu::cp_async16(dst, src, n);
+#elif defined(__CUDA_ARCH__)
+    const uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(n)
+                 : "memory");
+#endif
+}
+
+__device__ __forceinline__ void l8k_cp_async_commit(void)
+{
+#if defined(CUEMU)
+    cuemu::cp_async_commit();
+#elif defined(__CUDA_ARCH__)
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+
+template <int N> __device__ __forceinline__ void l8k_cp_async_wait(void)
+{
+#if defined(CUEMU)
+    cuemu::cp_async_wait(N);
+#elif defined(__CUDA_ARCH__)
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 #endif
 }
 

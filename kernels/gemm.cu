@@ -29,11 +29,15 @@
  * FP8 path lands near 1e-5..1e-4; a misapplied scale or a transposed
  * operand is off by O(1). */
 #define PROBE_TOL 1e-3
+/* With a bf16 output, its rounding adds up to 2^-8 relative (twice on the
+ * epilogue paths), still far from O(1). */
+#define PROBE_TOL_BF16 1e-2
 
 enum gemm_kind { GK_FP8_OUTER = 0, GK_FP8_UNIT = 1, GK_BF16 = 2 };
 
 struct algo_entry {
     int kind;
+    enum l8k_dtype out;
     uint32_t M, N, K;
     uint32_t align[3];   /* of A, B, C/D: an algo chosen for 256 may need 256 */
     cublasLtMatmulAlgo_t algo;
@@ -43,16 +47,21 @@ struct algo_entry {
 struct l8k_blas {
     cublasLtHandle_t h;
     void *ws;
-    enum l8k_fp8_path path;
-    bool path_ok[3];
-    double probe_err[3];  /* measured relative error of each path (-1: refused) */
+    /* per output dtype, [0] f32 and [1] bf16: the path used, whether each
+     * path passed its probe, and each path's relative error (-1: refused) */
+    enum l8k_fp8_path path[2];
+    bool path_ok[3][2];
+    double probe_err[3][2];
     uint16_t *scr;       /* bf16 scratch for the decode path: W then x */
     size_t scr_elems;
     struct algo_entry cache[BLAS_CACHE];
     uint32_t cache_used;
 };
 
-static __global__ void scale_epilogue_kernel(float *__restrict__ y, const float *__restrict__ xs,
+/* y *= x_scale[m] * w_scale[n], in place, y f32 or bf16 (then rounded
+ * twice: the unit-scale product, then the scaled value). */
+template <typename Y>
+static __global__ void scale_epilogue_kernel(Y *__restrict__ y, const float *__restrict__ xs,
                                              const float *__restrict__ ws, uint32_t M, uint32_t N)
 {
     l8k_pdl_wait();
@@ -61,7 +70,7 @@ static __global__ void scale_epilogue_kernel(float *__restrict__ y, const float 
     if (i >= (size_t)M * N)
         return;
     uint32_t m = (uint32_t)(i / N), n = (uint32_t)(i % N);
-    y[i] = y[i] * (xs[m] * ws[n]);
+    l8k_store(&y[i], l8k_load(&y[i]) * (xs[m] * ws[n]));
 }
 
 static __global__ void fp8_to_bf16_kernel(const uint8_t *__restrict__ in, uint16_t *__restrict__ out,
@@ -90,30 +99,33 @@ static uint32_t ptr_align(const void *p)
 }
 
 /* The cache slot of this key: its entry, or the empty slot where it goes. */
-static struct algo_entry *cache_slot(struct l8k_blas *b, int kind, uint32_t M, uint32_t N,
-                                     uint32_t K, const uint32_t al[3])
+static struct algo_entry *cache_slot(struct l8k_blas *b, int kind, enum l8k_dtype out,
+                                     uint32_t M, uint32_t N, uint32_t K, const uint32_t al[3])
 {
-    uint64_t h = (uint64_t)kind * 0x9E3779B97F4A7C15ull;
+    uint64_t h = (uint64_t)(kind * 4 + out) * 0x9E3779B97F4A7C15ull;
     const uint32_t key[6] = { M, N, K, al[0], al[1], al[2] };
     for (int i = 0; i < 6; i++)
         h = (h ^ key[i]) * 0x100000001B3ull;
     for (uint32_t i = (uint32_t)(h >> 32) & (BLAS_CACHE - 1);; i = (i + 1) & (BLAS_CACHE - 1)) {
         struct algo_entry *e = &b->cache[i];
-        if (!e->valid || (e->kind == kind && e->M == M && e->N == N && e->K == K &&
+        if (!e->valid || (e->kind == kind && e->out == out && e->M == M && e->N == N && e->K == K &&
                           memcmp(e->align, al, sizeof e->align) == 0))
             return e;
     }
 }
 
-/* One cuBLASLt product y = op(A) op(B) (+ scales), column-major as above. */
+/* One cuBLASLt product y = op(A) op(B) (+ scales), column-major as above;
+ * y f32 or bf16 (C and D alike). */
 static int lt_matmul(struct l8k_blas *b, int kind, const void *w, const void *x, const float *ws,
-                     const float *xs, uint32_t M, uint32_t N, uint32_t K, float *y, cudaStream_t st)
+                     const float *xs, uint32_t M, uint32_t N, uint32_t K, enum l8k_dtype y_dt,
+                     void *y, cudaStream_t st)
 {
     cublasLtMatmulDesc_t op = NULL;
     cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
     cublasLtMatmulPreference_t pref = NULL;
     int rc = -EIO;
-    cudaDataType_t in_t = kind == GK_BF16 ? CUDA_R_16BF : CUDA_R_8F_E4M3;
+    cudaDataType_t in_t = kind == GK_BF16 ? CUDA_R_16BF : CUDA_R_8F_E4M3,
+                   out_t = y_dt == L8K_BF16 ? CUDA_R_16BF : CUDA_R_32F;
     cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     float alpha = 1.0f, beta = 0.0f;
 
@@ -132,7 +144,7 @@ static int lt_matmul(struct l8k_blas *b, int kind, const void *w, const void *x,
     }
     if (cublasLtMatrixLayoutCreate(&la, in_t, K, N, K) ||
         cublasLtMatrixLayoutCreate(&lb, in_t, K, M, K) ||
-        cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, N, M, N))
+        cublasLtMatrixLayoutCreate(&lc, out_t, N, M, N))
         goto out;
 
     {
@@ -144,7 +156,7 @@ static int lt_matmul(struct l8k_blas *b, int kind, const void *w, const void *x,
             memset(b->cache, 0, sizeof b->cache);
             b->cache_used = 0;
         }
-        struct algo_entry *e = cache_slot(b, kind, M, N, K, al);
+        struct algo_entry *e = cache_slot(b, kind, y_dt, M, N, K, al);
         if (!e->valid) {
             cublasLtMatmulHeuristicResult_t res;
             int found = 0;
@@ -166,6 +178,7 @@ static int lt_matmul(struct l8k_blas *b, int kind, const void *w, const void *x,
                 goto out;
             b->cache_used++;
             e->kind = kind;
+            e->out = y_dt;
             e->M = M; e->N = N; e->K = K;
             memcpy(e->align, al, sizeof al);
             e->algo = res.algo;
@@ -188,12 +201,15 @@ out:
     return rc;
 }
 
-static int epilogue(float *y, const float *xs, const float *ws, uint32_t M, uint32_t N,
-                    cudaStream_t st)
+static int epilogue(enum l8k_dtype y_dt, void *y, const float *xs, const float *ws, uint32_t M,
+                    uint32_t N, cudaStream_t st)
 {
-    size_t n = (size_t)M * N;
-    return l8k_launch("scale_epilogue_kernel", scale_epilogue_kernel,
-                      dim3((unsigned)((n + 255) / 256)), dim3(256), st, y, xs, ws, M, N);
+    const dim3 grid((unsigned)(((size_t)M * N + 255) / 256));
+    if (y_dt == L8K_BF16)
+        return l8k_launch("scale_epilogue_kernel<bf16>", scale_epilogue_kernel<uint16_t>, grid,
+                          dim3(256), st, (uint16_t *)y, xs, ws, M, N);
+    return l8k_launch("scale_epilogue_kernel<f32>", scale_epilogue_kernel<float>, grid, dim3(256),
+                      st, (float *)y, xs, ws, M, N);
 }
 
 /* bf16 scratch of the decode path: W [N, K], then x [M, K] from a 256-byte
@@ -227,15 +243,15 @@ extern "C" int l8k_blas_reserve(struct l8k_blas *b, uint32_t M, uint32_t N, uint
 
 static int gemm_fp8_path(struct l8k_blas *b, enum l8k_fp8_path p, const uint8_t *wq,
                          const float *ws, const uint8_t *xq, const float *xs, uint32_t M,
-                         uint32_t N, uint32_t K, float *y, cudaStream_t st)
+                         uint32_t N, uint32_t K, enum l8k_dtype y_dt, void *y, cudaStream_t st)
 {
     int rc;
     switch (p) {
     case L8K_FP8_OUTER_VEC:
-        return lt_matmul(b, GK_FP8_OUTER, wq, xq, ws, xs, M, N, K, y, st);
+        return lt_matmul(b, GK_FP8_OUTER, wq, xq, ws, xs, M, N, K, y_dt, y, st);
     case L8K_FP8_EPILOGUE:
-        rc = lt_matmul(b, GK_FP8_UNIT, wq, xq, NULL, NULL, M, N, K, y, st);
-        return rc ? rc : epilogue(y, xs, ws, M, N, st);
+        rc = lt_matmul(b, GK_FP8_UNIT, wq, xq, NULL, NULL, M, N, K, y_dt, y, st);
+        return rc ? rc : epilogue(y_dt, y, xs, ws, M, N, st);
     case L8K_FP8_BF16: {
         if ((rc = l8k_blas_reserve(b, M, N, K)))
             return rc;
@@ -246,9 +262,11 @@ static int gemm_fp8_path(struct l8k_blas *b, enum l8k_fp8_path p, const uint8_t 
             (rc = l8k_launch("fp8_to_bf16_kernel", fp8_to_bf16_kernel,
                              dim3((unsigned)((nx + 255) / 256)), dim3(256), st, xq, xb, nx)))
             return rc;
-        rc = lt_matmul(b, GK_BF16, wb, xb, NULL, NULL, M, N, K, y, st);
-        return rc ? rc : epilogue(y, xs, ws, M, N, st);
+        rc = lt_matmul(b, GK_BF16, wb, xb, NULL, NULL, M, N, K, y_dt, y, st);
+        return rc ? rc : epilogue(y_dt, y, xs, ws, M, N, st);
     }
+    case L8K_FP8_NONE:
+        break;
     }
     return -EINVAL;
 }
@@ -292,24 +310,33 @@ static int probe_paths(struct l8k_blas *b, cudaStream_t st)
         cudaMemcpyAsync(ref, dy, sizeof ref, cudaMemcpyDeviceToHost, st) ||
         cudaStreamSynchronize(st))
         goto out;
+    /* Each output dtype separately: a library may take one and not the other. */
     for (int p = L8K_FP8_OUTER_VEC; p <= L8K_FP8_BF16; p++) {
-        cudaMemsetAsync(dy, 0xff, sizeof ref, st); /* NaN poison */
-        int r = gemm_fp8_path(b, (enum l8k_fp8_path)p, dw, dws, dx, dxs, PM, PN, PK, dy, st);
-        b->probe_err[p] = -1.0;
-        if (r == 0 && cudaStreamSynchronize(st) == cudaSuccess &&
-            cudaMemcpy(got, dy, sizeof got, cudaMemcpyDeviceToHost) == cudaSuccess) {
-            double num = 0, den = 0;
-            for (int i = 0; i < PM * PN; i++) {
-                double d = (double)got[i] - (double)ref[i];
-                num += d * d;
-                den += (double)ref[i] * ref[i];
+        for (int o = 0; o < 2; o++) {
+            const enum l8k_dtype y_dt = o ? L8K_BF16 : L8K_F32;
+            cudaMemsetAsync(dy, 0xff, sizeof ref, st); /* NaN poison, either dtype */
+            int r = gemm_fp8_path(b, (enum l8k_fp8_path)p, dw, dws, dx, dxs, PM, PN, PK, y_dt,
+                                  dy, st);
+            double e = -1.0;
+            if (r == 0 && cudaStreamSynchronize(st) == cudaSuccess &&
+                cudaMemcpy(got, dy, sizeof got, cudaMemcpyDeviceToHost) == cudaSuccess) {
+                double num = 0, den = 0;
+                for (int i = 0; i < PM * PN; i++) {
+                    uint32_t u = (uint32_t)((const uint16_t *)got)[i] << 16;
+                    float g;
+                    memcpy(&g, &u, 4);
+                    double d = (double)(o ? g : got[i]) - (double)ref[i];
+                    num += d * d;
+                    den += (double)ref[i] * ref[i];
+                }
+                e = den > 0 ? sqrt(num / den) : INFINITY;
+                e = e == e ? e : INFINITY;
             }
-            double e = den > 0 ? sqrt(num / den) : INFINITY;
-            b->probe_err[p] = e == e ? e : INFINITY;
-            /* NaN fails the comparison too. */
-            b->path_ok[p] = e <= PROBE_TOL;
+            b->probe_err[p][o] = e;
+            /* NaN, a refusal (-1) or an error too large fail it. */
+            b->path_ok[p][o] = e >= 0 && e <= (o ? PROBE_TOL_BF16 : PROBE_TOL);
+            cudaGetLastError(); /* a refused mode must not poison later launches */
         }
-        cudaGetLastError(); /* a refused mode must not poison later launches */
     }
     rc = 0;
 out:
@@ -338,13 +365,14 @@ extern "C" int l8k_blas_create(cudaStream_t st, struct l8k_blas **out)
     }
     if ((rc = probe_paths(b, st)))
         goto err;
-    if (b->path_ok[L8K_FP8_OUTER_VEC])
-        b->path = L8K_FP8_OUTER_VEC;
-    else if (b->path_ok[L8K_FP8_EPILOGUE])
-        b->path = L8K_FP8_EPILOGUE;
-    else if (b->path_ok[L8K_FP8_BF16])
-        b->path = L8K_FP8_BF16;
-    else {
+    /* The first that passed, in order of speed; f32 out is required. */
+    for (int o = 0; o < 2; o++) {
+        b->path[o] = L8K_FP8_NONE;
+        for (int p = L8K_FP8_BF16; p >= L8K_FP8_OUTER_VEC; p--)
+            if (b->path_ok[p][o])
+                b->path[o] = (enum l8k_fp8_path)p;
+    }
+    if (b->path[0] == L8K_FP8_NONE) {
         rc = -ENOTSUP;
         goto err;
     }
@@ -368,38 +396,52 @@ extern "C" void l8k_blas_destroy(struct l8k_blas *b)
     free(b);
 }
 
-extern "C" enum l8k_fp8_path l8k_blas_fp8_path(const struct l8k_blas *b)
+static int out_index(enum l8k_dtype y_dt)
 {
-    return b->path;
+    return y_dt == L8K_F32 ? 0 : y_dt == L8K_BF16 ? 1 : -1;
 }
 
-extern "C" double l8k_blas_probe_err(const struct l8k_blas *b, enum l8k_fp8_path p)
+extern "C" enum l8k_fp8_path l8k_blas_fp8_path(const struct l8k_blas *b, enum l8k_dtype y_dt)
 {
-    return (unsigned)p <= L8K_FP8_BF16 ? b->probe_err[p] : -1.0;
+    const int o = out_index(y_dt);
+    return o < 0 ? L8K_FP8_NONE : b->path[o];
 }
 
-extern "C" int l8k_blas_set_fp8_path(struct l8k_blas *b, enum l8k_fp8_path p)
+extern "C" double l8k_blas_probe_err(const struct l8k_blas *b, enum l8k_fp8_path p,
+                                     enum l8k_dtype y_dt)
 {
-    if ((unsigned)p > L8K_FP8_BF16)
+    const int o = out_index(y_dt);
+    return (unsigned)p > L8K_FP8_BF16 || o < 0 ? -1.0 : b->probe_err[p][o];
+}
+
+extern "C" int l8k_blas_set_fp8_path(struct l8k_blas *b, enum l8k_dtype y_dt,
+                                     enum l8k_fp8_path p)
+{
+    const int o = out_index(y_dt);
+    if (o < 0 || p < L8K_FP8_NONE || p > L8K_FP8_BF16 || (p == L8K_FP8_NONE && o == 0))
         return -EINVAL;
-    if (!b->path_ok[p])
+    if (p != L8K_FP8_NONE && !b->path_ok[p][o])
         return -ENOTSUP;
-    b->path = p;
+    b->path[o] = p;
     return 0;
 }
 
 extern "C" int l8k_gemm_fp8(struct l8k_blas *b, const uint8_t *wq, const float *w_scale,
                             const uint8_t *xq, const float *x_scale, uint32_t M, uint32_t N,
-                            uint32_t K, float *y, cudaStream_t st)
+                            uint32_t K, enum l8k_dtype y_dt, void *y, cudaStream_t st)
 {
     /* FP8 products need 16-byte leading dimensions: K for the codes, and
-     * N for the f32 output (N % 4). */
-    if (!b || !wq || !w_scale || !xq || !x_scale || !y || N == 0 || K == 0 || K % 16 || N % 4 ||
-        !l8k_aligned16(wq) || !l8k_aligned16(xq) || !l8k_aligned16(y))
+     * N for the output (N % 4 in f32, N % 8 in bf16). */
+    const int o = out_index(y_dt);
+    if (!b || !wq || !w_scale || !xq || !x_scale || !y || N == 0 || K == 0 || K % 16 || o < 0 ||
+        N % (y_dt == L8K_F32 ? 4 : 8) || !l8k_aligned16(wq) || !l8k_aligned16(xq) ||
+        !l8k_aligned16(y))
         return -EINVAL;
+    if (b->path[o] == L8K_FP8_NONE)
+        return -ENOTSUP;
     if (M == 0)
         return 0;
-    return gemm_fp8_path(b, b->path, wq, w_scale, xq, x_scale, M, N, K, y, st);
+    return gemm_fp8_path(b, b->path[o], wq, w_scale, xq, x_scale, M, N, K, y_dt, y, st);
 }
 
 extern "C" int l8k_gemm_bf16(struct l8k_blas *b, const uint16_t *w, const uint16_t *x, uint32_t M,
@@ -410,5 +452,5 @@ extern "C" int l8k_gemm_bf16(struct l8k_blas *b, const uint16_t *w, const uint16
         return -EINVAL;
     if (M == 0)
         return 0;
-    return lt_matmul(b, GK_BF16, w, x, NULL, NULL, M, N, K, y, st);
+    return lt_matmul(b, GK_BF16, w, x, NULL, NULL, M, N, K, L8K_F32, y, st);
 }

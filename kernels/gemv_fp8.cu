@@ -255,8 +255,8 @@ static __global__ __launch_bounds__(GEMV_THREADS) void gemv_kernel(
                 KV *p = (KV *)(is_k ? ra.kb : ra.vb) +
                         l8k_kv_row((uint32_t)sm / ra.page_size, ra.nkv, hk, ra.page_size,
                                    (uint32_t)sm % ra.page_size, ra.D) + pair;
-                l8k_kv_store(p, v[0]);
-                l8k_kv_store(p + ra.D / 2, v[1]);
+                l8k_store(p, v[0]);
+                l8k_store(p + ra.D / 2, v[1]);
             }
         }
 #pragma unroll

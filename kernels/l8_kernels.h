@@ -44,10 +44,10 @@ int l8k_rmsnorm(float *x, const float *add, const float *w, float eps, uint32_t 
                 float *out_scale, cudaStream_t st);
 
 /* MLP activation: h[t][i] = silu(gu[t][i]) * gu[t][I + i], silu(g) = g / (1 + exp(-g)).
- * gu [T, 2I] f32 (gate then up, as the fused gate/up product writes them);
- * out as l8k_rmsnorm (F32, BF16, or FP8 codes + out_scale [T]). */
-int l8k_silu_mul(const float *gu, uint32_t T, uint32_t I, enum l8k_dtype out_dt, void *out,
-                 float *out_scale, cudaStream_t st);
+ * gu [T, 2I] f32 or bf16 (gu_dt; gate then up, as the fused gate/up product
+ * writes them); out as l8k_rmsnorm (F32, BF16, or FP8 codes + out_scale [T]). */
+int l8k_silu_mul(const void *gu, enum l8k_dtype gu_dt, uint32_t T, uint32_t I,
+                 enum l8k_dtype out_dt, void *out, float *out_scale, cudaStream_t st);
 
 /* ---- embed.cu ---------------------------------------------------------- */
 
@@ -82,33 +82,41 @@ int l8k_gemv_qkv_rope(const uint8_t *w, const float *w_scale, const void *x,
 /* ---- gemm.cu: cuBLASLt for large M ------------------------------------ */
 
 enum l8k_fp8_path {
+    L8K_FP8_NONE      = -1, /* no path computes this output correctly here */
     L8K_FP8_OUTER_VEC = 0,  /* FP8 tensor cores, per-token x per-channel scales in cuBLASLt */
     L8K_FP8_EPILOGUE  = 1,  /* FP8 tensor cores at unit scale, scales in our epilogue */
     L8K_FP8_BF16      = 2,  /* codes decoded to bf16 (exact), bf16 GEMM, our epilogue (sm_80) */
 };
 
 struct l8k_blas;
-/* Creates the cuBLASLt handle and a workspace, then picks the FP8 path by
- * running each candidate on a small random problem and comparing with
- * l8k_gemv (so a mode the library accepts but computes differently is
- * never used). */
+/* Creates the cuBLASLt handle and a workspace, then picks the FP8 path for
+ * each output dtype (f32, bf16) by running each candidate on a small random
+ * problem and comparing with l8k_gemv (so a mode the library accepts but
+ * computes differently is never used). -ENOTSUP if none gives f32. */
 int  l8k_blas_create(cudaStream_t st, struct l8k_blas **out);
 void l8k_blas_destroy(struct l8k_blas *b);
-enum l8k_fp8_path l8k_blas_fp8_path(const struct l8k_blas *b);
-/* Force a path (tests); -ENOTSUP when that path failed its probe. */
-int  l8k_blas_set_fp8_path(struct l8k_blas *b, enum l8k_fp8_path p);
-/* The probe's relative error for path p (-1: the library refused it). */
-double l8k_blas_probe_err(const struct l8k_blas *b, enum l8k_fp8_path p);
+/* The path l8k_gemm_fp8 takes for output y_dt (L8K_FP8_NONE: refused). */
+enum l8k_fp8_path l8k_blas_fp8_path(const struct l8k_blas *b, enum l8k_dtype y_dt);
+/* Force output y_dt's path (tests): -ENOTSUP when p failed that probe;
+ * L8K_FP8_NONE refuses bf16 output (f32 always has a path). */
+int  l8k_blas_set_fp8_path(struct l8k_blas *b, enum l8k_dtype y_dt, enum l8k_fp8_path p);
+/* The probe's relative error for path p with output y_dt, F32 or BF16
+ * (-1: the library refused it). */
+double l8k_blas_probe_err(const struct l8k_blas *b, enum l8k_fp8_path p, enum l8k_dtype y_dt);
 /* Make l8k_gemm_fp8 of up to [M, N, K] allocation-free on every path (the
  * bf16 decode path's scratch), so it can be captured in a CUDA graph. */
 int  l8k_blas_reserve(struct l8k_blas *b, uint32_t M, uint32_t N, uint32_t K);
 
-/* y [M, N] f32 = x_scale[m] * w_scale[n] * (xq [M, K] . wq [N, K]^T), FP8 codes.
- * K % 16 == 0, N % 4 == 0 (16-byte leading dimensions). The BF16 path grows a scratch buffer (not graph-capturable
- * on first use at a new size: see l8k_blas_reserve). */
+/* y [M, N] = x_scale[m] * w_scale[n] * (xq [M, K] . wq [N, K]^T), FP8 codes;
+ * y_dt F32, or BF16 (nearest even; half the bytes to write and read back,
+ * for a product whose output is large: prefill's gate/up; -ENOTSUP where
+ * l8k_blas_fp8_path(b, L8K_BF16) is L8K_FP8_NONE).
+ * K % 16 == 0, and 16-byte output rows (N % 4 in f32, N % 8 in bf16). The
+ * BF16 path grows a scratch buffer (not graph-capturable on first use at a
+ * new size: see l8k_blas_reserve). */
 int l8k_gemm_fp8(struct l8k_blas *b, const uint8_t *wq, const float *w_scale,
                  const uint8_t *xq, const float *x_scale, uint32_t M, uint32_t N, uint32_t K,
-                 float *y, cudaStream_t st);
+                 enum l8k_dtype y_dt, void *y, cudaStream_t st);
 /* y [M, N] f32 = x [M, K] bf16 . w [N, K]^T bf16, f32 accumulation. K % 8 == 0. */
 int l8k_gemm_bf16(struct l8k_blas *b, const uint16_t *w, const uint16_t *x, uint32_t M,
                   uint32_t N, uint32_t K, float *y, cudaStream_t st);

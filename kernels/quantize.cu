@@ -113,18 +113,19 @@ static __global__ __launch_bounds__(QUANT_THREADS) void rmsnorm_kernel(
               (char *)out + row_bytes(out_dt, H) * j, out_scale + j, red);
 }
 
+template <typename G>
 static __global__ __launch_bounds__(QUANT_THREADS) void silu_mul_kernel(
-    const float *__restrict__ gu, uint32_t I, enum l8k_dtype out_dt, void *__restrict__ out,
+    const G *__restrict__ gu, uint32_t I, enum l8k_dtype out_dt, void *__restrict__ out,
     float *__restrict__ out_scale)
 {
     __shared__ float red[32];
     l8k_pdl_wait();
     l8k_pdl_allow();
-    const float *g = gu + (size_t)blockIdx.x * 2 * I;
-    const float *u = g + I;
+    const G *g = gu + (size_t)blockIdx.x * 2 * I;
+    const G *u = g + I;
     store_row([&](uint32_t i) {
-                  float a = g[i];
-                  return __fdiv_rn(a, 1.0f + expf(-a)) * u[i];
+                  float a = l8k_load(&g[i]);
+                  return __fdiv_rn(a, 1.0f + expf(-a)) * l8k_load(&u[i]);
               },
               I, out_dt, (char *)out + row_bytes(out_dt, I) * blockIdx.x,
               out_scale + blockIdx.x, red);
@@ -154,14 +155,19 @@ extern "C" int l8k_rmsnorm(float *x, const float *add, const float *w, float eps
                       add, w, eps, H, rows, out_dt, out, out_scale);
 }
 
-extern "C" int l8k_silu_mul(const float *gu, uint32_t T, uint32_t I, enum l8k_dtype out_dt,
-                            void *out, float *out_scale, cudaStream_t st)
+extern "C" int l8k_silu_mul(const void *gu, enum l8k_dtype gu_dt, uint32_t T, uint32_t I,
+                            enum l8k_dtype out_dt, void *out, float *out_scale, cudaStream_t st)
 {
     if (!gu || !out || I == 0 || (out_dt == L8K_FP8 && !out_scale) ||
+        (gu_dt != L8K_F32 && gu_dt != L8K_BF16) ||
         (out_dt != L8K_F32 && out_dt != L8K_BF16 && out_dt != L8K_FP8))
         return -EINVAL;
     if (T == 0)
         return 0;
-    return l8k_launch("silu_mul_kernel", silu_mul_kernel, dim3(T), dim3(QUANT_THREADS), st, gu, I,
-                      out_dt, out, out_scale);
+    if (gu_dt == L8K_BF16)
+        return l8k_launch("silu_mul_kernel<bf16>", silu_mul_kernel<uint16_t>, dim3(T),
+                          dim3(QUANT_THREADS), st, (const uint16_t *)gu, I, out_dt, out,
+                          out_scale);
+    return l8k_launch("silu_mul_kernel<f32>", silu_mul_kernel<float>, dim3(T),
+                      dim3(QUANT_THREADS), st, (const float *)gu, I, out_dt, out, out_scale);
 }

@@ -50,8 +50,8 @@ static __global__ __launch_bounds__(ROPE_THREADS) void rope_kv_kernel(float *__r
     for (uint32_t e = threadIdx.x; e < nkv * D; e += blockDim.x) {
         uint32_t h = e / D, d = e % D;
         size_t off = l8k_kv_row(page, nkv, h, page_size, slot, D) + d;
-        l8k_kv_store(kb + off, k[e]);
-        l8k_kv_store(vb + off, v[e]);
+        l8k_store(kb + off, k[e]);
+        l8k_store(vb + off, v[e]);
     }
 }
 

@@ -222,6 +222,31 @@ static void meta_plan(struct cuda_engine *e, uint32_t T, uint32_t S, uint32_t pt
     (void)e;
 }
 
+/* Whether product p of T rows runs through the GEMV (else cuBLASLt). */
+static bool uses_gemv(const struct cuda_engine *e, enum l8_tune_product p, uint32_t T)
+{
+    return e->num == L8_NUMERICS_EXACT || T <= e->tune.gemv_max_m[p];
+}
+
+/* The dtype product p writes through cuBLASLt: f32, but bf16 for gate/up
+ * where the library gives it. Its output is the largest a step makes (a
+ * 512-token prefill's is 59 MB a layer in f32, more than the L2), written
+ * and read back once by SiLU; in bf16 it is half the bytes and stays in the
+ * L2. Its rounding (2^-8 relative at most) is far below the FP8
+ * quantization that follows SiLU (2^-4). The GEMV writes f32 (its output
+ * is small). */
+static enum l8k_dtype gemm_out_dt(const struct cuda_engine *e, enum l8_tune_product p)
+{
+    return p == L8_TP_GATE_UP && l8k_blas_fp8_path(e->blas, L8K_BF16) != L8K_FP8_NONE
+               ? L8K_BF16 : L8K_F32;
+}
+
+/* The dtype product p of T rows writes in a step. */
+static enum l8k_dtype out_dt(const struct cuda_engine *e, enum l8_tune_product p, uint32_t T)
+{
+    return uses_gemv(e, p, T) ? L8K_F32 : gemm_out_dt(e, p);
+}
+
 /* cuda_tune.h's run: product p at M rows over every layer, on inputs that
  * choose_crossover filled (their values do not matter to the time). qkv is
  * timed as each path runs it in a step: the GEMV with RoPE in its epilogue,
@@ -245,7 +270,8 @@ static int tune_run(void *ctx, enum l8_tune_product p, uint32_t M, bool gemm)
         const struct gw *W = p == L8_TP_QKV ? &g->qkv : p == L8_TP_O ? &g->o
                            : p == L8_TP_GATE_UP ? &g->gu : &g->down;
         float *y = p == L8_TP_QKV ? e->qkv : p == L8_TP_GATE_UP ? e->gu : e->y;
-        int rc = gemm ? l8k_gemm_fp8(e->blas, W->w, W->s, e->xq, e->xs, M, W->n, W->k, y, e->st)
+        int rc = gemm ? l8k_gemm_fp8(e->blas, W->w, W->s, e->xq, e->xs, M, W->n, W->k,
+                                     gemm_out_dt(e, p), y, e->st)
                  : p == L8_TP_QKV
                      ? l8k_gemv_qkv_rope(W->w, W->s, e->xq, L8K_FP8, e->xs, M, W->k, y, W->n,
                                          e->tune_rope, e->inv_freq, nh, nkv, D, e->kv, e->kv,
@@ -288,8 +314,9 @@ static int choose_crossover(struct cuda_engine *e, const char *tune_file, char e
         snprintf(err, L8_ERRLEN, "cannot describe the CUDA device");
         return -EIO;
     }
-    snprintf(key, sizeof key, "%s, fp8 path %d | hidden %u inter %u qkv %u layers %u vocab %u "
-             "lm_head %s", dev, (int)l8k_blas_fp8_path(e->blas), c->hidden, c->inter,
+    snprintf(key, sizeof key, "%s, fp8 path %d/%d | hidden %u inter %u qkv %u layers %u vocab %u "
+             "lm_head %s", dev, (int)l8k_blas_fp8_path(e->blas, L8K_F32),
+             (int)l8k_blas_fp8_path(e->blas, L8K_BF16), c->hidden, c->inter,
              (c->n_heads + 2 * c->n_kv_heads) * c->head_dim, c->n_layers, c->vocab,
              e->lm_dt == L8K_BF16 ? "bf16" : "f32");
     int rc = tune_file ? l8_tune_load(tune_file, key, &e->tune, lerr, sizeof lerr) : -ENOENT;
@@ -612,12 +639,13 @@ static int cuda_create(const struct l8_model *m, const struct l8_engine_opts *o,
         fprintf(stderr,
                 "llama8 cuda: weights %.2f GiB uploaded in %.2f s (%.1f GB/s), checksums "
                 "equal (%.1f ms); activations %.1f MiB; KV pool %u pages of %u (%.1f MiB, %s); "
-                "fp8 GEMM path %d; decode graphs %s; PDL %s; %.1f GiB free of %.1f\n",
+                "fp8 GEMM path %d (bf16 out %d); decode graphs %s; PDL %s; %.1f GiB free of %.1f\n",
                 (double)wbytes / 1073741824.0, up_s, up_s > 0 ? (double)up.bytes / up_s / 1e9 : 0,
                 ver_s * 1e3,
                 (double)(abytes - (size_t)e->n_pages * page_bytes) / 1048576.0, e->n_pages,
                 e->ps, (double)e->n_pages * page_bytes / 1048576.0,
-                e->kv_dt == L8K_F32 ? "f32" : "bf16", (int)l8k_blas_fp8_path(e->blas),
+                e->kv_dt == L8K_F32 ? "f32" : "bf16", (int)l8k_blas_fp8_path(e->blas, L8K_F32),
+                (int)l8k_blas_fp8_path(e->blas, L8K_BF16),
                 e->use_graphs ? "on" : e->prof ? "off (L8_PROFILE)" : "off (L8_CUDA_GRAPHS=0)",
                 l8k_pdl_enabled() ? "on" : "off",
                 (double)free_b / 1073741824.0, (double)total_b / 1073741824.0);
@@ -719,23 +747,19 @@ static int grow_pair(void **h, void **d, size_t *cap, size_t n, size_t sz)
     return 0;
 }
 
-/* y [T, W.n] = (product input) . W^T in the engine's numerics; the input is
- * in_f32 or e->act (exact) or e->xq / e->xs (fp8), [T, W.k]. */
-/* Whether product p of T rows runs through the GEMV (else cuBLASLt). */
-static bool uses_gemv(const struct cuda_engine *e, enum l8_tune_product p, uint32_t T)
-{
-    return e->num == L8_NUMERICS_EXACT || T <= e->tune.gemv_max_m[p];
-}
-
+/* y [T, W.n] = (product input) . W^T in the engine's numerics, in
+ * out_dt(e, p, T); the input is in_f32 or e->act (exact) or e->xq / e->xs
+ * (fp8), [T, W.k]. */
 static int project(struct cuda_engine *e, enum l8_tune_product p, const struct gw *W, uint32_t T,
-                   const float *in_f32, float *y)
+                   const float *in_f32, void *y)
 {
     if (e->num == L8_NUMERICS_EXACT)
         return l8k_gemv(W->w, L8K_FP8, W->s, in_f32 ? in_f32 : e->act, L8K_F32, NULL, T, W->n,
                         W->k, y, W->n, e->st);
     if (uses_gemv(e, p, T))
         return l8k_gemv(W->w, L8K_FP8, W->s, e->xq, L8K_FP8, e->xs, T, W->n, W->k, y, W->n, e->st);
-    return l8k_gemm_fp8(e->blas, W->w, W->s, e->xq, e->xs, T, W->n, W->k, y, e->st);
+    return l8k_gemm_fp8(e->blas, W->w, W->s, e->xq, e->xs, T, W->n, W->k, out_dt(e, p, T), y,
+                        e->st);
 }
 
 /* The product input for the next projection: dtype and buffer. */
@@ -858,7 +882,8 @@ static int fwd_layers(struct cuda_engine *e, const struct fwd *f)
         OP(L8_PH_MLP_NORM, l8k_rmsnorm(e->x, e->y, g->mlp_norm, c->rms_eps, H, NULL, T, idt, ib,
                                        e->xs, e->st));
         OP(L8_PH_GATE_UP, project(e, L8_TP_GATE_UP, &g->gu, T, NULL, e->gu));
-        OP(L8_PH_SILU, l8k_silu_mul(e->gu, T, I, idt, ib, e->xs, e->st));
+        OP(L8_PH_SILU, l8k_silu_mul(e->gu, out_dt(e, L8_TP_GATE_UP, T), T, I, idt, ib, e->xs,
+                                    e->st));
         OP(L8_PH_DOWN, project(e, L8_TP_DOWN, &g->down, T, NULL, e->y));
     }
     return 0;

@@ -74,6 +74,11 @@ struct prod_ctx {
     enum l8k_dtype w_dt, x_dt;
     struct l8k_blas *blas;
     int use_blas;
+    enum l8k_dtype y_dt;          /* cuBLASLt's output dtype (F32 unless set) */
+    /* after the product, SiLU*up into FP8 as a step does (N = 2 I) */
+    bool silu;
+    uint8_t *hq;
+    float *hs;
     /* the qkv product with RoPE and the KV append (8B heads): 1 fused
      * (l8k_gemv_qkv_rope), 2 l8k_gemv then l8k_rope_kv */
     int rope;
@@ -94,7 +99,9 @@ static int do_prod(void *c_, int i)
                l8k_rope_kv(c->y, c->N, c->pos, c->inv_freq, c->M, 32, 8, 128, c->kpool, c->vpool,
                            L8K_BF16, 16, c->slot, 0);
     if (c->use_blas)
-        return l8k_gemm_fp8(c->blas, c->w[i % c->rot], c->ws, c->x, c->xs, c->M, c->N, c->K, c->y, 0);
+        return l8k_gemm_fp8(c->blas, c->w[i % c->rot], c->ws, c->x, c->xs, c->M, c->N, c->K,
+                            c->y_dt, c->y, 0) ||
+               (c->silu && l8k_silu_mul(c->y, c->y_dt, c->M, c->N / 2, L8K_FP8, c->hq, c->hs, 0));
     return l8k_gemv(c->w[i % c->rot], c->w_dt, c->w_dt == L8K_FP8 ? c->ws : NULL, c->x, c->x_dt,
                     c->x_dt == L8K_FP8 ? c->xs : NULL, c->M, c->N, c->K, c->y, c->N, 0);
 }
@@ -169,6 +176,8 @@ static void prod_init(struct prod_ctx *c, uint32_t M, uint32_t N, uint32_t K, en
         free(h);
     }
     c->y = dalloc((size_t)M * N * 4);
+    c->hq = dalloc((size_t)M * N / 2);
+    c->hs = dalloc((size_t)M * 4);
     c->M = M; c->N = N; c->K = K;
     c->w_dt = w_dt; c->x_dt = x_dt;
     c->blas = b;
@@ -178,7 +187,8 @@ static void prod_free(struct prod_ctx *c)
 {
     for (int r = 0; r < c->rot; r++)
         cudaFree(c->w[r]);
-    cudaFree(c->ws); cudaFree(c->xs); cudaFree(c->x); cudaFree(c->y);
+    cudaFree(c->ws); cudaFree(c->xs); cudaFree(c->x); cudaFree(c->y); cudaFree(c->hq);
+    cudaFree(c->hs);
 }
 
 static json_object *row(const char *name, uint32_t M, uint32_t N, uint32_t K, float us,
@@ -284,7 +294,10 @@ int main(int argc, char **argv)
         printf("FAIL: cuBLASLt setup\n");
         return 1;
     }
-    json_object_object_add(out, "fp8_gemm_path", json_object_new_int(l8k_blas_fp8_path(b)));
+    json_object_object_add(out, "fp8_gemm_path",
+                           json_object_new_int(l8k_blas_fp8_path(b, L8K_F32)));
+    json_object_object_add(out, "fp8_gemm_path_bf16",
+                           json_object_new_int(l8k_blas_fp8_path(b, L8K_BF16)));
 
     /* Ceiling 1: device-to-device copy, 2 GiB, bytes read + written. */
     struct copy_ctx cc = { .n = 2ull << 30 };
@@ -399,12 +412,14 @@ int main(int argc, char **argv)
         prod_free(&c);
     }
 
-    /* Prefill products, 512 tokens, and their fraction of that ceiling. */
+    /* Prefill products, 512 tokens, and their fraction of that ceiling
+     * (gate/up in bf16, as a step writes it). */
     double pre_us = 0, pre_flops = 0;
     for (int i = 0; i < 4; i++) {
         struct prod_ctx c;
         prod_init(&c, 512, P[i].N, P[i].K, L8K_FP8, L8K_FP8, b);
         c.use_blas = 1;
+        c.y_dt = i == 2 && l8k_blas_fp8_path(b, L8K_BF16) != L8K_FP8_NONE ? L8K_BF16 : L8K_F32;
         float us = time_us(do_prod, &c);
         double fl = 2.0 * 512 * P[i].N * P[i].K;
         json_object_array_add(rows, row(P[i].name, 512, P[i].N, P[i].K, us,
@@ -418,6 +433,28 @@ int main(int argc, char **argv)
                     "x 32 layers = %.2f ms\n", pre_us, tc_frac, 32 * pre_us / 1000.0);
     json_object_object_add(out, "prefill_products_us", json_object_new_double(pre_us));
     json_object_object_add(out, "prefill_tc_frac", json_object_new_double(tc_frac));
+    /* gate/up then SiLU*up at 512 tokens, the product's output in f32 (59 MB,
+     * more than the L2) against bf16 (the engine's choice): what it saves. */
+    {
+        struct prod_ctx c;
+        prod_init(&c, 512, 28672, 4096, L8K_FP8, L8K_FP8, b);
+        c.use_blas = 1;
+        c.silu = true;
+        float us[2];
+        for (int o = 0; o < 2; o++) {
+            c.y_dt = o ? L8K_BF16 : L8K_F32;
+            us[o] = time_us(do_prod, &c);   /* -1: this output refused here */
+            json_object_array_add(rows, row(o ? "gate_up_silu_bf16" : "gate_up_silu_f32", 512,
+                                            28672, 4096, us[o], 28672.0 * 4096, copy_gbs,
+                                            2.0 * 512 * 28672 * 4096));
+        }
+        fprintf(stderr, "gate/up + SiLU, 512 tokens: f32 between them %.1f us, bf16 %.1f us "
+                        "(x 32 layers: %.2f ms saved)\n", us[0], us[1],
+                32 * (us[0] - us[1]) / 1000.0);
+        json_object_object_add(out, "gate_up_silu_f32_us", json_object_new_double(us[0]));
+        json_object_object_add(out, "gate_up_silu_bf16_us", json_object_new_double(us[1]));
+        prod_free(&c);
+    }
 attention:
     /* Attention: the prefill of the single-stream benchmark (512 causal rows,
      * one layer) on the tile kernel and, as its baseline, the row kernel; a

@@ -159,7 +159,7 @@ static void test_silu(void)
         gu[i] = rnd_n(4.0f);
     float *dg = dup_to_dev(gu, n * 4), *df = dalloc((size_t)T * I * 4), *ds = dalloc(T * 4);
     uint8_t *dq = dalloc((size_t)T * I);
-    KOK(l8k_silu_mul(dg, T, I, L8K_F32, df, NULL, 0));
+    KOK(l8k_silu_mul(dg, L8K_F32, T, I, L8K_F32, df, NULL, 0));
     float *f = malloc((size_t)T * I * 4);
     double *ref = malloc((size_t)T * I * 8);
     to_host(f, df, (size_t)T * I * 4);
@@ -170,7 +170,7 @@ static void test_silu(void)
         }
     double e = rel_err(f, ref, (size_t)T * I);
     CHECK(e <= TOL_F32, "silu_mul f32: rel err %.3g", e);
-    KOK(l8k_silu_mul(dg, T, I, L8K_FP8, dq, ds, 0));
+    KOK(l8k_silu_mul(dg, L8K_F32, T, I, L8K_FP8, dq, ds, 0));
     uint8_t *q = malloc((size_t)T * I), *qr = malloc(I);
     float s[8];
     to_host(q, dq, (size_t)T * I);
@@ -181,6 +181,36 @@ static void test_silu(void)
         bad += sr != s[t] || memcmp(qr, q + (size_t)t * I, I) != 0;
     }
     CHECK(bad == 0, "silu_mul fp8: %u rows differ", bad);
+    /* bf16 input (the cuBLASLt gate/up output): bitwise what the f32 input
+     * of the same values gives, in both output dtypes. */
+    uint16_t *g16 = malloc(n * 2);
+    for (size_t i = 0; i < n; i++) {
+        g16[i] = l8_f32_to_bf16(gu[i]);
+        gu[i] = l8_bf16_to_f32(g16[i]);
+    }
+    uint16_t *dg16 = dup_to_dev(g16, n * 2);
+    CU(cudaMemcpy(dg, gu, n * 4, cudaMemcpyHostToDevice));
+    float *f16 = malloc((size_t)T * I * 4), s16[8];
+    uint8_t *q16 = malloc((size_t)T * I);
+    KOK(l8k_silu_mul(dg, L8K_F32, T, I, L8K_F32, df, NULL, 0));
+    to_host(f, df, (size_t)T * I * 4);
+    KOK(l8k_silu_mul(dg, L8K_F32, T, I, L8K_FP8, dq, ds, 0));
+    to_host(q, dq, (size_t)T * I);
+    to_host(s, ds, T * 4);
+    poison(df, (size_t)T * I * 4);
+    poison(dq, (size_t)T * I);
+    KOK(l8k_silu_mul(dg16, L8K_BF16, T, I, L8K_F32, df, NULL, 0));
+    to_host(f16, df, (size_t)T * I * 4);
+    KOK(l8k_silu_mul(dg16, L8K_BF16, T, I, L8K_FP8, dq, ds, 0));
+    to_host(q16, dq, (size_t)T * I);
+    to_host(s16, ds, T * 4);
+    CHECK(memcmp(f, f16, (size_t)T * I * 4) == 0, "silu_mul bf16 in, f32 out: differs from f32 in");
+    CHECK(memcmp(q, q16, (size_t)T * I) == 0 && memcmp(s, s16, T * 4) == 0,
+          "silu_mul bf16 in, fp8 out: differs from f32 in");
+    CHECK(l8k_silu_mul(dg16, L8K_FP8, T, I, L8K_F32, df, NULL, 0) == -EINVAL,
+          "silu_mul: fp8 input accepted");
+    free(g16); free(f16); free(q16);
+    cudaFree(dg16);
     free(gu); free(f); free(ref); free(q); free(qr);
     cudaFree(dg); cudaFree(df); cudaFree(ds); cudaFree(dq);
 }
@@ -363,32 +393,71 @@ static void test_gemm(struct l8k_blas *b)
     void *dw = dup_to_dev(w, (size_t)N * K), *dx = dup_to_dev(x, (size_t)M * K);
     float *dws = dup_to_dev(ws, N * 4), *dxs = dup_to_dev(xs, M * 4);
     float *dy = dalloc((size_t)M * N * 4), *y = malloc((size_t)M * N * 4);
-    printf("cuBLASLt FP8 path chosen: %d (0 outer-vec, 1 epilogue, 2 bf16 decode)\n",
-           (int)l8k_blas_fp8_path(b));
-    enum l8k_fp8_path chosen = l8k_blas_fp8_path(b);
+    const enum l8k_fp8_path chosen = l8k_blas_fp8_path(b, L8K_F32),
+                            chosen16 = l8k_blas_fp8_path(b, L8K_BF16);
+    printf("cuBLASLt FP8 path chosen: %d, for bf16 out %d (-1 none, 0 outer-vec, 1 epilogue, "
+           "2 bf16 decode)\n", (int)chosen, (int)chosen16);
+    double rms = 0;
+    for (size_t i = 0; i < (size_t)M * N; i++)
+        rms += ref[i] * ref[i];
+    rms = sqrt(rms / ((double)M * N));
+    uint16_t *y16 = malloc((size_t)M * N * 2);
     for (int p = L8K_FP8_OUTER_VEC; p <= L8K_FP8_BF16; p++) {
-        if (l8k_blas_set_fp8_path(b, (enum l8k_fp8_path)p) != 0) {
+        const enum l8k_fp8_path fp = (enum l8k_fp8_path)p;
+        const double tol = p == L8K_FP8_BF16 ? TOL_TC : TOL_FP8_TC;
+        if (l8k_blas_set_fp8_path(b, L8K_F32, fp) != 0) {
             printf("  fp8 path %d: not available here (probe %.3g)\n", p,
-                   l8k_blas_probe_err(b, (enum l8k_fp8_path)p));
+                   l8k_blas_probe_err(b, fp, L8K_F32));
+        } else {
+            poison(dy, (size_t)M * N * 4);
+            KOK(l8k_gemm_fp8(b, dw, dws, dx, dxs, M, N, K, L8K_F32, dy, 0));
+            to_host(y, dy, (size_t)M * N * 4);
+            double e = rel_err(y, ref, (size_t)M * N);
+            printf("  fp8 path %d: rel err %.3g (probe %.3g, tolerance %.0e)\n", p, e,
+                   l8k_blas_probe_err(b, fp, L8K_F32), tol);
+            CHECK(e <= tol, "gemm fp8 path %d: rel err %.3g", p, e);
+        }
+        /* bf16 out: each element within its rounding (2^-8 relative, twice
+         * on the epilogue paths) plus the path's own error. */
+        if (l8k_blas_set_fp8_path(b, L8K_BF16, fp) != 0) {
+            printf("  fp8 path %d, bf16 out: not available here (probe %.3g)\n", p,
+                   l8k_blas_probe_err(b, fp, L8K_BF16));
             continue;
         }
-        poison(dy, (size_t)M * N * 4);
-        KOK(l8k_gemm_fp8(b, dw, dws, dx, dxs, M, N, K, dy, 0));
-        to_host(y, dy, (size_t)M * N * 4);
-        double e = rel_err(y, ref, (size_t)M * N);
-        const double tol = p == L8K_FP8_BF16 ? TOL_TC : TOL_FP8_TC;
-        printf("  fp8 path %d: rel err %.3g (probe %.3g, tolerance %.0e)\n", p, e,
-               l8k_blas_probe_err(b, (enum l8k_fp8_path)p), tol);
-        CHECK(e <= tol, "gemm fp8 path %d: rel err %.3g", p, e);
+        poison(dy, (size_t)M * N * 2);
+        KOK(l8k_gemm_fp8(b, dw, dws, dx, dxs, M, N, K, L8K_BF16, dy, 0));
+        to_host(y16, dy, (size_t)M * N * 2);
+        uint32_t bad = 0;
+        double worst = 0;
+        for (size_t i = 0; i < (size_t)M * N; i++) {
+            double d = fabs((double)l8_bf16_to_f32(y16[i]) - ref[i]);
+            double lim = fabs(ref[i]) * (p == L8K_FP8_OUTER_VEC ? 0x1p-8 : 0x1.01p-7) +
+                         4 * tol * rms;
+            worst = fmax(worst, d / lim);
+            bad += !(d <= lim);   /* NaN is bad */
+        }
+        printf("  fp8 path %d, bf16 out: worst element at %.2f of its bound (probe %.3g)\n", p,
+               worst, l8k_blas_probe_err(b, fp, L8K_BF16));
+        CHECK(bad == 0, "gemm fp8 path %d, bf16 out: %u elements outside their rounding", p, bad);
     }
-    l8k_blas_set_fp8_path(b, chosen);
+    free(y16);
+    l8k_blas_set_fp8_path(b, L8K_F32, chosen);
+    l8k_blas_set_fp8_path(b, L8K_BF16, chosen16);
+    CHECK(l8k_blas_set_fp8_path(b, L8K_F32, L8K_FP8_NONE) == -EINVAL,
+          "blas: f32 output left without a path");
+    if (chosen16 != L8K_FP8_NONE) {   /* bf16 refused once its path is none */
+        KOK(l8k_blas_set_fp8_path(b, L8K_BF16, L8K_FP8_NONE));
+        CHECK(l8k_gemm_fp8(b, dw, dws, dx, dxs, M, N, K, L8K_BF16, dy, 0) == -ENOTSUP,
+              "gemm fp8: bf16 out without a path not refused");
+        KOK(l8k_blas_set_fp8_path(b, L8K_BF16, chosen16));
+    }
     /* Operands only 16-byte aligned (cuBLASLt assumes 256 unless told). */
     {
         uint8_t *dx16 = dalloc((size_t)M * K + 16);
         float *dy16 = dalloc((size_t)M * N * 4 + 16);
         CU(cudaMemcpy(dx16 + 16, x, (size_t)M * K, cudaMemcpyHostToDevice));
         /* A refusal here must not end the test (KOK would): later kernels still run. */
-        int r = l8k_gemm_fp8(b, dw, dws, dx16 + 16, dxs, M, N, K,
+        int r = l8k_gemm_fp8(b, dw, dws, dx16 + 16, dxs, M, N, K, L8K_F32,
                              (float *)((uint8_t *)dy16 + 16), 0);
         CU(cudaStreamSynchronize(0));
         CHECK(r == 0, "gemm fp8 path %d, 16-byte aligned operands: returned %d", chosen, r);
@@ -939,8 +1008,12 @@ static void test_refusals(struct l8k_blas *b)
           "attention prefill D = 96");
     CHECK(l8k_rmsnorm(d, NULL, d, 1e-5f, 16, NULL, 1, L8K_FP8, d, NULL, 0) == -EINVAL,
           "rmsnorm fp8 without scale");
-    CHECK(l8k_gemm_fp8(b, (uint8_t *)d, d, (uint8_t *)d, d, 1, 6, 16, d, 0) == -EINVAL,
+    CHECK(l8k_gemm_fp8(b, (uint8_t *)d, d, (uint8_t *)d, d, 1, 6, 16, L8K_F32, d, 0) == -EINVAL,
           "gemm fp8 N %% 4");
+    CHECK(l8k_gemm_fp8(b, (uint8_t *)d, d, (uint8_t *)d, d, 1, 12, 16, L8K_BF16, d, 0) == -EINVAL,
+          "gemm fp8 bf16 out, N %% 8");
+    CHECK(l8k_gemm_fp8(b, (uint8_t *)d, d, (uint8_t *)d, d, 1, 16, 16, L8K_FP8, d, 0) == -EINVAL,
+          "gemm fp8 fp8 out");
     cudaFree(d);
 }
 

@@ -5,8 +5,9 @@
  * FP8 operands only as "TN" (A transposed, B not), 16-byte aligned pointers
  * and leading dimensions for FP8, scale modes per operand (a scalar or,
  * CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F, one f32 per row of op(A) and
- * per column of op(B)), operands in device memory, and work ordered on the
- * stream (so it is captured into graphs). Sums are f32 over exact products,
+ * per column of op(B)), f32 or bf16 outputs (C of D's type), operands in
+ * device memory, and work ordered on the stream (so it is captured into
+ * graphs). Sums are f32 over exact products,
  * as the tensor cores promote them (without their reduced-precision partial
  * sums inside an instruction). */
 #include "cuemu.h"
@@ -63,6 +64,16 @@ float load(const void *base, cudaDataType_t t, size_t i)
     }
 }
 
+/* Nearest even, NaN kept (a quiet NaN of the same sign). */
+uint16_t to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x40);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+}
+
 /* op(X) as a dense row-major [rows x k] f32 copy: row r is row r of op(X) for
  * A (so op(A) is m x k) and column r of op(B) for B (so op(B)^T is n x k). */
 std::vector<float> unpack(const void *x, const Layout &l, bool trans, bool is_b, uint64_t *rows,
@@ -95,8 +106,8 @@ cublasStatus_t check(const Desc *d, const Layout *a, const Layout *b, const Layo
     if (!d || !a || !b || !c || !dd)
         return CUBLAS_STATUS_INVALID_VALUE;
     if (d->compute != CUBLAS_COMPUTE_32F || d->scale_type != CUDA_R_32F ||
-        !elt_size(a->type) || a->type != b->type || c->type != CUDA_R_32F ||
-        dd->type != CUDA_R_32F)
+        !elt_size(a->type) || a->type != b->type || c->type != dd->type ||
+        (dd->type != CUDA_R_32F && dd->type != CUDA_R_16BF))
         return CUBLAS_STATUS_NOT_SUPPORTED;
     uint64_t m = d->trans[0] == CUBLAS_OP_T ? a->cols : a->rows;
     uint64_t ka = d->trans[0] == CUBLAS_OP_T ? a->rows : a->cols;
@@ -109,7 +120,7 @@ cublasStatus_t check(const Desc *d, const Layout *a, const Layout *b, const Layo
     if (fp8(a)) {
         if (d->trans[0] != CUBLAS_OP_T || d->trans[1] != CUBLAS_OP_N)
             return CUBLAS_STATUS_NOT_SUPPORTED;   /* FP8 tensor cores take TN only */
-        if (a->ld % 16 || b->ld % 16 || (dd->ld * 4) % 16)
+        if (a->ld % 16 || b->ld % 16 || (dd->ld * elt_size(dd->type)) % 16)
             return CUBLAS_STATUS_NOT_SUPPORTED;
     }
     for (int i = 0; i < 2; i++)
@@ -277,7 +288,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
     size_t ea = elt_size(a.type);
     if (!cuemu::device_range(A, ((a.cols - 1) * a.ld + a.rows) * ea) ||
         !cuemu::device_range(B, ((b.cols - 1) * b.ld + b.rows) * ea) ||
-        !cuemu::device_range(D, ((dl.cols - 1) * dl.ld + dl.rows) * 4)) {
+        !cuemu::device_range(D, ((dl.cols - 1) * dl.ld + dl.rows) * elt_size(dl.type))) {
         fprintf(stderr, "cublaslt_emu: an operand is not (entirely) in device memory\n");
         return CUBLAS_STATUS_INVALID_VALUE;
     }
@@ -312,8 +323,11 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
                                              ? d.scale[1][j] : d.scale[1][0]) : 1.0f;
                 float v = al_v * (sa * sb * sum);
                 if (be_v != 0.0f)
-                    v += be_v * ((const float *)C)[i + j * c.ld];
-                ((float *)D)[i + j * dl.ld] = v;
+                    v += be_v * load(C, c.type, i + j * c.ld);
+                if (dl.type == CUDA_R_16BF)
+                    ((uint16_t *)D)[i + j * dl.ld] = to_bf16(v);
+                else
+                    ((float *)D)[i + j * dl.ld] = v;
             }
     });
     return CUBLAS_STATUS_SUCCESS;

@@ -14,6 +14,7 @@
 #include <ucontext.h>
 #include <unistd.h>
 
+#include <deque>
 #include <map>
 #include <vector>
 
@@ -86,6 +87,15 @@ static struct {
     bool pdl;                       /* this grid is a PDL launch */
     bool pdl_waited[MAX_THREADS];
     bool progress;
+    /* each thread's cp.async copies: committed groups, oldest first, and
+     * the group still open */
+    struct Copy {
+        void *dst;
+        const void *src;
+        unsigned n;
+    };
+    std::deque<std::vector<Copy>> cp_groups[MAX_THREADS];
+    std::vector<Copy> cp_open[MAX_THREADS];
 } S;
 
 static void yield_to_scheduler(Fiber *f)
@@ -99,6 +109,12 @@ static Fiber *cur_fiber() { return &S.fibers[cur->linear]; }
 {
     Fiber *f = cur_fiber();
     (*S.body)();
+    bool pending = !S.cp_open[f->th.linear].empty();
+    for (const auto &g : S.cp_groups[f->th.linear])
+        pending |= !g.empty();
+    if (pending)
+        die("%s: thread %u of block (%u,%u,%u) ended with cp.async copies it never waited for",
+            S.kernel, f->th.linear, block_idx.x, block_idx.y, block_idx.z);
     if (S.pdl && !S.pdl_waited[f->th.linear])
         die("%s: launched with programmatic dependent launch, but thread %u ended without "
             "l8k_pdl_wait() (it must wait before it touches what the kernel before wrote)",
@@ -242,6 +258,33 @@ void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b
     }
 }
 
+void cp_async16(void *dst, const void *src, unsigned n)
+{
+    if (n > 16 || ((uintptr_t)dst & 15) || ((uintptr_t)src & 15))
+        die("%s: cp.async of %u bytes, %p -> %p: at most 16, both 16-byte aligned", S.kernel, n,
+            src, dst);
+    S.cp_open[cur_fiber()->th.linear].push_back({ dst, src, n });
+}
+
+void cp_async_commit()
+{
+    unsigned me = cur_fiber()->th.linear;
+    S.cp_groups[me].push_back(std::move(S.cp_open[me]));
+    S.cp_open[me].clear();
+}
+
+void cp_async_wait(unsigned n)
+{
+    auto &g = S.cp_groups[cur_fiber()->th.linear];
+    while (g.size() > n) {
+        for (const auto &c : g.front()) {
+            memcpy(c.dst, c.src, c.n);
+            memset((char *)c.dst + c.n, 0, 16 - c.n);
+        }
+        g.pop_front();
+    }
+}
+
 static void pdl_check_release();
 
 void pdl_wait()
@@ -325,6 +368,10 @@ void run_grid(const Cfg &c, const char *name, const std::function<void()> &body)
                 memset(S.shfl_seq, 0, sizeof S.shfl_seq);
                 memset(S.mma_seq, 0, sizeof S.mma_seq);
                 memset(S.pdl_waited, 0, sizeof S.pdl_waited);
+                for (unsigned i = 0; i < nthreads; i++) {
+                    S.cp_groups[i].clear();
+                    S.cp_open[i].clear();
+                }
                 /* Round robin until every thread has returned; a pass in which
                  * no thread moves is a deadlock (a barrier some never reach). */
                 const unsigned b = (bz * c.grid.y + by) * c.grid.x + bx;

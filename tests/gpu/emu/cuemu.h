@@ -65,6 +65,15 @@ void pdl_wait();
  * lane (layouts in kernels/common.cuh); a barrier of the whole warp. */
 void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]);
 
+/* cp.async (sm_80): the calling thread's copy of n <= 16 bytes from device
+ * memory to shared, the rest of the 16 zeroed, lands only when a wait
+ * covers its group, as on the device (where it lands some time before):
+ * a read of the destination before its wait sees the old contents. */
+void cp_async16(void *dst, const void *src, unsigned n);
+void cp_async_commit();
+/* Completes all but the newest n committed groups of the calling thread. */
+void cp_async_wait(unsigned n);
+
 struct Cfg {
     dim3 grid, block;
     size_t smem;

@@ -1,9 +1,12 @@
-/* test_cuemu.cc - the emulation's check of the PDL contract (cuemu.cc):
- * a kernel launched with programmatic dependent launch that touches, before
- * its l8k_pdl_wait(), what the kernel before it on the stream writes (or
- * writes what that kernel reads) is reported, naming both; what is not the
- * kernel before's (weights), or a kernel after other work on the stream,
- * is not. Each case runs in a child process, since a report aborts. */
+/* test_cuemu.cc - the emulation's checks of two contracts (cuemu.cc).
+ * PDL: a kernel launched with programmatic dependent launch that touches,
+ * before its l8k_pdl_wait(), what the kernel before it on the stream writes
+ * (or writes what that kernel reads) is reported, naming both; what is not
+ * the kernel before's (weights), or a kernel after other work on the
+ * stream, is not. cp.async: a copy lands at the wait that covers it (read
+ * before, its destination still holds what it held), zero-filled past its
+ * size, and one never waited for is reported. Each case runs in a child
+ * process, since a report aborts. */
 #include <stdio.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -54,6 +57,37 @@ static __global__ void early_write(float *p)
     if (threadIdx.x == blockDim.x - 1 && blockIdx.x == gridDim.x - 1)
         p[0] = 0.0f;
     l8k_pdl_wait();
+}
+
+/* Each thread stages 16 bytes of a through shared memory by cp.async (odd
+ * threads: 0 bytes, so zeros), reading its destination before the wait;
+ * then b gets that read and, after the barrier, its neighbour's chunk. */
+static __global__ void stage(const float *a, float *b)
+{
+    __shared__ __align__(16) float sh[4 * 128];
+    l8k_pdl_wait();
+    const uint32_t i = threadIdx.x;
+    for (int k = 0; k < 4; k++)
+        sh[4 * i + k] = -1.0f;
+    l8k_cp_async16(&sh[4 * i], a + 4 * i, i % 2 ? 0 : 16);
+    l8k_cp_async_commit();
+    const float before = sh[4 * i];
+    l8k_cp_async_wait<0>();
+    __syncthreads();
+    const uint32_t nb = (i + 1) % 128;
+    b[4 * i] = before;
+    for (int k = 1; k < 4; k++)
+        b[4 * i + k] = sh[4 * nb + k];
+}
+
+/* a copy issued and never waited for */
+static __global__ void unwaited(const float *a)
+{
+    __shared__ __align__(16) float sh[4];
+    l8k_pdl_wait();
+    if (threadIdx.x == 5)
+        l8k_cp_async16(sh, a, 16);
+    l8k_cp_async_commit();
 }
 
 static float *dmalloc(void)
@@ -111,6 +145,29 @@ static void run_case(int c)
             cudaGraphLaunch(x, st);
         }
         break;
+    case 6: { /* cp.async: lands at its wait, zero-filled past its size */
+        float h[N], got[N];
+        for (int i = 0; i < N; i++)
+            h[i] = 1.0f + (float)i;
+        cudaMemcpy(a, h, sizeof h, cudaMemcpyHostToDevice);
+        l8k_launch("stage", stage, dim3(1), dim3(128), st, (const float *)a, b);
+        cudaMemcpy(got, b, sizeof got, cudaMemcpyDeviceToHost);
+        int bad = 0;
+        for (int i = 0; i < 128; i++) {
+            const int nb = (i + 1) % 128;
+            bad += got[4 * i] != -1.0f;   /* read before the wait: not landed */
+            for (int k = 1; k < 4; k++)
+                bad += got[4 * i + k] != (nb % 2 ? 0.0f : h[4 * nb + k]);
+        }
+        if (bad) {
+            fprintf(stderr, "stage: %d values wrong\n", bad);
+            _exit(1);
+        }
+        break;
+    }
+    case 7:
+        l8k_launch("unwaited", unwaited, dim3(1), dim3(32), st, (const float *)a);
+        break;
     }
     cudaStreamSynchronize(st);
 }
@@ -125,6 +182,9 @@ int main(void)
         { "input read early after a synchronization", NULL },
         { "input read early after an event", NULL },
         { "input read before the wait, in a graph", "the kernel before it on the stream, writes" },
+        { "cp.async: lands at its wait, zeros past its size", NULL },
+        { "cp.async never waited for",
+          "unwaited: thread 5 of block (0,0,0) ended with cp.async copies it never waited for" },
     };
     int failures = 0;
     for (int c = 0; c < (int)(sizeof cases / sizeof *cases); c++) {
