@@ -23,6 +23,9 @@
  * addressing; emptied when three quarters full). */
 #define BLAS_CACHE 4096u
 #define BLAS_MAX_ALIGN 256u    /* cuBLASLt's default assumption for every pointer */
+/* Candidates a product may be pinned to (l8k_gemm_fp8_pin), and pins kept. */
+#define BLAS_MAX_ALGOS 8
+#define BLAS_PINS 32
 /* Probe acceptance, relative L2 error against l8k_gemv (exact products, f32
  * sums). Hopper's FP8 tensor cores add within an instruction at reduced
  * precision (about 14 bits before cuBLASLt promotes the partial sums), so an
@@ -44,6 +47,14 @@ struct algo_entry {
     bool valid;
 };
 
+/* A shape pinned to the heuristic's index-th algorithm instead of its
+ * first (kept apart from the cache, which empties itself). */
+struct algo_pin {
+    int kind;
+    enum l8k_dtype out;
+    uint32_t M, N, K, align[3], index;
+};
+
 struct l8k_blas {
     cublasLtHandle_t h;
     void *ws;
@@ -56,6 +67,8 @@ struct l8k_blas {
     size_t scr_elems;
     struct algo_entry cache[BLAS_CACHE];
     uint32_t cache_used;
+    struct algo_pin pins[BLAS_PINS];
+    uint32_t n_pins;
 };
 
 /* y *= x_scale[m] * w_scale[n], in place, y f32 or bf16 (then rounded
@@ -114,90 +127,144 @@ static struct algo_entry *cache_slot(struct l8k_blas *b, int kind, enum l8k_dtyp
     }
 }
 
-/* One cuBLASLt product y = op(A) op(B) (+ scales), column-major as above;
- * y f32 or bf16 (C and D alike). */
+/* One product's cuBLASLt descriptors, y = op(A) op(B) (+ scales),
+ * column-major as above; y f32 or bf16 (C and D alike). */
+struct lt_desc {
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t la, lb, lc;
+    uint32_t al[3];   /* the alignment of A, B, C/D */
+};
+
+static void desc_free(struct lt_desc *d)
+{
+    if (d->lc)
+        cublasLtMatrixLayoutDestroy(d->lc);
+    if (d->lb)
+        cublasLtMatrixLayoutDestroy(d->lb);
+    if (d->la)
+        cublasLtMatrixLayoutDestroy(d->la);
+    if (d->op)
+        cublasLtMatmulDescDestroy(d->op);
+}
+
+static int desc_make(struct lt_desc *d, int kind, const void *w, const void *x, const float *ws,
+                     const float *xs, uint32_t M, uint32_t N, uint32_t K, enum l8k_dtype y_dt,
+                     const void *y)
+{
+    cudaDataType_t in_t = kind == GK_BF16 ? CUDA_R_16BF : CUDA_R_8F_E4M3,
+                   out_t = y_dt == L8K_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    memset(d, 0, sizeof *d);
+    if (cublasLtMatmulDescCreate(&d->op, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS) {
+        d->op = NULL;
+        return -EIO;
+    }
+    if (cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta) ||
+        cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb))
+        goto err;
+    if (kind == GK_FP8_OUTER) {
+        int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+        if (cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof mode) ||
+            cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof mode) ||
+            cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &ws, sizeof ws) ||
+            cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &xs, sizeof xs))
+            goto err;
+    }
+    if (cublasLtMatrixLayoutCreate(&d->la, in_t, K, N, K) ||
+        cublasLtMatrixLayoutCreate(&d->lb, in_t, K, M, K) ||
+        cublasLtMatrixLayoutCreate(&d->lc, out_t, N, M, N))
+        goto err;
+    /* The heuristic assumes 256-byte aligned operands unless told otherwise,
+     * and its choice may fault or be refused on less: tell it the real
+     * alignment, and key the cache on it. */
+    d->al[0] = ptr_align(w);
+    d->al[1] = ptr_align(x);
+    d->al[2] = ptr_align(y);
+    return 0;
+err:
+    desc_free(d);
+    memset(d, 0, sizeof *d);
+    return -EIO;
+}
+
+/* The heuristic's first n algorithms for d (found of them), best first. */
+static int heuristic(struct l8k_blas *b, const struct lt_desc *d, int n,
+                     cublasLtMatmulHeuristicResult_t *res, int *found)
+{
+    cublasLtMatmulPreference_t pref = NULL;
+    size_t wsb = BLAS_WORKSPACE;
+    int rc = -EIO;
+    *found = 0;
+    if (cublasLtMatmulPreferenceCreate(&pref) ||
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                             &wsb, sizeof wsb) ||
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                             &d->al[0], sizeof d->al[0]) ||
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                             &d->al[1], sizeof d->al[1]) ||
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                             &d->al[2], sizeof d->al[2]) ||
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                             &d->al[2], sizeof d->al[2]))
+        goto out;
+    if (cublasLtMatmulAlgoGetHeuristic(b->h, d->op, d->la, d->lb, d->lc, d->lc, pref, n, res,
+                                       found) == CUBLAS_STATUS_SUCCESS && *found >= 1)
+        rc = 0;
+out:
+    if (pref)
+        cublasLtMatmulPreferenceDestroy(pref);
+    return rc;
+}
+
+/* The heuristic's index-th algorithm pinned for this key, else 0 (its first). */
+static uint32_t pinned_index(const struct l8k_blas *b, int kind, enum l8k_dtype out, uint32_t M,
+                             uint32_t N, uint32_t K, const uint32_t al[3])
+{
+    for (uint32_t i = 0; i < b->n_pins; i++) {
+        const struct algo_pin *p = &b->pins[i];
+        if (p->kind == kind && p->out == out && p->M == M && p->N == N && p->K == K &&
+            memcmp(p->align, al, sizeof p->align) == 0)
+            return p->index;
+    }
+    return 0;
+}
+
+/* One product through cuBLASLt, with the cached (or pinned) algorithm. */
 static int lt_matmul(struct l8k_blas *b, int kind, const void *w, const void *x, const float *ws,
                      const float *xs, uint32_t M, uint32_t N, uint32_t K, enum l8k_dtype y_dt,
                      void *y, cudaStream_t st)
 {
-    cublasLtMatmulDesc_t op = NULL;
-    cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
-    cublasLtMatmulPreference_t pref = NULL;
-    int rc = -EIO;
-    cudaDataType_t in_t = kind == GK_BF16 ? CUDA_R_16BF : CUDA_R_8F_E4M3,
-                   out_t = y_dt == L8K_BF16 ? CUDA_R_16BF : CUDA_R_32F;
-    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    struct lt_desc d;
     float alpha = 1.0f, beta = 0.0f;
-
-    if (cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS)
-        goto out;
-    if (cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta) ||
-        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb))
-        goto out;
-    if (kind == GK_FP8_OUTER) {
-        int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
-        if (cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof mode) ||
-            cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof mode) ||
-            cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &ws, sizeof ws) ||
-            cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &xs, sizeof xs))
-            goto out;
+    int rc = desc_make(&d, kind, w, x, ws, xs, M, N, K, y_dt, y);
+    if (rc)
+        return rc;
+    if (b->cache_used >= BLAS_CACHE / 4 * 3) {
+        memset(b->cache, 0, sizeof b->cache);
+        b->cache_used = 0;
     }
-    if (cublasLtMatrixLayoutCreate(&la, in_t, K, N, K) ||
-        cublasLtMatrixLayoutCreate(&lb, in_t, K, M, K) ||
-        cublasLtMatrixLayoutCreate(&lc, out_t, N, M, N))
-        goto out;
-
-    {
-        /* The heuristic assumes 256-byte aligned operands unless told
-         * otherwise, and its choice may fault or be refused on less: tell it
-         * the real alignment, and key the cache on it. */
-        const uint32_t al[3] = { ptr_align(w), ptr_align(x), ptr_align(y) };
-        if (b->cache_used >= BLAS_CACHE / 4 * 3) {
-            memset(b->cache, 0, sizeof b->cache);
-            b->cache_used = 0;
+    struct algo_entry *e = cache_slot(b, kind, y_dt, M, N, K, d.al);
+    if (!e->valid) {
+        cublasLtMatmulHeuristicResult_t res[BLAS_MAX_ALGOS];
+        int found = 0;
+        /* a pin's rank is among as many candidates as l8k_gemm_fp8_pin asked for */
+        const uint32_t i = pinned_index(b, kind, y_dt, M, N, K, d.al);
+        rc = heuristic(b, &d, i ? BLAS_MAX_ALGOS : 1, res, &found);
+        if (rc || found <= (int)i) {
+            desc_free(&d);
+            return -EIO;
         }
-        struct algo_entry *e = cache_slot(b, kind, y_dt, M, N, K, al);
-        if (!e->valid) {
-            cublasLtMatmulHeuristicResult_t res;
-            int found = 0;
-            size_t wsb = BLAS_WORKSPACE;
-            if (cublasLtMatmulPreferenceCreate(&pref) ||
-                cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                     &wsb, sizeof wsb) ||
-                cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-                                                     &al[0], sizeof al[0]) ||
-                cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                                                     &al[1], sizeof al[1]) ||
-                cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                                                     &al[2], sizeof al[2]) ||
-                cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
-                                                     &al[2], sizeof al[2]))
-                goto out;
-            if (cublasLtMatmulAlgoGetHeuristic(b->h, op, la, lb, lc, lc, pref, 1, &res, &found) ||
-                found < 1)
-                goto out;
-            b->cache_used++;
-            e->kind = kind;
-            e->out = y_dt;
-            e->M = M; e->N = N; e->K = K;
-            memcpy(e->align, al, sizeof al);
-            e->algo = res.algo;
-            e->valid = true;
-        }
-        rc = lt_status(cublasLtMatmul(b->h, op, &alpha, w, la, x, lb, &beta, y, lc, y, lc,
-                                      &e->algo, b->ws, BLAS_WORKSPACE, st));
+        b->cache_used++;
+        e->kind = kind;
+        e->out = y_dt;
+        e->M = M; e->N = N; e->K = K;
+        memcpy(e->align, d.al, sizeof d.al);
+        e->algo = res[i].algo;
+        e->valid = true;
     }
-out:
-    if (pref)
-        cublasLtMatmulPreferenceDestroy(pref);
-    if (lc)
-        cublasLtMatrixLayoutDestroy(lc);
-    if (lb)
-        cublasLtMatrixLayoutDestroy(lb);
-    if (la)
-        cublasLtMatrixLayoutDestroy(la);
-    if (op)
-        cublasLtMatmulDescDestroy(op);
+    rc = lt_status(cublasLtMatmul(b->h, d.op, &alpha, w, d.la, x, d.lb, &beta, y, d.lc, y, d.lc,
+                                  &e->algo, b->ws, BLAS_WORKSPACE, st));
+    desc_free(&d);
     return rc;
 }
 
@@ -426,9 +493,10 @@ extern "C" int l8k_blas_set_fp8_path(struct l8k_blas *b, enum l8k_dtype y_dt,
     return 0;
 }
 
-extern "C" int l8k_gemm_fp8(struct l8k_blas *b, const uint8_t *wq, const float *w_scale,
-                            const uint8_t *xq, const float *x_scale, uint32_t M, uint32_t N,
-                            uint32_t K, enum l8k_dtype y_dt, void *y, cudaStream_t st)
+/* l8k_gemm_fp8's arguments: 0, -EINVAL, or -ENOTSUP (no path for y_dt). */
+static int gemm_fp8_check(const struct l8k_blas *b, const uint8_t *wq, const float *w_scale,
+                          const uint8_t *xq, const float *x_scale, uint32_t N, uint32_t K,
+                          enum l8k_dtype y_dt, const void *y)
 {
     /* FP8 products need 16-byte leading dimensions: K for the codes, and
      * N for the output (N % 4 in f32, N % 8 in bf16). */
@@ -437,11 +505,91 @@ extern "C" int l8k_gemm_fp8(struct l8k_blas *b, const uint8_t *wq, const float *
         N % (y_dt == L8K_F32 ? 4 : 8) || !l8k_aligned16(wq) || !l8k_aligned16(xq) ||
         !l8k_aligned16(y))
         return -EINVAL;
-    if (b->path[o] == L8K_FP8_NONE)
-        return -ENOTSUP;
-    if (M == 0)
-        return 0;
-    return gemm_fp8_path(b, b->path[o], wq, w_scale, xq, x_scale, M, N, K, y_dt, y, st);
+    return b->path[o] == L8K_FP8_NONE ? -ENOTSUP : 0;
+}
+
+extern "C" int l8k_gemm_fp8(struct l8k_blas *b, const uint8_t *wq, const float *w_scale,
+                            const uint8_t *xq, const float *x_scale, uint32_t M, uint32_t N,
+                            uint32_t K, enum l8k_dtype y_dt, void *y, cudaStream_t st)
+{
+    int rc = gemm_fp8_check(b, wq, w_scale, xq, x_scale, N, K, y_dt, y);
+    if (rc || M == 0)
+        return rc;
+    return gemm_fp8_path(b, b->path[out_index(y_dt)], wq, w_scale, xq, x_scale, M, N, K, y_dt,
+                         y, st);
+}
+
+/* The candidates for this product on its path (FP8 tensor-core paths only:
+ * the bf16 decode path's operands are the scratch's): in res, n of them. */
+static int gemm_fp8_candidates(struct l8k_blas *b, const uint8_t *wq, const float *w_scale,
+                               const uint8_t *xq, const float *x_scale, uint32_t M, uint32_t N,
+                               uint32_t K, enum l8k_dtype y_dt, const void *y, int *kind,
+                               uint32_t al[3], cublasLtMatmulHeuristicResult_t *res, int *n)
+{
+    int rc = gemm_fp8_check(b, wq, w_scale, xq, x_scale, N, K, y_dt, y);
+    if (rc)
+        return rc;
+    const enum l8k_fp8_path p = b->path[out_index(y_dt)];
+    if (M == 0 || p == L8K_FP8_BF16)
+        return M == 0 ? -EINVAL : -ENOTSUP;
+    *kind = p == L8K_FP8_OUTER_VEC ? GK_FP8_OUTER : GK_FP8_UNIT;
+    const bool outer = *kind == GK_FP8_OUTER;
+    struct lt_desc d;
+    if ((rc = desc_make(&d, *kind, wq, xq, outer ? w_scale : NULL, outer ? x_scale : NULL, M, N,
+                        K, y_dt, y)))
+        return rc;
+    memcpy(al, d.al, sizeof d.al);
+    rc = heuristic(b, &d, *n, res, n);
+    desc_free(&d);
+    return rc;
+}
+
+extern "C" int l8k_gemm_fp8_algos(struct l8k_blas *b, const uint8_t *wq, const float *w_scale,
+                                  const uint8_t *xq, const float *x_scale, uint32_t M,
+                                  uint32_t N, uint32_t K, enum l8k_dtype y_dt, const void *y)
+{
+    cublasLtMatmulHeuristicResult_t res[BLAS_MAX_ALGOS];
+    int kind, n = BLAS_MAX_ALGOS;
+    uint32_t al[3];
+    int rc = gemm_fp8_candidates(b, wq, w_scale, xq, x_scale, M, N, K, y_dt, y, &kind, al, res,
+                                 &n);
+    return rc ? rc : n;
+}
+
+extern "C" int l8k_gemm_fp8_pin(struct l8k_blas *b, const uint8_t *wq, const float *w_scale,
+                                const uint8_t *xq, const float *x_scale, uint32_t M, uint32_t N,
+                                uint32_t K, enum l8k_dtype y_dt, const void *y, uint32_t index)
+{
+    cublasLtMatmulHeuristicResult_t res[BLAS_MAX_ALGOS];
+    int kind, n = BLAS_MAX_ALGOS;
+    uint32_t al[3];
+    if (index >= BLAS_MAX_ALGOS)
+        return -ENOENT;
+    int rc = gemm_fp8_candidates(b, wq, w_scale, xq, x_scale, M, N, K, y_dt, y, &kind, al, res,
+                                 &n);
+    if (rc)
+        return rc;
+    if ((int)index >= n)
+        return -ENOENT;
+    struct algo_pin *p = NULL;
+    for (uint32_t i = 0; i < b->n_pins && !p; i++) {
+        struct algo_pin *q = &b->pins[i];
+        if (q->kind == kind && q->out == y_dt && q->M == M && q->N == N && q->K == K &&
+            memcmp(q->align, al, sizeof q->align) == 0)
+            p = q;
+    }
+    if (!p) {
+        if (b->n_pins == BLAS_PINS)
+            return -ENOSPC;
+        p = &b->pins[b->n_pins++];
+        *p = (struct algo_pin){ kind, y_dt, M, N, K, { al[0], al[1], al[2] }, 0 };
+    }
+    p->index = index;
+    /* and the cache's entry, if there is one, changes with it */
+    struct algo_entry *e = cache_slot(b, kind, y_dt, M, N, K, al);
+    if (e->valid)
+        e->algo = res[index].algo;
+    return 0;
 }
 
 extern "C" int l8k_gemm_bf16(struct l8k_blas *b, const uint16_t *w, const uint16_t *x, uint32_t M,

@@ -117,6 +117,20 @@ int  l8k_blas_reserve(struct l8k_blas *b, uint32_t M, uint32_t N, uint32_t K);
 int l8k_gemm_fp8(struct l8k_blas *b, const uint8_t *wq, const float *w_scale,
                  const uint8_t *xq, const float *x_scale, uint32_t M, uint32_t N, uint32_t K,
                  enum l8k_dtype y_dt, void *y, cudaStream_t st);
+/* cuBLASLt's algorithm for a product is its heuristic's first unless
+ * pinned. l8k_gemm_fp8_algos: how many candidates (at most 8) the heuristic
+ * offers for l8k_gemm_fp8 with these arguments, best guess first;
+ * l8k_gemm_fp8_pin: from now on the index-th of them for this shape, output
+ * and operand alignment (0 restores the default; at most 32 shapes pinned,
+ * then -ENOSPC; -ENOENT: fewer candidates). The engine times the candidates
+ * and keeps the fastest. FP8 tensor-core paths only (-ENOTSUP on the bf16
+ * decode path); nothing is enqueued. */
+int l8k_gemm_fp8_algos(struct l8k_blas *b, const uint8_t *wq, const float *w_scale,
+                       const uint8_t *xq, const float *x_scale, uint32_t M, uint32_t N, uint32_t K,
+                       enum l8k_dtype y_dt, const void *y);
+int l8k_gemm_fp8_pin(struct l8k_blas *b, const uint8_t *wq, const float *w_scale,
+                     const uint8_t *xq, const float *x_scale, uint32_t M, uint32_t N, uint32_t K,
+                     enum l8k_dtype y_dt, const void *y, uint32_t index);
 /* y [M, N] f32 = x [M, K] bf16 . w [N, K]^T bf16, f32 accumulation. K % 8 == 0. */
 int l8k_gemm_bf16(struct l8k_blas *b, const uint16_t *w, const uint16_t *x, uint32_t M,
                   uint32_t N, uint32_t K, float *y, cudaStream_t st);

@@ -18,12 +18,28 @@
 
 const char *const l8_tune_product_name[L8_TP_N] = { "qkv", "o", "gate_up", "down", "lm_head" };
 
-/* The fastest of TUNE_REPS runs after a warm-up, in microseconds; INFINITY
- * when the path cannot run it. */
-static double time_path(cudaStream_t st, l8_tune_run_fn run, void *ctx, enum l8_tune_product p,
-                        uint32_t M, bool gemm, cudaEvent_t a, cudaEvent_t b, int *rc)
+/* One timed call: a path of the crossover (run) or a cuBLASLt candidate
+ * (algo). */
+struct call {
+    l8_tune_run_fn run;
+    l8_tune_algo_fn algo;
+    void *ctx;
+    enum l8_tune_product p;
+    uint32_t M, rank;
+    bool gemm;
+};
+
+static int do_call(const struct call *c)
 {
-    if (run(ctx, p, M, gemm) || cudaStreamSynchronize(st) != cudaSuccess) {
+    return c->algo ? c->algo(c->ctx, c->p, c->M, c->rank) : c->run(c->ctx, c->p, c->M, c->gemm);
+}
+
+/* The fastest of TUNE_REPS calls after a warm-up, in microseconds; INFINITY
+ * when it cannot run (*why: the warm-up's return). */
+static double time_call(cudaStream_t st, const struct call *c, cudaEvent_t a, cudaEvent_t b,
+                        int *rc, int *why)
+{
+    if ((*why = do_call(c)) || cudaStreamSynchronize(st) != cudaSuccess) {
         cudaGetLastError();
         cudaStreamSynchronize(st);
         if (cudaGetLastError() != cudaSuccess)
@@ -33,7 +49,7 @@ static double time_path(cudaStream_t st, l8_tune_run_fn run, void *ctx, enum l8_
     double best = INFINITY;
     for (int r = 0; r < TUNE_REPS; r++) {
         float ms = 0;
-        if (cudaEventRecord(a, st) != cudaSuccess || run(ctx, p, M, gemm) ||
+        if (cudaEventRecord(a, st) != cudaSuccess || do_call(c) ||
             cudaEventRecord(b, st) != cudaSuccess || cudaEventSynchronize(b) != cudaSuccess ||
             cudaEventElapsedTime(&ms, a, b) != cudaSuccess) {
             *rc = -EIO;
@@ -63,9 +79,11 @@ int l8_tune_measure(cudaStream_t st, l8_tune_run_fn run, void *ctx, struct l8_tu
         int n = 0;
         uint32_t thr = 0;
         for (uint32_t M = 1; M <= L8_TUNE_MAX_M && !rc; M *= 2) {
-            double g = time_path(st, run, ctx, (enum l8_tune_product)p, M, false, a, b, &rc);
-            double l = isinf(g) ? INFINITY
-                                : time_path(st, run, ctx, (enum l8_tune_product)p, M, true, a, b, &rc);
+            struct call c = { .run = run, .ctx = ctx, .p = (enum l8_tune_product)p, .M = M };
+            int why;
+            double g = time_call(st, &c, a, b, &rc, &why);
+            c.gemm = true;
+            double l = isinf(g) ? INFINITY : time_call(st, &c, a, b, &rc, &why);
             if (n < (int)sizeof line)
                 n += snprintf(line + n, sizeof line - (size_t)n, "%s%u %.1f/%.1f",
                               M == 1 ? "" : ", ", M, g, l);
@@ -88,6 +106,81 @@ out:
     if (b)
         cudaEventDestroy(b);
     return rc;
+}
+
+int l8_tune_measure_algos(cudaStream_t st, l8_tune_algo_fn run, void *ctx, uint32_t M,
+                          struct l8_algo_set *set, char *report, size_t report_len)
+{
+    cudaEvent_t a = NULL, b = NULL;
+    int rc = 0;
+    size_t used = 0;
+    const double t0 = l8_mono_s();
+    if (report_len)
+        report[0] = 0;
+    if (cudaEventCreate(&a) != cudaSuccess || cudaEventCreate(&b) != cudaSuccess) {
+        rc = -EIO;
+        goto out;
+    }
+    for (int p = 0; p < L8_TUNE_FP8 && !rc; p++) {
+        char line[512];
+        int n = 0, why = 0;
+        double first = INFINITY, best = INFINITY;
+        uint32_t pick = 0;
+        for (uint32_t r = 0; r < L8_TUNE_ALGOS && !rc; r++) {
+            const struct call c = { .algo = run, .ctx = ctx, .p = (enum l8_tune_product)p,
+                                    .M = M, .rank = r };
+            double us = time_call(st, &c, a, b, &rc, &why);
+            if (why == -ENOENT)
+                break;
+            if (n < (int)sizeof line)
+                n += snprintf(line + n, sizeof line - (size_t)n, "%s%.1f", r ? " " : "", us);
+            if (r == 0)
+                first = us;
+            if (us < best) {
+                best = us;
+                pick = r;
+            }
+        }
+        if (!(best < first * 0.97))   /* within noise of the first (or none ran) */
+            pick = 0;
+        set->rank[p] = pick;
+        if (used < report_len)
+            used += (size_t)snprintf(report + used, report_len - used,
+                                     "%s: cuBLASLt candidate %u at %u rows (us: %s)\n",
+                                     l8_tune_product_name[p], pick, M, n ? line : "none ran");
+    }
+    set->m = M;
+    if (used < report_len)
+        snprintf(report + used, report_len - used, "(measured in %.0f ms)\n",
+                 (l8_mono_s() - t0) * 1e3);
+out:
+    if (a)
+        cudaEventDestroy(a);
+    if (b)
+        cudaEventDestroy(b);
+    return rc;
+}
+
+const struct l8_algo_set *l8_tune_algos(const struct l8_tune *t, uint32_t M)
+{
+    for (uint32_t i = 0; i < t->n_sets; i++)
+        if (t->set[i].m == M)
+            return &t->set[i];
+    return NULL;
+}
+
+void l8_tune_add_algos(struct l8_tune *t, const struct l8_algo_set *s)
+{
+    struct l8_algo_set *same = (struct l8_algo_set *)l8_tune_algos(t, s->m);
+    if (same) {
+        *same = *s;
+        return;
+    }
+    if (t->n_sets == L8_TUNE_ALGO_SETS) {
+        memmove(&t->set[0], &t->set[1], (L8_TUNE_ALGO_SETS - 1) * sizeof t->set[0]);
+        t->n_sets--;
+    }
+    t->set[t->n_sets++] = *s;
 }
 
 /* ---- the file ------------------------------------------------------------ */
@@ -130,32 +223,65 @@ static bool line_is(const char *line, size_t len, const char *key)
     return len > kl && memcmp(line, key, kl) == 0 && line[kl] == '\t';
 }
 
-static int parse_values(const char *s, size_t len, struct l8_tune *t)
+/* An unsigned number at *p (<= max), then a space or the end. */
+static int parse_u32(char **p, unsigned long max, uint32_t *v)
 {
-    char buf[256];
-    if (len >= sizeof buf)
+    char *end;
+    errno = 0;
+    unsigned long x = strtoul(*p, &end, 10);
+    if (end == *p || **p == '-' || errno || x > max || (*end && *end != ' '))
         return -EINVAL;
-    memcpy(buf, s, len);
-    buf[len] = 0;
-    char *p = buf;
-    for (int i = 0; i < L8_TP_N; i++) {
+    *v = (uint32_t)x;
+    *p = end;
+    return 0;
+}
+
+/* "name N name N ..." for the first n products, each N <= max. */
+static int parse_named(char **pp, int n, unsigned long max, uint32_t *v)
+{
+    char *p = *pp;
+    for (int i = 0; i < n; i++) {
         size_t nl = strlen(l8_tune_product_name[i]);
         while (*p == ' ')
             p++;
         if (strncmp(p, l8_tune_product_name[i], nl) || p[nl] != ' ')
             return -EINVAL;
         p += nl + 1;
-        char *end;
-        errno = 0;
-        unsigned long v = strtoul(p, &end, 10);
-        if (end == p || errno || v > L8_TUNE_MAX_M || (*end && *end != ' '))
+        if (parse_u32(&p, max, &v[i]))
             return -EINVAL;
-        t->gemv_max_m[i] = (uint32_t)v;
-        p = end;
     }
     while (*p == ' ')
         p++;
-    return *p ? -EINVAL : 0;
+    *pp = p;
+    return 0;
+}
+
+static int parse_values(const char *s, size_t len, struct l8_tune *t)
+{
+    char buf[512];
+    if (len >= sizeof buf)
+        return -EINVAL;
+    memcpy(buf, s, len);
+    buf[len] = 0;
+    char *p = buf;
+    if (parse_named(&p, L8_TP_N, L8_TUNE_MAX_M, t->gemv_max_m))
+        return -EINVAL;
+    static const char algos[] = "| algos at ";
+    for (t->n_sets = 0; *p; t->n_sets++) {
+        struct l8_algo_set *a = &t->set[t->n_sets];
+        if (t->n_sets == L8_TUNE_ALGO_SETS || strncmp(p, algos, sizeof algos - 1))
+            return -EINVAL;
+        p += sizeof algos - 1;
+        char *colon = strchr(p, ':');
+        if (!colon || colon[1] != ' ')
+            return -EINVAL;
+        *colon = ' ';
+        if (parse_u32(&p, UINT32_MAX, &a->m) || a->m == 0 || *p != ' ' ||
+            parse_named(&p, L8_TUNE_FP8, L8_TUNE_ALGOS - 1, a->rank) ||
+            l8_tune_algos(t, a->m))   /* a row count twice (a is not counted yet) */
+            return -EINVAL;
+    }
+    return 0;
 }
 
 int l8_tune_load(const char *path, const char *key, struct l8_tune *t, char *err, size_t err_len)
@@ -179,7 +305,8 @@ int l8_tune_load(const char *path, const char *key, struct l8_tune *t, char *err
                 rc = 0;
             } else {
                 snprintf(err, err_len, "%s:%u: expected \"qkv N o N gate_up N down N lm_head N\" "
-                         "with N <= %u", path, lineno + 1, L8_TUNE_MAX_M);
+                         "with N <= %u, then maybe \"| algos at M: qkv R o R gate_up R down "
+                         "R\" with R < %u", path, lineno + 1, L8_TUNE_MAX_M, L8_TUNE_ALGOS);
                 rc = -EINVAL;
             }
         }
@@ -220,6 +347,11 @@ int l8_tune_save(const char *path, const char *key, const struct l8_tune *t)
     fprintf(f, "%s\t", key);
     for (int i = 0; i < L8_TP_N; i++)
         fprintf(f, "%s%s %u", i ? " " : "", l8_tune_product_name[i], t->gemv_max_m[i]);
+    for (uint32_t s = 0; s < t->n_sets; s++) {
+        fprintf(f, " | algos at %u:", t->set[s].m);
+        for (int i = 0; i < L8_TUNE_FP8; i++)
+            fprintf(f, " %s %u", l8_tune_product_name[i], t->set[s].rank[i]);
+    }
     fputc('\n', f);
     rc = fflush(f) || fsync(fileno(f)) ? -errno : 0;
     if (fclose(f) && !rc)

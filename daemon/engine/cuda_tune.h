@@ -13,8 +13,19 @@
  * choice made afresh at every start could change which path a prompt
  * length takes, and with it the tokens a seed gives. So the choice is kept
  * in a text file, one line per (device, libraries, model shape):
- *     KEY <TAB> qkv 8 o 8 gate_up 4 down 8 lm_head 16
- * and measured only when the file has no line for the key. */
+ *     KEY <TAB> qkv 8 o 8 gate_up 4 down 8 lm_head 16 | algos at 512: qkv 0 o 2 gate_up 0 down 1 | ...
+ * and measured only when the file has no line for the key.
+ *
+ * The part after "|" is the same idea for cuBLASLt itself: its heuristic
+ * offers several algorithms for a shape, best guess first; at the step's
+ * largest row count (a full prefill chunk: the prompt steps of the
+ * single stream and of serving) the engine times the candidates of each FP8
+ * product and keeps the fastest (l8k_gemm_fp8_pin), by its rank among the
+ * candidates (the heuristic is deterministic for a device and library; the
+ * key names both). A line keeps the choices of up to 4 row counts (a
+ * llama8-run with a short prompt has a smaller step than llama8d); one
+ * without a choice for the engine's keeps its crossover, and that row
+ * count's is measured and added (the oldest dropped past 4). */
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>
@@ -25,9 +36,20 @@ enum l8_tune_product { L8_TP_QKV, L8_TP_O, L8_TP_GATE_UP, L8_TP_DOWN, L8_TP_LM_H
 
 #define L8_TUNE_MAX_M 64u          /* largest row count measured */
 #define L8_TUNE_KEY_MAX 512
+#define L8_TUNE_ALGOS 8u           /* cuBLASLt candidates timed a product, at most */
+#define L8_TUNE_FP8 L8_TP_LM_HEAD  /* the FP8 products: qkv, o, gate_up, down */
+#define L8_TUNE_ALGO_SETS 4u
+
+/* Each FP8 product's cuBLASLt algorithm at m rows: its rank among the
+ * heuristic's candidates (0: the heuristic's first). */
+struct l8_algo_set {
+    uint32_t m, rank[L8_TUNE_FP8];
+};
 
 struct l8_tune {
     uint32_t gemv_max_m[L8_TP_N];  /* rows <= this: GEMV; more: cuBLASLt */
+    uint32_t n_sets;               /* oldest first */
+    struct l8_algo_set set[L8_TUNE_ALGO_SETS];
 };
 
 /* Enqueue product p at M rows on the stream, over every layer of the
@@ -41,6 +63,22 @@ typedef int (*l8_tune_run_fn)(void *ctx, enum l8_tune_product p, uint32_t M, boo
  * choice and every M's two times; then the measurement's own time. */
 int l8_tune_measure(cudaStream_t st, l8_tune_run_fn run, void *ctx, struct l8_tune *t,
                     char *report, size_t report_len);
+
+/* Enqueue FP8 product p at M rows over every layer through cuBLASLt with
+ * its heuristic's candidate `rank`: -ENOENT when there are fewer, another
+ * nonzero value when this one cannot run. */
+typedef int (*l8_tune_algo_fn)(void *ctx, enum l8_tune_product p, uint32_t M, uint32_t rank);
+
+/* Time each FP8 product's candidates at M rows (fastest of 3 after a
+ * warm-up) and put in s the fastest, unless it is within 3 % of the first
+ * (noise must not move a product off the default); s->m = M. */
+int l8_tune_measure_algos(cudaStream_t st, l8_tune_algo_fn run, void *ctx, uint32_t M,
+                          struct l8_algo_set *s, char *report, size_t report_len);
+/* t's choice at M rows, or NULL. */
+const struct l8_algo_set *l8_tune_algos(const struct l8_tune *t, uint32_t M);
+/* Adds s to t, in place of the set at the same row count if there is one,
+ * else as the newest (dropping the oldest when there are 4). */
+void l8_tune_add_algos(struct l8_tune *t, const struct l8_algo_set *s);
 
 /* The line for key in path: 0, -ENOENT (no file, or no line for the key),
  * or -EINVAL with err saying which line is malformed. */

@@ -91,6 +91,7 @@ struct cuda_engine {
     float *final_norm;            /* [hidden] */
     float *inv_freq;              /* [head_dim / 2] */
     int32_t *tune_rope;           /* while measuring the crossover: [64] of -1 */
+    uint32_t tune_pinned[L8_TUNE_FP8]; /* while timing candidates: rank + 1 pinned */
 
     void *kv;                     /* pool[layer][kv][page][kv_head][slot][head_dim] */
     enum l8k_dtype kv_dt;
@@ -247,8 +248,20 @@ static enum l8k_dtype out_dt(const struct cuda_engine *e, enum l8_tune_product p
     return uses_gemv(e, p, T) ? L8K_F32 : gemm_out_dt(e, p);
 }
 
+/* The weights and output of FP8 product p in layer l. */
+static const struct gw *product_w(const struct cuda_engine *e, enum l8_tune_product p, uint32_t l)
+{
+    const struct glayer *g = &e->L[l];
+    return p == L8_TP_QKV ? &g->qkv : p == L8_TP_O ? &g->o : p == L8_TP_GATE_UP ? &g->gu
+                                                                              : &g->down;
+}
+static void *product_y(const struct cuda_engine *e, enum l8_tune_product p)
+{
+    return p == L8_TP_QKV ? (void *)e->qkv : p == L8_TP_GATE_UP ? (void *)e->gu : (void *)e->y;
+}
+
 /* cuda_tune.h's run: product p at M rows over every layer, on inputs that
- * choose_crossover filled (their values do not matter to the time). qkv is
+ * choose_tuning filled (their values do not matter to the time). qkv is
  * timed as each path runs it in a step: the GEMV with RoPE in its epilogue,
  * cuBLASLt followed by rope_kv (tune_rope: positions and slots of -1, so
  * nothing is stored). */
@@ -266,10 +279,8 @@ static int tune_run(void *ctx, enum l8_tune_product p, uint32_t M, bool gemm)
                         e->st);
     }
     for (uint32_t l = 0; l < e->c->n_layers; l++) {
-        const struct glayer *g = &e->L[l];
-        const struct gw *W = p == L8_TP_QKV ? &g->qkv : p == L8_TP_O ? &g->o
-                           : p == L8_TP_GATE_UP ? &g->gu : &g->down;
-        float *y = p == L8_TP_QKV ? e->qkv : p == L8_TP_GATE_UP ? e->gu : e->y;
+        const struct gw *W = product_w(e, p, l);
+        float *y = product_y(e, p);
         int rc = gemm ? l8k_gemm_fp8(e->blas, W->w, W->s, e->xq, e->xs, M, W->n, W->k,
                                      gemm_out_dt(e, p), y, e->st)
                  : p == L8_TP_QKV
@@ -287,11 +298,62 @@ static int tune_run(void *ctx, enum l8_tune_product p, uint32_t M, bool gemm)
     return 0;
 }
 
+/* Pin cuBLASLt's candidate `rank` for FP8 product p at M rows, every layer. */
+static int pin_algo(struct cuda_engine *e, enum l8_tune_product p, uint32_t M, uint32_t rank)
+{
+    for (uint32_t l = 0; l < e->c->n_layers; l++) {
+        const struct gw *W = product_w(e, p, l);
+        int rc = l8k_gemm_fp8_pin(e->blas, W->w, W->s, e->xq, e->xs, M, W->n, W->k,
+                                  gemm_out_dt(e, p), product_y(e, p), rank);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* cuda_tune.h's algorithm run: p at M rows through cuBLASLt with its
+ * candidate `rank`, every layer (pinned once, outside the timed calls). */
+static int tune_algo(void *ctx, enum l8_tune_product p, uint32_t M, uint32_t rank)
+{
+    struct cuda_engine *e = ctx;
+    int rc;
+    if (e->tune_pinned[p] != rank + 1) {
+        if ((rc = pin_algo(e, p, M, rank)))
+            return rc;
+        e->tune_pinned[p] = rank + 1;
+    }
+    for (uint32_t l = 0; l < e->c->n_layers; l++) {
+        const struct gw *W = product_w(e, p, l);
+        if ((rc = l8k_gemm_fp8(e->blas, W->w, W->s, e->xq, e->xs, M, W->n, W->k,
+                               gemm_out_dt(e, p), product_y(e, p), e->st)))
+            return rc;
+    }
+    return 0;
+}
+
+/* Product inputs of moderate size for timing, M rows (and the lm_head's
+ * too): E4M3 1.0 codes, scales and activations ~0.01 (their values do not
+ * matter to the time). */
+static int fill_tune_inputs(struct cuda_engine *e, size_t M, bool lm_head)
+{
+    if (cudaMemsetAsync(e->xq, 0x38, M * e->in_max, e->st) != cudaSuccess ||
+        cudaMemsetAsync(e->xs, 0x3c, M * 4, e->st) != cudaSuccess ||
+        (lm_head &&
+         (cudaMemsetAsync(e->fin, 0x3c, M * e->c->hidden * 4, e->st) != cudaSuccess ||
+          cudaMemsetAsync(e->fin16, 0x3c, M * e->c->hidden * 2, e->st) != cudaSuccess))) {
+        cudaGetLastError();
+        return -EIO;
+    }
+    return 0;
+}
+
 /* The rows up to which each product uses the GEMV (fp8 numerics; exact
- * always uses it): L8_GEMV_MAX_M=N for every product (experiments), else
- * tune_file's line for this device and model, else measured (and kept in
- * tune_file when there is one). Says which on stderr. */
-static int choose_crossover(struct cuda_engine *e, const char *tune_file, char err[L8_ERRLEN])
+ * always uses it): L8_GEMV_MAX_M=N for every product (experiments; then
+ * cuBLASLt's default algorithms), else tune_file's line for this device and
+ * model, else measured; and cuBLASLt's algorithm for each FP8 product at a
+ * full step (cuda_tune.h), from the line or measured. What was measured is
+ * kept in tune_file when there is one. Says which on stderr. */
+static int choose_tuning(struct cuda_engine *e, const char *tune_file, char err[L8_ERRLEN])
 {
     const struct l8_config *c = e->c;
     const char *gm = getenv("L8_GEMV_MAX_M");
@@ -309,7 +371,7 @@ static int choose_crossover(struct cuda_engine *e, const char *tune_file, char e
         fprintf(stderr, "llama8 cuda: GEMV up to %lu rows for every product (L8_GEMV_MAX_M)\n", v);
         return 0;
     }
-    char key[L8_TUNE_KEY_MAX], dev[256], lerr[256];
+    char key[L8_TUNE_KEY_MAX], dev[256], lerr[256], report[2048];
     if (l8k_device_key(dev, sizeof dev) < 0) {
         snprintf(err, L8_ERRLEN, "cannot describe the CUDA device");
         return -EIO;
@@ -320,44 +382,72 @@ static int choose_crossover(struct cuda_engine *e, const char *tune_file, char e
              (c->n_heads + 2 * c->n_kv_heads) * c->head_dim, c->n_layers, c->vocab,
              e->lm_dt == L8K_BF16 ? "bf16" : "f32");
     int rc = tune_file ? l8_tune_load(tune_file, key, &e->tune, lerr, sizeof lerr) : -ENOENT;
+    bool changed = false;
     if (rc == 0) {
         fprintf(stderr, "llama8 cuda: GEMV up to qkv %u, o %u, gate_up %u, down %u, lm_head %u "
                 "rows (from %s)\n", e->tune.gemv_max_m[L8_TP_QKV], e->tune.gemv_max_m[L8_TP_O],
                 e->tune.gemv_max_m[L8_TP_GATE_UP], e->tune.gemv_max_m[L8_TP_DOWN],
                 e->tune.gemv_max_m[L8_TP_LM_HEAD], tune_file);
-        return 0;
-    }
-    if (rc == -EINVAL)
-        fprintf(stderr, "llama8 cuda: %s; measuring again\n", lerr);
-    /* Inputs of moderate size: E4M3 1.0 codes, scales and activations ~0.01. */
-    const size_t M = L8_TUNE_MAX_M;
-    if (cudaMemsetAsync(e->xq, 0x38, M * e->in_max, e->st) != cudaSuccess ||
-        cudaMemsetAsync(e->xs, 0x3c, M * 4, e->st) != cudaSuccess ||
-        cudaMemsetAsync(e->fin, 0x3c, M * c->hidden * 4, e->st) != cudaSuccess ||
-        cudaMemsetAsync(e->fin16, 0x3c, M * c->hidden * 2, e->st) != cudaSuccess) {
-        cudaGetLastError();
-        snprintf(err, L8_ERRLEN, "measuring the GEMV / cuBLASLt crossover: memset failed");
-        return -EIO;
-    }
-    if (cudaMalloc((void **)&e->tune_rope, M * 4) != cudaSuccess ||
-        cudaMemsetAsync(e->tune_rope, 0xff, M * 4, e->st) != cudaSuccess) {
-        cudaGetLastError();
+    } else {
+        if (rc == -EINVAL)
+            fprintf(stderr, "llama8 cuda: %s; measuring again\n", lerr);
+        const size_t M = L8_TUNE_MAX_M;
+        if (fill_tune_inputs(e, M, true)) {
+            snprintf(err, L8_ERRLEN, "measuring the GEMV / cuBLASLt crossover: memset failed");
+            return -EIO;
+        }
+        if (cudaMalloc((void **)&e->tune_rope, M * 4) != cudaSuccess ||
+            cudaMemsetAsync(e->tune_rope, 0xff, M * 4, e->st) != cudaSuccess) {
+            cudaGetLastError();
+            cudaFree(e->tune_rope);
+            e->tune_rope = NULL;
+            snprintf(err, L8_ERRLEN, "measuring the GEMV / cuBLASLt crossover: no device memory");
+            return -ENOMEM;
+        }
+        rc = l8_tune_measure(e->st, tune_run, e, &e->tune, report, sizeof report);
         cudaFree(e->tune_rope);
         e->tune_rope = NULL;
-        snprintf(err, L8_ERRLEN, "measuring the GEMV / cuBLASLt crossover: no device memory");
-        return -ENOMEM;
+        if (rc) {
+            snprintf(err, L8_ERRLEN, "measuring the GEMV / cuBLASLt crossover failed (%d)", rc);
+            return rc;
+        }
+        fprintf(stderr, "llama8 cuda: GEMV / cuBLASLt crossover measured:\n%s", report);
+        e->tune.n_sets = 0;
+        changed = true;
     }
-    char report[2048];
-    rc = l8_tune_measure(e->st, tune_run, e, &e->tune, report, sizeof report);
-    cudaFree(e->tune_rope);
-    e->tune_rope = NULL;
-    if (rc) {
-        snprintf(err, L8_ERRLEN, "measuring the GEMV / cuBLASLt crossover failed (%d)", rc);
-        return rc;
+    /* cuBLASLt's algorithms at a full step (the bf16 decode path takes no pins) */
+    const uint32_t M = e->max_tokens;
+    if (l8k_blas_fp8_path(e->blas, L8K_F32) != L8K_FP8_BF16 && !l8_tune_algos(&e->tune, M)) {
+        if (fill_tune_inputs(e, M, false)) {
+            snprintf(err, L8_ERRLEN, "timing cuBLASLt's algorithms: memset failed");
+            return -EIO;
+        }
+        memset(e->tune_pinned, 0, sizeof e->tune_pinned);
+        struct l8_algo_set set;
+        rc = l8_tune_measure_algos(e->st, tune_algo, e, M, &set, report, sizeof report);
+        for (int p = 0; p < L8_TUNE_FP8; p++)   /* back to the default until applied */
+            if (e->tune_pinned[p])
+                pin_algo(e, (enum l8_tune_product)p, M, 0);
+        if (rc) {
+            snprintf(err, L8_ERRLEN, "timing cuBLASLt's algorithms failed (%d)", rc);
+            return rc;
+        }
+        fprintf(stderr, "llama8 cuda: cuBLASLt's algorithms timed:\n%s", report);
+        l8_tune_add_algos(&e->tune, &set);
+        changed = true;
     }
-    fprintf(stderr, "llama8 cuda: GEMV / cuBLASLt crossover measured:\n%s", report);
-    if (tune_file && (rc = l8_tune_save(tune_file, key, &e->tune)) < 0)
-        fprintf(stderr, "llama8 cuda: cannot keep the crossover in %s: %s\n", tune_file,
+    const struct l8_algo_set *set = l8_tune_algos(&e->tune, M);
+    if (set)
+        for (int p = 0; p < L8_TUNE_FP8; p++) {
+            const uint32_t r = set->rank[p];
+            if (r && M > e->tune.gemv_max_m[p] &&
+                (rc = pin_algo(e, (enum l8_tune_product)p, M, r)))
+                fprintf(stderr, "llama8 cuda: cannot use cuBLASLt's candidate %u for %s at %u "
+                        "rows (%s); its first instead\n", r, l8_tune_product_name[p], M,
+                        strerror(-rc));
+        }
+    if (changed && tune_file && (rc = l8_tune_save(tune_file, key, &e->tune)) < 0)
+        fprintf(stderr, "llama8 cuda: cannot keep the tuning in %s: %s\n", tune_file,
                 strerror(-rc));
     return 0;
 }
@@ -650,7 +740,7 @@ static int cuda_create(const struct l8_model *m, const struct l8_engine_opts *o,
                 l8k_pdl_enabled() ? "on" : "off",
                 (double)free_b / 1073741824.0, (double)total_b / 1073741824.0);
     }
-    if ((rc = choose_crossover(e, o->tune_file, err)))
+    if ((rc = choose_tuning(e, o->tune_file, err)))
         goto err;
     l8_upload_free(&up);
     *impl = e;

@@ -71,7 +71,7 @@ def peak(p):
 rows = []
 k = load("kernels.json")
 rows.append({"method": "llama8 kernels (bench_gpu_kernels)", "kind": "llama8",
-             "metrics": {x: k.get(x) for x in ("copy_gbs", "decode_projection_us", "decode_bw_frac", "crossover_m", "fp8_gemm_path", "fp8_gemm_path_bf16", "fp8_gemm_tflops", "prefill_products_us", "prefill_tc_frac", "gate_up_silu_f32_us", "gate_up_silu_bf16_us")} if k else {},
+             "metrics": {x: k.get(x) for x in ("copy_gbs", "decode_projection_us", "decode_bw_frac", "crossover_m", "fp8_gemm_path", "fp8_gemm_path_bf16", "fp8_gemm_tflops", "prefill_products_us", "prefill_tc_frac", "gate_up_silu_f32_us", "gate_up_silu_bf16_us", "prefill_products_first_algo_us", "prefill_products_best_algo_us")} if k else {},
              "notes": "decode_bw_frac: bytes of one token's projections / their time / measured D2D copy rate; prefill_tc_frac: FLOP/s of one layer's 512-token FP8 products / the same cuBLASLt path's FLOP/s on 8192^3",
              "error": None if k else "bench_gpu_kernels failed (see kernels.log)"})
 s = load("single2.json") or load("single1.json")

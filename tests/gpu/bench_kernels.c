@@ -433,6 +433,48 @@ int main(int argc, char **argv)
                     "x 32 layers = %.2f ms\n", pre_us, tc_frac, 32 * pre_us / 1000.0);
     json_object_object_add(out, "prefill_products_us", json_object_new_double(pre_us));
     json_object_object_add(out, "prefill_tc_frac", json_object_new_double(tc_frac));
+    /* cuBLASLt's candidates for the same products: the heuristic's first
+     * (what the rows above used) against the fastest (what timing them at
+     * start would gain; l8k_gemm_fp8_pin). */
+    {
+        double first = 0, best = 0;
+        json_object *cand = json_object_new_object();
+        for (int i = 0; i < 4; i++) {
+            struct prod_ctx c;
+            prod_init(&c, 512, P[i].N, P[i].K, L8K_FP8, L8K_FP8, b);
+            c.use_blas = 1;
+            c.y_dt = i == 2 && l8k_blas_fp8_path(b, L8K_BF16) != L8K_FP8_NONE ? L8K_BF16 : L8K_F32;
+            const int n = l8k_gemm_fp8_algos(b, c.w[0], c.ws, c.x, c.xs, 512, P[i].N, P[i].K,
+                                             c.y_dt, c.y);
+            json_object *arr = json_object_new_array();
+            float f = -1, bst = -1;
+            int bi = -1;
+            for (int a = 0; a < n; a++) {
+                float us = -1;
+                /* rotated weight copies share one alignment: one pin serves all */
+                if (l8k_gemm_fp8_pin(b, c.w[0], c.ws, c.x, c.xs, 512, P[i].N, P[i].K, c.y_dt, c.y,
+                                     (uint32_t)a) == 0)
+                    us = time_us(do_prod, &c);
+                json_object_array_add(arr, json_object_new_double(us));
+                if (a == 0)
+                    f = us;
+                if (us > 0 && (bst < 0 || us < bst)) {
+                    bst = us;
+                    bi = a;
+                }
+            }
+            l8k_gemm_fp8_pin(b, c.w[0], c.ws, c.x, c.xs, 512, P[i].N, P[i].K, c.y_dt, c.y, 0);
+            fprintf(stderr, "cuBLASLt candidates, %s at 512: %d, first %.1f us, fastest %.1f us "
+                            "(#%d)\n", P[i].name, n, f, bst, bi);
+            json_object_object_add(cand, P[i].name, arr);
+            first += f;
+            best += bst;
+            prod_free(&c);
+        }
+        json_object_object_add(out, "prefill_algo_us", cand);
+        json_object_object_add(out, "prefill_products_first_algo_us", json_object_new_double(first));
+        json_object_object_add(out, "prefill_products_best_algo_us", json_object_new_double(best));
+    }
     /* gate/up then SiLU*up at 512 tokens, the product's output in f32 (59 MB,
      * more than the L2) against bf16 (the engine's choice): what it saves. */
     {

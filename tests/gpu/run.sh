@@ -199,7 +199,7 @@ if [ -f "$MODEL/config.json" ]; then
         "$W/bin" "$MODEL" "$W/bench" 2>&1 | tee "$W/logs/bench.log"
     cp "$W/bench/bench-gpu.json" "$W/bench/kernels.json" "$OUT/" 2>/dev/null
     grep -E "^llama8 " "$W/logs/bench.log" >>"$SUMMARY"
-    grep -hE "^(copy D2D|decode projections|prefill products|gate/up \+ SiLU|qkv \+ RoPE|FP8 GEMM|GEMV faster|attn_prefill_512)" \
+    grep -hE "^(copy D2D|decode projections|prefill products|gate/up \+ SiLU|cuBLASLt candidates|qkv \+ RoPE|FP8 GEMM|GEMV faster|attn_prefill_512)" \
         "$W/bench/kernels.log" 2>/dev/null >>"$SUMMARY"
     grep -h -A16 "cuda profile" "$W/bench/single5.log" "$W/bench/single7.log" 2>/dev/null >>"$SUMMARY"
     grep -h "uploaded in" "$W/bench/single1.log" "$W/bench/single2.log" 2>/dev/null >>"$SUMMARY"

@@ -46,6 +46,7 @@
 
 #define PS 16u
 #define CHUNK 512u
+#define TUNE_ROWS 48u   /* run_tune's engines: a step's rows (its prompt is 40 tokens) */
 #define EXACT_TOL 1e-3
 #define MARGIN_MIN 1e-3f
 #define FP8_MEAN_TOL 0.12
@@ -447,7 +448,7 @@ static int tune_prefill(const struct l8_model *m, const struct l8_tensor_set *re
     uint32_t tok[64], S, pages[4] = { 3, 1, 0, 2 };
     load_tokens(ref, 2, tok, &S);
     struct l8_engine_opts o = { .numerics = L8_NUMERICS_FP8, .page_size = PS, .n_pages = 4,
-                                .max_step_tokens = CHUNK, .max_seqs = 1, .tune_file = tf };
+                                .max_step_tokens = TUNE_ROWS, .max_seqs = 1, .tune_file = tf };
     struct l8_engine *e = NULL;
     char err[L8_ERRLEN];
     int r = l8_engine_create(m, L8_BACKEND_CUDA, &o, &e, err);
@@ -517,17 +518,49 @@ static void run_tune(const struct l8_model *m, const struct l8_tensor_set *ref)
     struct l8_tune t;
     char err[256];
     CHECK(l8_tune_load(tf, key, &t, err, sizeof err) == 0, "tune: the kept line does not load");
-    printf("crossover kept in the tune file: %s", vals);
+    CHECK(t.n_sets == 1 && t.set[0].m == TUNE_ROWS,
+          "tune: cuBLASLt's algorithms kept in %u sets (at %u rows), want 1 at %u", t.n_sets,
+          t.set[0].m, TUNE_ROWS);
+    printf("tuning kept in the tune file: %s", vals);
 
-    /* the file's word: all 0, then all 64, beside another key's line */
+    /* the file's word: all 0, then all 64, beside another key's line (with
+     * cuBLASLt's first algorithms, as the pinned runs had them) */
     const char *other = "another GPU | hidden 1\tqkv 1 o 2 gate_up 3 down 4 lm_head 5\n";
     for (int i = 0; i < 2; i++) {
-        snprintf(text, sizeof text, "# comment\n%s%s\tqkv %d o %d gate_up %d down %d lm_head %d\n",
-                 other, key, 64 * i, 64 * i, 64 * i, 64 * i, 64 * i);
+        snprintf(text, sizeof text, "# comment\n%s%s\tqkv %d o %d gate_up %d down %d lm_head %d "
+                 "| algos at %u: qkv 0 o 0 gate_up 0 down 0\n", other, key, 64 * i, 64 * i,
+                 64 * i, 64 * i, 64 * i, TUNE_ROWS);
         write_file(tf, text);
         CHECK(tune_prefill(m, ref, tf, got) == 0, "tune: run from the file %d", i);
         CHECK(memcmp(got, pin[i], n * 4) == 0,
               "tune: a file of all %d did not give L8_GEMV_MAX_M=%d's logits", 64 * i, 64 * i);
+    }
+
+    /* cuBLASLt's algorithms: the file's ranks are taken as they are; a line
+     * without them, or with them at other row counts only, gets them
+     * measured and added (its crossover and other sets kept) */
+    char want[512];
+    snprintf(want, sizeof want, "qkv 0 o 0 gate_up 0 down 0 lm_head 0 | algos at 9: qkv 1 o 1 "
+             "gate_up 1 down 1 | algos at %u: qkv 3 o 1 gate_up 2 down 3\n", TUNE_ROWS);
+    snprintf(text, sizeof text, "%s\t%s", key, want);
+    write_file(tf, text);
+    CHECK(tune_prefill(m, ref, tf, got) == 0 &&
+          tune_lines(tf, key, sizeof key, vals, sizeof vals) == 1 && strcmp(vals, want) == 0,
+          "tune: a line with algorithms was not taken as it is: %s", vals);
+    for (int i = 0; i < 2; i++) {
+        snprintf(text, sizeof text, "%s\tqkv 0 o 0 gate_up 0 down 0 lm_head 0%s\n", key,
+                 i ? " | algos at 7: qkv 1 o 1 gate_up 1 down 1 | algos at 8: qkv 1 o 1 "
+                     "gate_up 1 down 1 | algos at 9: qkv 2 o 1 gate_up 1 down 1 | algos at 10: "
+                     "qkv 1 o 1 gate_up 1 down 1" : "");
+        write_file(tf, text);
+        /* with 4 sets already, the oldest (7) goes */
+        CHECK(tune_prefill(m, ref, tf, got) == 0 &&
+              l8_tune_load(tf, key, &t, err, sizeof err) == 0 && t.n_sets == (i ? 4u : 1u) &&
+              l8_tune_algos(&t, TUNE_ROWS) && (!i || (!l8_tune_algos(&t, 7) &&
+              l8_tune_algos(&t, 9)->rank[L8_TP_QKV] == 2)) &&
+              t.gemv_max_m[L8_TP_QKV] == 0 && t.gemv_max_m[L8_TP_LM_HEAD] == 0,
+              "tune: algorithms %s were not measured and added (%u sets)",
+              i ? "at other row counts" : "missing", t.n_sets);
     }
 
     /* a malformed line: measured again, replaced, the other key kept */
@@ -542,7 +575,13 @@ static void run_tune(const struct l8_model *m, const struct l8_tensor_set *ref)
     /* what load refuses */
     const char *bad[] = { "qkv 8 o 8 gate_up 8 down 8 lm_head 65", "qkv 8 o 8 gate_up 8 down 8",
                           "qkv 8 o 8 gate_up 8 down 8 lm_head 8 extra", "o 8 qkv 8 gate_up 8 down 8 lm_head 8",
-                          "qkv -1 o 8 gate_up 8 down 8 lm_head 8" };
+                          "qkv -1 o 8 gate_up 8 down 8 lm_head 8",
+                          "qkv 8 o 8 gate_up 8 down 8 lm_head 8 | algos at 512: qkv 8 o 0 gate_up 0 down 0",
+                          "qkv 8 o 8 gate_up 8 down 8 lm_head 8 | algos at 0: qkv 0 o 0 gate_up 0 down 0",
+                          "qkv 8 o 8 gate_up 8 down 8 lm_head 8 | algos 512: qkv 0 o 0 gate_up 0 down 0",
+                          "qkv 8 o 8 gate_up 8 down 8 lm_head 8 | algos at 512: qkv 0 o 0 gate_up 0",
+                          "qkv 8 o 8 gate_up 8 down 8 lm_head 8 |",
+                          "qkv 8 o 8 gate_up 8 down 8 lm_head 8 | algos at 5: qkv 0 o 0 gate_up 0 down 0 | algos at 5: qkv 0 o 0 gate_up 0 down 0" };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         snprintf(text, sizeof text, "k\t%s\n", bad[i]);
         write_file(tf, text);
@@ -574,6 +613,39 @@ static int fake_run(void *ctx, enum l8_tune_product p, uint32_t M, bool gemm)
         return -ENOTSUP;
     usleep(gemm ? 5000 : 2000 * M);
     return 0;
+}
+
+/* l8_tune_measure_algos' rule: candidates of 6, 4 and 5 ms (then none)
+ * keep the second; within 3 % of the first keeps the first; none that runs
+ * keeps the first. */
+static int fake_algo(void *ctx, enum l8_tune_product p, uint32_t M, uint32_t rank)
+{
+    (void)ctx;
+    (void)M;
+    if (rank >= 3)
+        return -ENOENT;
+    if (p == L8_TP_DOWN)
+        return -ENOTSUP;
+    static const int us[2][3] = { { 6000, 4000, 5000 }, { 6000, 5900, 6100 } };
+    usleep(us[p == L8_TP_O][rank]);
+    return 0;
+}
+
+static void run_tune_algo_rule(void)
+{
+    cudaStream_t st;
+    CHECK(cudaStreamCreate(&st) == cudaSuccess, "stream");
+    struct l8_algo_set t = { .rank = { 9, 9, 9, 9 } };
+    char rep[2048];
+    int r = l8_tune_measure_algos(st, fake_algo, NULL, 384, &t, rep, sizeof rep);
+    printf("%s", rep);
+    CHECK(r == 0 && t.m == 384, "algo rule: measure failed %d (rows %u)", r, t.m);
+    CHECK(t.rank[L8_TP_QKV] == 1 && t.rank[L8_TP_GATE_UP] == 1,
+          "algo rule: kept %u and %u, want the 4 ms candidate (1)", t.rank[L8_TP_QKV],
+          t.rank[L8_TP_GATE_UP]);
+    CHECK(t.rank[L8_TP_O] == 0, "algo rule: 2 %% faster moved o to %u", t.rank[L8_TP_O]);
+    CHECK(t.rank[L8_TP_DOWN] == 0, "algo rule: none ran, kept %u", t.rank[L8_TP_DOWN]);
+    cudaStreamDestroy(st);
 }
 
 static void run_tune_rule(void)
@@ -926,6 +998,7 @@ int main(int argc, char **argv)
     run_profile(m, ref);
     run_tune(m, ref);
     run_tune_rule();
+    run_tune_algo_rule();
     unlink(g_tune);
     rmdir(tdir);
     l8_st_close(ref);

@@ -451,6 +451,27 @@ static void test_gemm(struct l8k_blas *b)
               "gemm fp8: bf16 out without a path not refused");
         KOK(l8k_blas_set_fp8_path(b, L8K_BF16, chosen16));
     }
+    /* Each of the heuristic's candidates, pinned, computes the product. */
+    {
+        const int n = l8k_gemm_fp8_algos(b, dw, dws, dx, dxs, M, N, K, L8K_F32, dy);
+        printf("  cuBLASLt candidates for M=%u N=%u K=%u: %d\n", M, N, K, n);
+        if (n == -ENOTSUP) {
+            printf("  (the bf16 decode path takes no pins)\n");
+        } else {
+            CHECK(n >= 1 && n <= 8, "gemm fp8: %d candidates", n);
+            for (int i = 0; i < n; i++) {
+                KOK(l8k_gemm_fp8_pin(b, dw, dws, dx, dxs, M, N, K, L8K_F32, dy, (uint32_t)i));
+                poison(dy, (size_t)M * N * 4);
+                KOK(l8k_gemm_fp8(b, dw, dws, dx, dxs, M, N, K, L8K_F32, dy, 0));
+                to_host(y, dy, (size_t)M * N * 4);
+                double e = rel_err(y, ref, (size_t)M * N);
+                CHECK(e <= TOL_FP8_TC, "gemm fp8 candidate %d: rel err %.3g", i, e);
+            }
+            CHECK(l8k_gemm_fp8_pin(b, dw, dws, dx, dxs, M, N, K, L8K_F32, dy, (uint32_t)n) ==
+                      -ENOENT, "gemm fp8: pin past the candidates accepted");
+            KOK(l8k_gemm_fp8_pin(b, dw, dws, dx, dxs, M, N, K, L8K_F32, dy, 0));
+        }
+    }
     /* Operands only 16-byte aligned (cuBLASLt assumes 256 unless told). */
     {
         uint8_t *dx16 = dalloc((size_t)M * K + 16);

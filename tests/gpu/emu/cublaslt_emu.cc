@@ -259,12 +259,16 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
     const Pref *p = (const Pref *)pref;
     if (fp8((Layout *)a) && (p->align[0] < 16 || p->align[1] < 16 || p->align[3] < 16))
         return CUBLAS_STATUS_NOT_SUPPORTED;
-    memset(res, 0, sizeof *res);
-    /* The algorithm remembers the alignment it was chosen for. */
-    memcpy(res->algo.data, p->align, sizeof p->align);
-    res->state = CUBLAS_STATUS_SUCCESS;
-    res->wavesCount = 1.0f;
-    *found = 1;
+    /* Up to 4 candidates, computing alike; each remembers the alignment it
+     * was chosen for, and its rank. */
+    for (int i = 0; i < requested && i < 4; i++) {
+        memset(&res[i], 0, sizeof res[i]);
+        memcpy(res[i].algo.data, p->align, sizeof p->align);
+        res[i].algo.data[2] = (uint64_t)i;
+        res[i].state = CUBLAS_STATUS_SUCCESS;
+        res[i].wavesCount = 1.0f;
+        *found = i + 1;
+    }
     return CUBLAS_STATUS_SUCCESS;
 }
 
