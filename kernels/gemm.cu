@@ -216,17 +216,17 @@ out:
     return rc;
 }
 
-/* The heuristic's index-th algorithm pinned for this key, else 0 (its first). */
-static uint32_t pinned_index(const struct l8k_blas *b, int kind, enum l8k_dtype out, uint32_t M,
-                             uint32_t N, uint32_t K, const uint32_t al[3])
+/* The pin of this key, or NULL. */
+static struct algo_pin *find_pin(struct l8k_blas *b, int kind, enum l8k_dtype out, uint32_t M,
+                                 uint32_t N, uint32_t K, const uint32_t al[3])
 {
     for (uint32_t i = 0; i < b->n_pins; i++) {
-        const struct algo_pin *p = &b->pins[i];
+        struct algo_pin *p = &b->pins[i];
         if (p->kind == kind && p->out == out && p->M == M && p->N == N && p->K == K &&
             memcmp(p->align, al, sizeof p->align) == 0)
-            return p->index;
+            return p;
     }
-    return 0;
+    return NULL;
 }
 
 /* One product through cuBLASLt, with the cached (or pinned) algorithm. */
@@ -248,7 +248,8 @@ static int lt_matmul(struct l8k_blas *b, int kind, const void *w, const void *x,
         cublasLtMatmulHeuristicResult_t res[BLAS_MAX_ALGOS];
         int found = 0;
         /* a pin's rank is among as many candidates as l8k_gemm_fp8_pin asked for */
-        const uint32_t i = pinned_index(b, kind, y_dt, M, N, K, d.al);
+        const struct algo_pin *pin = find_pin(b, kind, y_dt, M, N, K, d.al);
+        const uint32_t i = pin ? pin->index : 0;
         rc = heuristic(b, &d, i ? BLAS_MAX_ALGOS : 1, res, &found);
         if (rc || found <= (int)i) {
             desc_free(&d);
@@ -571,13 +572,7 @@ extern "C" int l8k_gemm_fp8_pin(struct l8k_blas *b, const uint8_t *wq, const flo
         return rc;
     if ((int)index >= n)
         return -ENOENT;
-    struct algo_pin *p = NULL;
-    for (uint32_t i = 0; i < b->n_pins && !p; i++) {
-        struct algo_pin *q = &b->pins[i];
-        if (q->kind == kind && q->out == y_dt && q->M == M && q->N == N && q->K == K &&
-            memcmp(q->align, al, sizeof q->align) == 0)
-            p = q;
-    }
+    struct algo_pin *p = find_pin(b, kind, y_dt, M, N, K, al);
     if (!p) {
         if (b->n_pins == BLAS_PINS)
             return -ENOSPC;

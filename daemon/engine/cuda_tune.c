@@ -1,9 +1,10 @@
-/* cuda_tune.c - the GEMV / cuBLASLt crossover, measured and kept. See
- * cuda_tune.h. */
+/* cuda_tune.c - the GEMV / cuBLASLt crossover and cuBLASLt's algorithms,
+ * measured and kept. See cuda_tune.h. */
 #include "cuda_tune.h"
 
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,7 +15,8 @@
 #define TUNE_REPS 3
 #define TUNE_FILE_MAX (1u << 20)
 #define TUNE_HEADER "# llama8 cuda engine: the most token rows each product runs through the " \
-                    "GEMV (cuda_tune.h). Delete a line to measure again.\n"
+                    "GEMV, and cuBLASLt's algorithms by row count (cuda_tune.h). Delete a " \
+                    "line to measure again.\n"
 
 const char *const l8_tune_product_name[L8_TP_N] = { "qkv", "o", "gate_up", "down", "lm_head" };
 
@@ -34,25 +36,69 @@ static int do_call(const struct call *c)
     return c->algo ? c->algo(c->ctx, c->p, c->M, c->rank) : c->run(c->ctx, c->p, c->M, c->gemm);
 }
 
+/* What a measurement times with and reports into. */
+struct meter {
+    cudaStream_t st;
+    cudaEvent_t a, b;
+    double t0;
+    char *report;
+    size_t len, used;
+    int rc;   /* -EIO once the stream is broken */
+};
+
+static int meter_open(struct meter *m, cudaStream_t st, char *report, size_t len)
+{
+    *m = (struct meter){ .st = st, .t0 = l8_mono_s(), .report = report, .len = len };
+    if (len)
+        report[0] = 0;
+    if (cudaEventCreate(&m->a) != cudaSuccess || cudaEventCreate(&m->b) != cudaSuccess)
+        m->rc = -EIO;
+    return m->rc;
+}
+
+static void meter_say(struct meter *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void meter_say(struct meter *m, const char *fmt, ...)
+{
+    if (m->used >= m->len)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(m->report + m->used, m->len - m->used, fmt, ap);
+    va_end(ap);
+    m->used += n > 0 ? (size_t)n : 0;
+}
+
+/* Ends the report with the measurement's own time. */
+static int meter_close(struct meter *m)
+{
+    if (!m->rc)
+        meter_say(m, "(measured in %.0f ms)\n", (l8_mono_s() - m->t0) * 1e3);
+    if (m->a)
+        cudaEventDestroy(m->a);
+    if (m->b)
+        cudaEventDestroy(m->b);
+    return m->rc;
+}
+
 /* The fastest of TUNE_REPS calls after a warm-up, in microseconds; INFINITY
  * when it cannot run (*why: the warm-up's return). */
-static double time_call(cudaStream_t st, const struct call *c, cudaEvent_t a, cudaEvent_t b,
-                        int *rc, int *why)
+static double time_call(struct meter *m, const struct call *c, int *why)
 {
-    if ((*why = do_call(c)) || cudaStreamSynchronize(st) != cudaSuccess) {
+    if ((*why = do_call(c)) || cudaStreamSynchronize(m->st) != cudaSuccess) {
         cudaGetLastError();
-        cudaStreamSynchronize(st);
+        cudaStreamSynchronize(m->st);
         if (cudaGetLastError() != cudaSuccess)
-            *rc = -EIO;   /* the stream is broken, not just this path */
+            m->rc = -EIO;   /* the stream is broken, not just this path */
         return INFINITY;
     }
     double best = INFINITY;
     for (int r = 0; r < TUNE_REPS; r++) {
         float ms = 0;
-        if (cudaEventRecord(a, st) != cudaSuccess || do_call(c) ||
-            cudaEventRecord(b, st) != cudaSuccess || cudaEventSynchronize(b) != cudaSuccess ||
-            cudaEventElapsedTime(&ms, a, b) != cudaSuccess) {
-            *rc = -EIO;
+        if (cudaEventRecord(m->a, m->st) != cudaSuccess || do_call(c) ||
+            cudaEventRecord(m->b, m->st) != cudaSuccess ||
+            cudaEventSynchronize(m->b) != cudaSuccess ||
+            cudaEventElapsedTime(&ms, m->a, m->b) != cudaSuccess) {
+            m->rc = -EIO;
             return INFINITY;
         }
         if (ms * 1e3 < best)
@@ -64,26 +110,18 @@ static double time_call(cudaStream_t st, const struct call *c, cudaEvent_t a, cu
 int l8_tune_measure(cudaStream_t st, l8_tune_run_fn run, void *ctx, struct l8_tune *t,
                     char *report, size_t report_len)
 {
-    cudaEvent_t a = NULL, b = NULL;
-    int rc = 0;
-    size_t used = 0;
-    const double t0 = l8_mono_s();
-    if (report_len)
-        report[0] = 0;
-    if (cudaEventCreate(&a) != cudaSuccess || cudaEventCreate(&b) != cudaSuccess) {
-        rc = -EIO;
-        goto out;
-    }
-    for (int p = 0; p < L8_TP_N && !rc; p++) {
-        char line[512];
-        int n = 0;
+    struct meter m;
+    if (meter_open(&m, st, report, report_len))
+        return meter_close(&m);
+    for (int p = 0; p < L8_TP_N && !m.rc; p++) {
+        char line[512] = "";
+        int n = 0, why;
         uint32_t thr = 0;
-        for (uint32_t M = 1; M <= L8_TUNE_MAX_M && !rc; M *= 2) {
+        for (uint32_t M = 1; M <= L8_TUNE_MAX_M && !m.rc; M *= 2) {
             struct call c = { .run = run, .ctx = ctx, .p = (enum l8_tune_product)p, .M = M };
-            int why;
-            double g = time_call(st, &c, a, b, &rc, &why);
+            double g = time_call(&m, &c, &why);
             c.gemm = true;
-            double l = isinf(g) ? INFINITY : time_call(st, &c, a, b, &rc, &why);
+            double l = isinf(g) ? INFINITY : time_call(&m, &c, &why);
             if (n < (int)sizeof line)
                 n += snprintf(line + n, sizeof line - (size_t)n, "%s%u %.1f/%.1f",
                               M == 1 ? "" : ", ", M, g, l);
@@ -92,44 +130,27 @@ int l8_tune_measure(cudaStream_t st, l8_tune_run_fn run, void *ctx, struct l8_tu
             thr = M;
         }
         t->gemv_max_m[p] = thr;
-        if (used < report_len)
-            used += (size_t)snprintf(report + used, report_len - used,
-                                     "%s: GEMV up to %u rows (M gemv/cuBLASLt us: %s)\n",
-                                     l8_tune_product_name[p], thr, line);
+        meter_say(&m, "%s: GEMV up to %u rows (M gemv/cuBLASLt us: %s)\n",
+                  l8_tune_product_name[p], thr, line);
     }
-    if (used < report_len)
-        snprintf(report + used, report_len - used, "(measured in %.0f ms)\n",
-                 (l8_mono_s() - t0) * 1e3);
-out:
-    if (a)
-        cudaEventDestroy(a);
-    if (b)
-        cudaEventDestroy(b);
-    return rc;
+    return meter_close(&m);
 }
 
 int l8_tune_measure_algos(cudaStream_t st, l8_tune_algo_fn run, void *ctx, uint32_t M,
                           struct l8_algo_set *set, char *report, size_t report_len)
 {
-    cudaEvent_t a = NULL, b = NULL;
-    int rc = 0;
-    size_t used = 0;
-    const double t0 = l8_mono_s();
-    if (report_len)
-        report[0] = 0;
-    if (cudaEventCreate(&a) != cudaSuccess || cudaEventCreate(&b) != cudaSuccess) {
-        rc = -EIO;
-        goto out;
-    }
-    for (int p = 0; p < L8_TUNE_FP8 && !rc; p++) {
-        char line[512];
-        int n = 0, why = 0;
+    struct meter m;
+    if (meter_open(&m, st, report, report_len))
+        return meter_close(&m);
+    for (int p = 0; p < L8_TUNE_FP8 && !m.rc; p++) {
+        char line[512] = "";
+        int n = 0, why;
         double first = INFINITY, best = INFINITY;
         uint32_t pick = 0;
-        for (uint32_t r = 0; r < L8_TUNE_ALGOS && !rc; r++) {
+        for (uint32_t r = 0; r < L8_TUNE_ALGOS && !m.rc; r++) {
             const struct call c = { .algo = run, .ctx = ctx, .p = (enum l8_tune_product)p,
                                     .M = M, .rank = r };
-            double us = time_call(st, &c, a, b, &rc, &why);
+            double us = time_call(&m, &c, &why);
             if (why == -ENOENT)
                 break;
             if (n < (int)sizeof line)
@@ -144,21 +165,11 @@ int l8_tune_measure_algos(cudaStream_t st, l8_tune_algo_fn run, void *ctx, uint3
         if (!(best < first * 0.97))   /* within noise of the first (or none ran) */
             pick = 0;
         set->rank[p] = pick;
-        if (used < report_len)
-            used += (size_t)snprintf(report + used, report_len - used,
-                                     "%s: cuBLASLt candidate %u at %u rows (us: %s)\n",
-                                     l8_tune_product_name[p], pick, M, n ? line : "none ran");
+        meter_say(&m, "%s: cuBLASLt candidate %u at %u rows (us: %s)\n",
+                  l8_tune_product_name[p], pick, M, n ? line : "none ran");
     }
     set->m = M;
-    if (used < report_len)
-        snprintf(report + used, report_len - used, "(measured in %.0f ms)\n",
-                 (l8_mono_s() - t0) * 1e3);
-out:
-    if (a)
-        cudaEventDestroy(a);
-    if (b)
-        cudaEventDestroy(b);
-    return rc;
+    return meter_close(&m);
 }
 
 const struct l8_algo_set *l8_tune_algos(const struct l8_tune *t, uint32_t M)
