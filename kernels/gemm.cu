@@ -531,8 +531,10 @@ static int gemm_fp8_candidates(struct l8k_blas *b, const uint8_t *wq, const floa
     if (rc)
         return rc;
     const enum l8k_fp8_path p = b->path[out_index(y_dt)];
-    if (M == 0 || p == L8K_FP8_BF16)
-        return M == 0 ? -EINVAL : -ENOTSUP;
+    if (M == 0)
+        return -EINVAL;
+    if (p == L8K_FP8_BF16)
+        return -ENOTSUP;
     *kind = p == L8K_FP8_OUTER_VEC ? GK_FP8_OUTER : GK_FP8_UNIT;
     const bool outer = *kind == GK_FP8_OUTER;
     struct lt_desc d;
