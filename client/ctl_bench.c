@@ -8,6 +8,11 @@
  *   TTFT              first token received minus submit
  *   delivery          receive time minus the daemon's timestamp of the token
  *                     (taken when the step producing it completed)
+ *   inter-token       a token's daemon timestamp minus the one before of the
+ *                     same request: the decode cadence, without the client's
+ *                     polling (which can receive two tokens at once)
+ *   time per output   per request, its first to last token's timestamps over
+ *   token             the tokens between: the median request's decode rate
  *   tokens/s          generated tokens over the wall time of the run
  *   engine            from the daemon's Status before and after the run: its
  *                     steps, their mean time in the engine, the engine's busy
@@ -29,7 +34,8 @@
 struct breq {
     uint64_t id;
     int client;
-    uint64_t t_submit, t_first;
+    uint64_t t_submit;
+    uint64_t ts_first, ts_last;   /* daemon timestamps of the first and last token */
     uint32_t tokens;
     bool done;
 };
@@ -83,7 +89,8 @@ static void bench_usage(FILE *f)
     fprintf(f,
         "usage: llama8ctl bench [OPTIONS]\n"
         "Run N greedy requests of random prompts against llama8d and report time to first\n"
-        "token, submit -> prefill start, per-token delivery latency (p50/p99) and tokens/s.\n\n"
+        "token, submit -> prefill start, per-token delivery latency, inter-token latency,\n"
+        "time per output token (p50/p99) and tokens/s.\n\n"
         "  -n, --requests N       requests in all (default 64)\n"
         "  -c, --concurrency C    requests in flight (default 8)\n"
         "      --clients K        connections to spread them over (default 1)\n"
@@ -147,7 +154,7 @@ int ctl_bench(int argc, char **argv)
     struct l8c_client *cl[MAX_CLIENTS] = {0};
     struct breq *rq = calloc(n_req, sizeof(*rq));
     uint32_t *prompt = malloc(pmax * sizeof(uint32_t));
-    struct lat ttft = {0}, start = {0}, deliver = {0};
+    struct lat ttft = {0}, start = {0}, deliver = {0}, itl = {0}, tpot = {0};
     int rc = CTL_FAIL;
     if (!rq || !prompt)
         goto out;
@@ -238,9 +245,12 @@ int ctl_bench(int argc, char **argv)
                     break;
                 case L8_EV_TOKEN:
                     if (!r->tokens) {
-                        r->t_first = now;
+                        r->ts_first = e->t_ns;
                         lat_add(&ttft, now - r->t_submit);
+                    } else {
+                        lat_add(&itl, e->t_ns - r->ts_last);
                     }
+                    r->ts_last = e->t_ns;
                     r->tokens++;
                     total_tokens++;
                     lat_add(&deliver, now - e->t_ns);
@@ -251,6 +261,8 @@ int ctl_bench(int argc, char **argv)
                         fprintf(stderr, "llama8ctl: request failed: %s\n", l8c_err_name(e->code));
                         goto out;
                     }
+                    if (r->tokens > 1)
+                        lat_add(&tpot, (r->ts_last - r->ts_first) / (r->tokens - 1));
                     r->done = true;
                     done++;
                     inflight--;
@@ -285,6 +297,8 @@ int ctl_bench(int argc, char **argv)
     double t50 = pct_us(&ttft, 50), t99 = pct_us(&ttft, 99);
     double s50 = pct_us(&start, 50), s99 = pct_us(&start, 99);
     double d50 = pct_us(&deliver, 50), d99 = pct_us(&deliver, 99);
+    double i50 = pct_us(&itl, 50), i99 = pct_us(&itl, 99);
+    double o50 = pct_us(&tpot, 50), o99 = pct_us(&tpot, 99);
     if (json) {
         json_object *o = json_object_new_object();
         json_object_object_add(o, "requests", json_object_new_int64((int64_t)n_req));
@@ -300,6 +314,10 @@ int ctl_bench(int argc, char **argv)
         json_object_object_add(o, "submit_to_start_p99_us", json_object_new_double(s99));
         json_object_object_add(o, "delivery_p50_us", json_object_new_double(d50));
         json_object_object_add(o, "delivery_p99_us", json_object_new_double(d99));
+        json_object_object_add(o, "itl_p50_us", json_object_new_double(i50));
+        json_object_object_add(o, "itl_p99_us", json_object_new_double(i99));
+        json_object_object_add(o, "tpot_p50_us", json_object_new_double(o50));
+        json_object_object_add(o, "tpot_p99_us", json_object_new_double(o99));
         json_object_object_add(o, "engine_steps", json_object_new_uint64(steps));
         json_object_object_add(o, "engine_step_ms_mean", json_object_new_double(step_ms));
         json_object_object_add(o, "engine_busy_frac", json_object_new_double(busy));
@@ -323,6 +341,9 @@ int ctl_bench(int argc, char **argv)
         printf("submit -> prefill start: p50 %9.1f us  p99 %9.1f us\n", s50, s99);
         printf("token delivery:          p50 %9.1f us  p99 %9.1f us (daemon timestamp -> client)\n",
                d50, d99);
+        printf("inter-token latency:     p50 %9.1f us  p99 %9.1f us (daemon timestamps)\n", i50, i99);
+        printf("time per output token:   p50 %9.1f us  p99 %9.1f us (each request's mean)\n", o50,
+               o99);
         printf("engine:                  %llu steps, %.3f ms each, busy %.1f %% of the run; "
                "%.1f us between steps with requests left\n", (unsigned long long)steps, step_ms,
                100 * busy, gap_us);
@@ -340,5 +361,7 @@ out:
     free(ttft.v);
     free(start.v);
     free(deliver.v);
+    free(itl.v);
+    free(tpot.v);
     return rc;
 }

@@ -17,6 +17,10 @@
 #   profile:   llama8-run as above with 32 new tokens and L8_PROFILE: the
 #              GPU time of each phase of a prefill and a decode step
 #              (daemon/engine/cuda_profile.h), eager, kernels back to back
+#   daemon single stream: the single stream through llama8d + llama8ctl
+#              bench (4 requests one at a time, 512-token prompts, 128 new):
+#              TTFT and decode rate as a client of the ring sees them, against
+#              llama8-run's in-process figures of run 2
 #   serving:   llama8d (cuda fp8) + llama8ctl bench: 256 requests, prompts
 #              128-512, 128 new, 64 in flight (its output splits the engine's
 #              steps: decode-only ones, their batch and time, and those with
@@ -32,10 +36,12 @@
 # (epoch seconds, from run.sh; 10 s kept for writing the JSON); a failed or
 # cut stage becomes a row with "error", and the JSON is written on any exit.
 # Writes OUT_DIR/bench-gpu.json shaped like ../shared/reference/bench-h100-linnet.json.
+# Module loading stays the driver's default (lazy), as under systemd: eager
+# loading would put every cuBLASLt kernel in GPU memory and inflate the peak.
+# The warm runs load what they use in their untimed warm-up.
 set -u
 BIN=$1 MODEL=$2 OUT=$3
 mkdir -p "$OUT"
-export CUDA_MODULE_LOADING=EAGER    # module loading out of the first step's time
 
 peak_start() {   # sample used GPU memory (MiB) into $1 until peak_stop
     ( while :; do nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null; sleep 0.05; done ) >"$1" &
@@ -111,6 +117,19 @@ rows.append({"method": "llama8 cuda fp8 step profile (llama8-run, L8_PROFILE)", 
              "metrics": profile(p),
              "notes": "GPU time of each phase, the step queued behind a hold kernel so the kernels run back to back (eager, no PDL between the timed kernels); 512-token prompt, 32 decode steps",
              "error": None if p else "the profiled run failed (see single5.log)"})
+v1 = load("serve_single.json")
+m1 = {}
+if isinstance(v1, dict) and v1.get("tpot_p50_us"):
+    m1 = {"ttft_ms": v1["ttft_p50_us"] / 1e3, "decode_tok_s": 1e6 / v1["tpot_p50_us"],
+          "itl_p99_us": v1.get("itl_p99_us"), "delivery_p50_us": v1.get("delivery_p50_us"),
+          "submit_to_start_p50_us": v1.get("submit_to_start_p50_us")}
+    if s and s.get("prefill_ms") and s.get("decode_tokens_per_s"):
+        m1["ttft_vs_in_process"] = m1["ttft_ms"] / s["prefill_ms"]
+        m1["decode_vs_in_process"] = m1["decode_tok_s"] / s["decode_tokens_per_s"]
+rows.append({"method": "llama8 cuda fp8 single stream (llama8d + llama8ctl bench)", "kind": "llama8",
+             "metrics": m1,
+             "notes": "4 requests one at a time, 512-token random prompts, 128 new (ignore eos), greedy; ttft: p50 submit -> first token received; decode_tok_s: 1 / the median request's mean gap between its tokens (daemon timestamps); *_vs_in_process: against llama8-run run 2 (graphs, warm) in the same run",
+             "error": None if m1 else "daemon single stream failed (see serve_single.log, llama8d.log)"})
 v = load("serve.json")
 ready = None
 try:   # llama8d's "ready: ... (X s since start)": load, upload, warm-up steps and graph captures
@@ -192,6 +211,11 @@ for i in $(seq 1 $(( $(lim 60) * 2 ))); do
 done
 # Ready means the socket answers; llama8ctl status waits for the model.
 timeout "$(lim 60)" "$BIN/llama8ctl" status --socket "$SOCK" >"$OUT/status.txt" 2>&1
+# The single stream first (nothing else in flight): the first request also
+# meets the 512-row products' first cuBLASLt calls, so the p50 of 4 is warm.
+timeout "$(lim 60)" "$BIN/llama8ctl" bench --socket "$SOCK" -n 4 -c 1 --prompt-min 512 \
+    --prompt-max 512 --new 128 --json >"$OUT/serve_single.json" 2>"$OUT/serve_single.log"
+echo "daemon single stream rc=$? $(cat "$OUT/serve_single.json")"
 timeout "$(lim 300)" "$BIN/llama8ctl" bench --socket "$SOCK" -n 256 -c 64 --prompt-min 128 \
     --prompt-max 512 --new 128 --json >"$OUT/serve.json" 2>"$OUT/serve.log"
 echo "serving rc=$? $(cat "$OUT/serve.json")"

@@ -756,11 +756,18 @@ static void test_bench(void)
     CHECK(tps > 0, "tokens/s %f", tps);
     CHECK(strstr(o.p, "(24 tokens in"), "bench: 6 x 4 tokens:\n%s", o.p);
     static const char *const lines[] = { "time to first token:", "submit -> prefill start:",
-                                         "token delivery:" };
-    for (int i = 0; i < 3; i++) {
+                                         "token delivery:", "inter-token latency:",
+                                         "time per output token:" };
+    for (int i = 0; i < 5; i++) {
         double p50 = table_value(o.p, lines[i], "p50"), p99 = table_value(o.p, lines[i], "p99");
         CHECK(p50 > 0 && p99 >= p50, "%s p50 %f p99 %f", lines[i], p50, p99);
     }
+    /* A request's mean gap lies within its gaps, so the requests' means
+     * cannot spread wider than the gaps themselves. */
+    const double itl99 = table_value(o.p, "inter-token latency:", "p99");
+    const double tpot50 = table_value(o.p, "time per output token:", "p50");
+    CHECK(tpot50 <= itl99, "time per output token p50 %f above the inter-token p99 %f", tpot50,
+          itl99);
     /* 6 requests of 4 tokens, 3 in flight: each gets 3 decode rows, so
      * some steps decode only (at most 3 rows), and the 6 prompts need at
      * least one step with prompt tokens. */
@@ -794,8 +801,8 @@ static void test_bench(void)
           get_num(j, "engine_decode_time_frac", w) < 1 &&
           get_num(j, "engine_prompt_step_tokens_mean", w) >= 1 &&
           get_int(j, "engine_preemptions", w) == 0, "bench --json step split: %s", o.p);
-    static const char *const keys[] = { "ttft", "submit_to_start", "delivery" };
-    for (int i = 0; i < 3; i++) {
+    static const char *const keys[] = { "ttft", "submit_to_start", "delivery", "itl", "tpot" };
+    for (int i = 0; i < 5; i++) {
         char k50[64], k99[64];
         snprintf(k50, sizeof(k50), "%s_p50_us", keys[i]);
         snprintf(k99, sizeof(k99), "%s_p99_us", keys[i]);
