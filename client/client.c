@@ -671,6 +671,11 @@ int l8c_status(struct l8c_client *c, struct l8c_status *out, int timeout_ms)
         o.decode_rows = s->decode_rows;
         o.fed_tokens = s->fed_tokens;
         o.preemptions = s->preemptions;
+        o.mem_weights = s->mem_weights;
+        o.mem_kv_pool = s->mem_kv_pool;
+        o.mem_work = s->mem_work;
+        o.device_used = s->device_used;
+        o.device_total = s->device_total;
         *out = o;
         rc = 0;
     }

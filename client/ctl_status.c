@@ -6,6 +6,8 @@
 
 #include <json-c/json.h>
 
+#define GIB 1073741824.0
+
 static void status_usage(FILE *f)
 {
     fprintf(f, "usage: llama8ctl status [--socket PATH] [--json]\n"
@@ -80,6 +82,11 @@ int ctl_status(int argc, char **argv)
         json_object_object_add(o, "decode_rows", json_object_new_uint64(s.decode_rows));
         json_object_object_add(o, "fed_tokens", json_object_new_uint64(s.fed_tokens));
         json_object_object_add(o, "preemptions", json_object_new_uint64(s.preemptions));
+        json_object_object_add(o, "mem_weights", json_object_new_uint64(s.mem_weights));
+        json_object_object_add(o, "mem_kv_pool", json_object_new_uint64(s.mem_kv_pool));
+        json_object_object_add(o, "mem_work", json_object_new_uint64(s.mem_work));
+        json_object_object_add(o, "device_used", json_object_new_uint64(s.device_used));
+        json_object_object_add(o, "device_total", json_object_new_uint64(s.device_total));
         puts(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY));
         json_object_put(o);
     } else {
@@ -87,6 +94,12 @@ int ctl_status(int argc, char **argv)
         printf("context:   %u tokens\n", s.context_length);
         printf("kv pool:   %u/%u pages used, %u cached (%u positions each)\n", s.pages_used,
                s.pages_total, s.pages_cached, s.page_size);
+        printf("memory:    weights %.2f GiB, KV pool %.2f GiB, work %.1f MiB (%s)\n",
+               (double)s.mem_weights / GIB, (double)s.mem_kv_pool / GIB,
+               (double)s.mem_work / (1 << 20), s.device_total ? "on the GPU" : "host");
+        if (s.device_total)
+            printf("gpu:       %.2f of %.2f GiB in use after the engine started (all processes)\n",
+                   (double)s.device_used / GIB, (double)s.device_total / GIB);
         printf("clients:   %u\n", s.clients);
         printf("requests:  %u running, %u waiting, %llu done\n", s.requests_running,
                s.requests_waiting, (unsigned long long)s.requests_done);

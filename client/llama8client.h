@@ -151,6 +151,11 @@ struct l8c_status {
      * for KV pages. */
     uint64_t decode_steps, decode_rows, fed_tokens, preemptions;
     double decode_time_s;
+    /* Bytes the engine holds, fixed at start: the weights, the KV pool, and
+     * its activations and scratch; on the GPU (backend "cuda"), the device's
+     * memory in use after the engine started (every process's, the CUDA
+     * context included) and its total; both 0 on the cpu backend. */
+    uint64_t mem_weights, mem_kv_pool, mem_work, device_used, device_total;
 };
 int l8c_status(struct l8c_client *c, struct l8c_status *out, int timeout_ms);
 

@@ -339,6 +339,12 @@ static void send_status(struct l8d_session *s)
     o.decode_rows = d->decode_rows;
     o.fed_tokens = d->fed_tokens;
     o.preemptions = st.preemptions;
+    const struct l8_engine_mem *mem = l8_engine_memory(d->engine);
+    o.mem_weights = mem->weights;
+    o.mem_kv_pool = mem->kv_pool;
+    o.mem_work = mem->work;
+    o.device_used = mem->device_used;
+    o.device_total = mem->device_total;
     Llama8__DaemonMessage m = LLAMA8__DAEMON_MESSAGE__INIT;
     m.msg_case = LLAMA8__DAEMON_MESSAGE__MSG_STATUS;
     m.status = &o;

@@ -23,6 +23,7 @@ struct l8_engine {
     const struct l8_model *m;
     struct l8_engine_opts o;    /* defaults resolved */
     uint32_t n_pages;
+    struct l8_engine_mem mem;
 };
 
 const char *l8_backend_name(enum l8_backend b)
@@ -78,7 +79,7 @@ int l8_engine_create(const struct l8_model *m, enum l8_backend backend,
     e->ops = ops;
     e->m = m;
     e->o = o;
-    int r = ops->create(m, &o, &e->impl, &e->n_pages, err);
+    int r = ops->create(m, &o, &e->impl, &e->n_pages, &e->mem, err);
     if (r < 0) {
         free(e);
         return r;
@@ -97,6 +98,7 @@ void l8_engine_destroy(struct l8_engine *e)
 
 uint32_t l8_engine_n_pages(const struct l8_engine *e) { return e->n_pages; }
 uint32_t l8_engine_page_size(const struct l8_engine *e) { return e->o.page_size; }
+const struct l8_engine_mem *l8_engine_memory(const struct l8_engine *e) { return &e->mem; }
 
 static int check_seq(const struct l8_engine *e, const struct l8_seq *s)
 {

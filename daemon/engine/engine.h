@@ -91,6 +91,20 @@ int  l8_engine_step(struct l8_engine *e, struct l8_seq *seqs, uint32_t n_seqs);
 /* Facts about the pool the engine allocated. */
 uint32_t l8_engine_n_pages(const struct l8_engine *e);
 uint32_t l8_engine_page_size(const struct l8_engine *e);
+
+/* What an engine holds, in bytes, as it stood when created (an engine
+ * allocates nothing per step). */
+struct l8_engine_mem {
+    uint64_t weights;       /* cuda: on the GPU; cpu: the model's weights it
+                               computes from (mapped or converted, host) */
+    uint64_t kv_pool;
+    uint64_t work;          /* activations, scratch and workspaces */
+    uint64_t device_used;   /* cuda: the GPU's memory in use after creation
+                               (every process's, the CUDA context included);
+                               0 on cpu */
+    uint64_t device_total;  /* cuda: the GPU's memory; 0 on cpu */
+};
+const struct l8_engine_mem *l8_engine_memory(const struct l8_engine *e);
 const char *l8_backend_name(enum l8_backend b);
 
 /* Element offset of (layer, kv, page, kv_head, slot, 0) in the pool. */
@@ -107,7 +121,8 @@ static inline size_t l8_kv_offset(const struct l8_config *c, uint32_t n_pages,
 struct l8_engine_ops {
     const char *name;
     int  (*create)(const struct l8_model *m, const struct l8_engine_opts *o,
-                   void **impl, uint32_t *n_pages, char err[L8_ERRLEN]);
+                   void **impl, uint32_t *n_pages, struct l8_engine_mem *mem,
+                   char err[L8_ERRLEN]);
     void (*destroy)(void *impl);
     int  (*step)(void *impl, struct l8_seq *seqs, uint32_t n_seqs);
 };

@@ -106,9 +106,13 @@ struct cpu {
     uint32_t layer;
 };
 
-static void *xalloc(size_t bytes)
+/* Scratch and the pool, counted in *total (what l8_engine_memory reports). */
+static void *xalloc(uint64_t *total, size_t bytes)
 {
-    return aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+    void *p = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+    if (p)
+        *total += bytes;
+    return p;
 }
 
 static void cpu_destroy(void *impl)
@@ -139,9 +143,11 @@ static void cpu_destroy(void *impl)
 }
 
 static int cpu_create(const struct l8_model *m, const struct l8_engine_opts *o,
-                      void **impl, uint32_t *n_pages, char err[L8_ERRLEN])
+                      void **impl, uint32_t *n_pages, struct l8_engine_mem *mem,
+                      char err[L8_ERRLEN])
 {
     const struct l8_config *c = &m->cfg;
+    *mem = (struct l8_engine_mem){ .weights = m->weight_bytes };
     struct cpu *e = calloc(1, sizeof(*e));
     if (!e) {
         snprintf(err, L8_ERRLEN, "cpu engine: out of memory");
@@ -196,33 +202,34 @@ static int cpu_create(const struct l8_model *m, const struct l8_engine_opts *o,
 
     const size_t pool = (size_t)e->n_pages * page_bytes;
     if (f32kv)
-        e->kv32 = xalloc(pool);
+        e->kv32 = xalloc(&mem->kv_pool, pool);
     else
-        e->kv16 = xalloc(pool);
+        e->kv16 = xalloc(&mem->kv_pool, pool);
     if (!e->kv32 && !e->kv16)
         goto nomem;
 
     const size_t T = e->max_T;
-    e->x = xalloc(T * c->hidden * sizeof(float));
-    e->xn = xalloc(T * c->hidden * sizeof(float));
-    e->tmp = xalloc(T * c->hidden * sizeof(float));
-    e->q = xalloc(T * e->qdim * sizeof(float));
-    e->k = xalloc(T * e->kvdim * sizeof(float));
-    e->v = xalloc(T * e->kvdim * sizeof(float));
-    e->att = xalloc(T * e->qdim * sizeof(float));
-    e->gate = xalloc(T * c->inter * sizeof(float));
-    e->up = xalloc(T * c->inter * sizeof(float));
-    e->xq = xalloc(T * e->max_in);
-    e->xd = xalloc(T * e->max_in * sizeof(float));
-    e->xs = xalloc(T * sizeof(float));
-    e->rcos = xalloc(T * (c->head_dim / 2) * sizeof(float));
-    e->rsin = xalloc(T * (c->head_dim / 2) * sizeof(float));
-    e->tok_seq = xalloc(T * sizeof(uint32_t));
-    e->tok_pos = xalloc(T * sizeof(uint32_t));
-    e->tok_id = xalloc(T * sizeof(uint32_t));
-    e->items = xalloc(T * c->n_kv_heads * sizeof(struct attn_item));
-    e->logit_scratch = xalloc((size_t)e->max_seqs * c->vocab * sizeof(float));
-    e->dest = xalloc(T * sizeof(float *));
+    uint64_t *work = &mem->work;
+    e->x = xalloc(work, T * c->hidden * sizeof(float));
+    e->xn = xalloc(work, T * c->hidden * sizeof(float));
+    e->tmp = xalloc(work, T * c->hidden * sizeof(float));
+    e->q = xalloc(work, T * e->qdim * sizeof(float));
+    e->k = xalloc(work, T * e->kvdim * sizeof(float));
+    e->v = xalloc(work, T * e->kvdim * sizeof(float));
+    e->att = xalloc(work, T * e->qdim * sizeof(float));
+    e->gate = xalloc(work, T * c->inter * sizeof(float));
+    e->up = xalloc(work, T * c->inter * sizeof(float));
+    e->xq = xalloc(work, T * e->max_in);
+    e->xd = xalloc(work, T * e->max_in * sizeof(float));
+    e->xs = xalloc(work, T * sizeof(float));
+    e->rcos = xalloc(work, T * (c->head_dim / 2) * sizeof(float));
+    e->rsin = xalloc(work, T * (c->head_dim / 2) * sizeof(float));
+    e->tok_seq = xalloc(work, T * sizeof(uint32_t));
+    e->tok_pos = xalloc(work, T * sizeof(uint32_t));
+    e->tok_id = xalloc(work, T * sizeof(uint32_t));
+    e->items = xalloc(work, T * c->n_kv_heads * sizeof(struct attn_item));
+    e->logit_scratch = xalloc(work, (size_t)e->max_seqs * c->vocab * sizeof(float));
+    e->dest = xalloc(work, T * sizeof(float *));
     if (!e->x || !e->xn || !e->tmp || !e->q || !e->k || !e->v || !e->att || !e->gate
         || !e->up || !e->xq || !e->xd || !e->xs || !e->rcos || !e->rsin || !e->tok_seq
         || !e->tok_pos || !e->tok_id || !e->items || !e->logit_scratch || !e->dest)
@@ -242,27 +249,28 @@ static int cpu_create(const struct l8_model *m, const struct l8_engine_opts *o,
     if (!e->scores || !e->acc || !e->kvrow || !e->sums || !e->rowptr)
         goto nomem;
     for (int i = 0; i < nt; i++) {
-        e->scores[i] = xalloc(e->score_floats * sizeof(float));
-        e->acc[i] = xalloc(qt * e->gqa * c->head_dim * sizeof(float));
-        e->kvrow[i] = xalloc(2 * c->head_dim * sizeof(float));
-        e->sums[i] = xalloc(qt * e->gqa * sizeof(double));
-        e->rowptr[i] = xalloc(2 * (size_t)e->ctx_cap * sizeof(void *));
+        e->scores[i] = xalloc(work, e->score_floats * sizeof(float));
+        e->acc[i] = xalloc(work, qt * e->gqa * c->head_dim * sizeof(float));
+        e->kvrow[i] = xalloc(work, 2 * c->head_dim * sizeof(float));
+        e->sums[i] = xalloc(work, qt * e->gqa * sizeof(double));
+        e->rowptr[i] = xalloc(work, 2 * (size_t)e->ctx_cap * sizeof(void *));
         if (!e->scores[i] || !e->acc[i] || !e->kvrow[i] || !e->sums[i] || !e->rowptr[i])
             goto nomem;
     }
     if (nt > 1) {
         const size_t chunks = (e->ctx_cap + SPLIT_CHUNK - 1) / SPLIT_CHUNK;
-        e->split_w = xalloc((size_t)SPLIT_MAX_ITEMS * e->gqa * e->ctx_cap * sizeof(float));
-        e->split_cmax = xalloc((size_t)SPLIT_MAX_ITEMS * chunks * e->gqa * sizeof(float));
-        e->split_mx = xalloc((size_t)SPLIT_MAX_ITEMS * e->gqa * sizeof(float));
-        e->split_sum = xalloc((size_t)SPLIT_MAX_ITEMS * e->gqa * sizeof(double));
-        e->split_acc = xalloc((size_t)SPLIT_MAX_ITEMS * e->gqa * c->head_dim * sizeof(float));
+        e->split_w = xalloc(work, (size_t)SPLIT_MAX_ITEMS * e->gqa * e->ctx_cap * sizeof(float));
+        e->split_cmax = xalloc(work, (size_t)SPLIT_MAX_ITEMS * chunks * e->gqa * sizeof(float));
+        e->split_mx = xalloc(work, (size_t)SPLIT_MAX_ITEMS * e->gqa * sizeof(float));
+        e->split_sum = xalloc(work, (size_t)SPLIT_MAX_ITEMS * e->gqa * sizeof(double));
+        e->split_acc = xalloc(work, (size_t)SPLIT_MAX_ITEMS * e->gqa * c->head_dim * sizeof(float));
         if (!e->split_w || !e->split_cmax || !e->split_mx || !e->split_sum || !e->split_acc)
             goto nomem;
     }
     e->sampler = l8_sampler_new(c->vocab);
     if (!e->sampler)
         goto nomem;
+    mem->work += (uint64_t)nt * e->ws.floats * sizeof(float);
     *impl = e;
     *n_pages = e->n_pages;
     return 0;

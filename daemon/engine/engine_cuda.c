@@ -453,13 +453,13 @@ static int choose_tuning(struct cuda_engine *e, const char *tune_file, char err[
 }
 
 static int cuda_create(const struct l8_model *m, const struct l8_engine_opts *o, void **impl,
-                       uint32_t *n_pages_out, char err[L8_ERRLEN])
+                       uint32_t *n_pages_out, struct l8_engine_mem *mem, char err[L8_ERRLEN])
 {
     const struct l8_config *c = &m->cfg;
     struct cuda_engine *e = calloc(1, sizeof *e);
     struct l8_upload up = { 0 };
     void *conv_embed = NULL, *conv_lm = NULL;
-    uint64_t wbytes = 0, abytes = 0;
+    uint64_t wbytes = 0, abytes = 0, kv_bytes = 0;   /* abytes: activations and the pool */
     int rc = -EIO;
     int ndev = 0;
 
@@ -692,7 +692,8 @@ static int cuda_create(const struct l8_model *m, const struct l8_engine_opts *o,
             goto err;
         }
         e->kv_half = (size_t)e->n_pages * nkv * e->ps * D;
-        if (dmalloc(&e->kv, (size_t)e->n_pages * page_bytes, &abytes)) {
+        kv_bytes = (uint64_t)e->n_pages * page_bytes;
+        if (dmalloc(&e->kv, kv_bytes, &abytes)) {
             rc = -ENOMEM;
             snprintf(err, L8_ERRLEN, "out of GPU memory for the KV pool");
             goto err;
@@ -732,8 +733,8 @@ static int cuda_create(const struct l8_model *m, const struct l8_engine_opts *o,
                 "fp8 GEMM path %d (bf16 out %d); decode graphs %s; PDL %s; %.1f GiB free of %.1f\n",
                 (double)wbytes / 1073741824.0, up_s, up_s > 0 ? (double)up.bytes / up_s / 1e9 : 0,
                 ver_s * 1e3,
-                (double)(abytes - (size_t)e->n_pages * page_bytes) / 1048576.0, e->n_pages,
-                e->ps, (double)e->n_pages * page_bytes / 1048576.0,
+                (double)(abytes - kv_bytes) / 1048576.0, e->n_pages, e->ps,
+                (double)kv_bytes / 1048576.0,
                 e->kv_dt == L8K_F32 ? "f32" : "bf16", (int)l8k_blas_fp8_path(e->blas, L8K_F32),
                 (int)l8k_blas_fp8_path(e->blas, L8K_BF16),
                 e->use_graphs ? "on" : e->prof ? "off (L8_PROFILE)" : "off (L8_CUDA_GRAPHS=0)",
@@ -742,6 +743,13 @@ static int cuda_create(const struct l8_model *m, const struct l8_engine_opts *o,
     }
     if ((rc = choose_tuning(e, o->tune_file, err)))
         goto err;
+    {
+        size_t free_b = 0, total_b = 0;
+        CK(cudaMemGetInfo(&free_b, &total_b));
+        *mem = (struct l8_engine_mem){ .weights = wbytes, .kv_pool = kv_bytes,
+                                       .work = abytes - kv_bytes,
+                                       .device_used = total_b - free_b, .device_total = total_b };
+    }
     l8_upload_free(&up);
     *impl = e;
     *n_pages_out = e->n_pages;

@@ -95,6 +95,8 @@ static void usage(FILE *f)
 "Exit status: 0 ok, 1 runtime error, 2 usage error.\n");
 }
 
+static double mib(uint64_t bytes) { return (double)bytes / 1048576.0; }
+
 static int parse_u32(const char *s, uint32_t *out)
 {
     char *end;
@@ -580,6 +582,11 @@ int main(int argc, char **argv)
         json_object_object_add(jo, "batch", json_object_new_int64(B));
         json_object_object_add(jo, "decode_steps", json_object_new_int64(decode_steps));
         json_object_object_add(jo, "decode_tokens_per_s", json_object_new_double(dec_tps));
+        const struct l8_engine_mem *mem = l8_engine_memory(e);
+        json_object_object_add(jo, "mem_weights_mib", json_object_new_double(mib(mem->weights)));
+        json_object_object_add(jo, "mem_kv_pool_mib", json_object_new_double(mib(mem->kv_pool)));
+        json_object_object_add(jo, "mem_work_mib", json_object_new_double(mib(mem->work)));
+        json_object_object_add(jo, "device_used_mib", json_object_new_double(mib(mem->device_used)));
         printf("%s\n", json_object_to_json_string_ext(jo, JSON_C_TO_STRING_PLAIN));
     } else {
         for (uint32_t b = 0; b < B; b++) {

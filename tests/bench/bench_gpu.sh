@@ -88,13 +88,16 @@ if s:
          "load_s": (s1 or s).get("load_s"), "load_s_warm": s.get("load_s"),
          "ttft_cold_ms": s1.get("prefill_ms") if s1 else None,
          "decode_tok_s_cold": s1.get("decode_tokens_per_s") if s1 else None,
-         "peak_vram_mib": peak("peak_single2.txt") or peak("peak_single1.txt")}
+         "peak_vram_mib": peak("peak_single2.txt") or peak("peak_single1.txt"),
+         "engine_weights_mib": s.get("mem_weights_mib"), "engine_kv_pool_mib": s.get("mem_kv_pool_mib"),
+         "engine_work_mib": s.get("mem_work_mib"),
+         "device_used_after_load_mib": s.get("device_used_mib") - base if s.get("device_used_mib") else None}
     try:   # the tune file's line: "KEY\tqkv 8 o 8 gate_up 4 down 8 lm_head 16"
         line = [l for l in open(os.path.join(out, "tune")) if "\t" in l][-1].split("\t")[1].split()
         m["gemv_max_m"] = {line[i]: int(line[i + 1]) for i in range(0, len(line), 2)}
     except Exception: pass
 rows.append({"method": "llama8 cuda fp8 (llama8-run, in-process)", "kind": "llama8", "metrics": m,
-             "notes": "512-token prompt, 128 new, batch 1, decode graphs on, after an untimed warm-up run (llama8-run --warmup); ttft = prefill step incl. first token; *_cold: run 1, the process's first steps (cuBLASLt heuristics, graph capture); load_s: run 1 (with measuring the GEMV/cuBLASLt crossover), load_s_warm: run 2 (page cache warm, crossover read from the tune file); gemv_max_m: the most rows each product runs through the GEMV (measured); peak = nvidia-smi used minus idle",
+             "notes": "512-token prompt, 128 new, batch 1, decode graphs on, after an untimed warm-up run (llama8-run --warmup); ttft = prefill step incl. first token; *_cold: run 1, the process's first steps (cuBLASLt heuristics, graph capture); load_s: run 1 (with measuring the GEMV/cuBLASLt crossover), load_s_warm: run 2 (page cache warm, crossover read from the tune file); gemv_max_m: the most rows each product runs through the GEMV (measured); peak = nvidia-smi used minus idle; engine_*: what the engine allocated (weights, KV pool sized to the run, activations); device_used_after_load: the driver's used memory once the engine was made, minus idle (the rest is the CUDA context, cuBLASLt's workspace and graphs)",
              "error": None if s else "llama8-run failed (see single*.log)"})
 s3 = load("single3.json")
 rows.append({"method": "llama8 cuda fp8 eager decode (llama8-run, L8_CUDA_GRAPHS=0)", "kind": "llama8",

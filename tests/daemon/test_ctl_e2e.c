@@ -28,6 +28,7 @@ static char model[128];
 static struct tdaemon dmn;
 static uint32_t eos_ids[8];
 static pid_t chat_pid = -1;
+static int64_t page_elems;          /* a KV page's elements (config.json) */
 static int64_t expect_clients = 1;   /* status's own connection, and a chat's */
 static char tmpdir[] = "/tmp/l8ctl-XXXXXX";
 
@@ -417,11 +418,31 @@ static void status_json(struct status *s)
           get_int(j, "fed_tokens", w) >= get_int(j, "prompt_tokens", w) &&
           get_int(j, "preemptions", w) == 0, "status --json steps: %s", o.p);
     CHECK(get_num(j, "uptime_s", w) > 0, "uptime_s %s", o.p);
+    /* The cpu engine's pool is pages of f32 (exact) or bf16 (fp8) elements;
+     * its weights and scratch are host memory, so no device figures. */
+    const int64_t kv = get_int(j, "mem_kv_pool", w);
+    CHECK(kv == s->pages_total * page_elems * 4 || kv == s->pages_total * page_elems * 2,
+          "mem_kv_pool %" PRId64 " for %" PRId64 " pages of %" PRId64 " elements", kv,
+          s->pages_total, page_elems);
+    CHECK(get_int(j, "mem_weights", w) > 0 && get_int(j, "mem_work", w) > 0 &&
+          get_int(j, "device_used", w) == 0 && get_int(j, "device_total", w) == 0,
+          "status --json memory: %s", o.p);
     CHECK(!json_object_get_boolean(get(j, "draining", json_type_boolean, w)), "draining %s", o.p);
     /* Nobody else talks to this daemon and nothing runs between our
      * commands. */
     CHECK(s->running == 0 && s->waiting == 0, "idle daemon: %s", o.p);
     json_object_put(j);
+    free(o.p);
+}
+
+/* The text form: the memory line, and no GPU line for the cpu engine. */
+static void test_status_text(void)
+{
+    const char *argv[] = { bin_ctl, "status", "--socket", dmn.sock, NULL };
+    struct buf o = {0};
+    run_ok(argv, NULL, 0, &o);
+    CHECK(strstr(o.p, "\nmemory:    weights ") && strstr(o.p, " GiB, KV pool ") &&
+          strstr(o.p, "(host)\n") && !strstr(o.p, "\ngpu:"), "status:\n%s", o.p);
     free(o.p);
 }
 
@@ -898,7 +919,8 @@ static void test_errors(void)
 
 /* ---------------------------------------------------------------- main */
 
-static void load_eos(void)
+/* From the model's config.json: the eos ids, and a KV page's elements. */
+static void load_config(void)
 {
     char path[256];
     snprintf(path, sizeof(path), "%s/config.json", model);
@@ -907,6 +929,9 @@ static void load_eos(void)
     json_object *e = get(c, "eos_token_id", json_type_array, path);
     for (size_t i = 0; i < json_object_array_length(e) && n_eos < 8; i++)
         eos_ids[n_eos++] = (uint32_t)json_object_get_int64(json_object_array_get_idx(e, i));
+    const int64_t head_dim = get_int(c, "hidden_size", path) / get_int(c, "num_attention_heads", path);
+    page_elems = get_int(c, "num_hidden_layers", path) * 2 * get_int(c, "num_key_value_heads", path) *
+                 PAGE * head_dim;
     json_object_put(c);
     REQUIRE(n_eos > 0, "no eos ids");
 }
@@ -938,7 +963,7 @@ int main(int argc, char **argv)
     struct buf o = {0};
     run_ok(mk, NULL, 0, &o);
     free(o.p);
-    load_eos();
+    load_config();
 
     tdaemon_start(&dmn, bin_d, model, NULL);
     struct status s;
@@ -947,6 +972,7 @@ int main(int argc, char **argv)
           s.pages_used == 0, "fresh daemon: done %" PRId64 " generated %" PRId64, s.done,
           s.generated);
 
+    test_status_text();
     test_generate();
     test_chat();
     test_bench();

@@ -10,7 +10,9 @@
  *  - the thread count changes nothing (bitwise), also for long decode rows
  *    whose attention the engine splits over threads;
  *  - the same seed gives the same sampled tokens;
- *  - malformed steps fail with -EINVAL and write no KV page.
+ *  - malformed steps fail with -EINVAL and write no KV page;
+ *  - l8_engine_memory: the model's weights, the pool's pages, scratch, and
+ *    no device.
  * usage: test_engine_props GOLDEN_DIR */
 #include <errno.h>
 #include <math.h>
@@ -36,6 +38,23 @@ static const struct l8_model *M;
 static uint32_t V;
 static uint32_t ta[LA + 8], tb[LB + 8], tc[LC + 8];
 
+/* What the engine reports holding: the model's weight bytes, exactly the
+ * pool's pages (f32 in exact numerics, bf16 in fp8), some scratch, no GPU. */
+static void check_memory(const struct l8_engine *e, enum l8_numerics num)
+{
+    const struct l8_config *c = &M->cfg;
+    const struct l8_engine_mem *mem = l8_engine_memory(e);
+    const uint64_t page = (uint64_t)c->n_layers * 2 * c->n_kv_heads * l8_engine_page_size(e) *
+                          c->head_dim * (num == L8_NUMERICS_EXACT ? 4 : 2);
+    CHECK(mem->weights == M->weight_bytes, "memory: weights %llu, the model's %llu",
+          (unsigned long long)mem->weights, (unsigned long long)M->weight_bytes);
+    CHECK(mem->kv_pool == page * l8_engine_n_pages(e), "memory: kv pool %llu, %u pages of %llu",
+          (unsigned long long)mem->kv_pool, l8_engine_n_pages(e), (unsigned long long)page);
+    CHECK(mem->work > 0 && mem->device_used == 0 && mem->device_total == 0,
+          "memory: work %llu, device %llu of %llu", (unsigned long long)mem->work,
+          (unsigned long long)mem->device_used, (unsigned long long)mem->device_total);
+}
+
 static struct l8_engine *mk(enum l8_numerics num, uint32_t page_size, int threads)
 {
     struct l8_engine_opts o = { .numerics = num, .page_size = page_size,
@@ -47,6 +66,7 @@ static struct l8_engine *mk(enum l8_numerics num, uint32_t page_size, int thread
         printf("engine: %s\n", err);
         exit(1);
     }
+    check_memory(e, num);
     return e;
 }
 

@@ -58,6 +58,32 @@
  * the same paths (as llama8d's restarts do through its tune_file). */
 static char g_tune[64];
 
+/* What the engine reports holding: its weights as uploaded (the model's
+ * bytes and the RoPE frequencies, for bf16 or f32 embeddings, which go up
+ * as they are), exactly the pool's pages, and all of it inside what the
+ * device has in use. */
+static void check_memory(const struct l8_model *m, const struct l8_engine *e, enum l8_numerics num)
+{
+    const struct l8_config *c = &m->cfg;
+    const struct l8_engine_mem *mem = l8_engine_memory(e);
+    const uint64_t page = (uint64_t)c->n_layers * 2 * c->n_kv_heads * l8_engine_page_size(e) *
+                          c->head_dim * (num == L8_NUMERICS_EXACT ? 4 : 2);
+    const bool as_is = (m->embed.dtype == L8_BF16 || m->embed.dtype == L8_F32) &&
+                       (m->lm_head.dtype == L8_BF16 || m->lm_head.dtype == L8_F32);
+    CHECK(!as_is || mem->weights == m->weight_bytes + c->head_dim / 2 * 4,
+          "memory: weights %llu, the model's %llu", (unsigned long long)mem->weights,
+          (unsigned long long)m->weight_bytes);
+    CHECK(mem->kv_pool == page * l8_engine_n_pages(e), "memory: kv pool %llu, %u pages of %llu",
+          (unsigned long long)mem->kv_pool, l8_engine_n_pages(e), (unsigned long long)page);
+    CHECK(mem->work > 0 && mem->device_total > 0 &&
+          mem->device_used >= mem->weights + mem->kv_pool + mem->work &&
+          mem->device_used <= mem->device_total,
+          "memory: weights %llu + kv %llu + work %llu, device %llu of %llu in use",
+          (unsigned long long)mem->weights, (unsigned long long)mem->kv_pool,
+          (unsigned long long)mem->work, (unsigned long long)mem->device_used,
+          (unsigned long long)mem->device_total);
+}
+
 static struct l8_engine *make(const struct l8_model *m, enum l8_numerics num, uint32_t n_pages,
                               uint32_t max_seqs)
 {
@@ -71,6 +97,7 @@ static struct l8_engine *make(const struct l8_model *m, enum l8_numerics num, ui
         printf("FAIL: cuda engine: %s (%d)\n", err, r);
         exit(1);
     }
+    check_memory(m, e, num);
     return e;
 }
 
