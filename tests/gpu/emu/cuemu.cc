@@ -90,7 +90,7 @@ static struct {
     /* each thread's cp.async copies: committed groups, oldest first, and
      * the group still open */
     struct Copy {
-        void *dst;
+        void *dst;          /* nullptr: landed at issue (cp_early) */
         const void *src;
         unsigned n;
     };
@@ -258,11 +258,35 @@ void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b
     }
 }
 
+static void cp_land(void *dst, const void *src, unsigned n)
+{
+    memcpy(dst, src, n);
+    memset((char *)dst + n, 0, 16 - n);
+}
+
+/* CUEMU_CP_ASYNC=early: copies land as they are issued, the other end of
+ * what the device allows. Lazy landing shows a read before the wait; early
+ * landing shows a copy issued over shared memory that other threads have
+ * yet to read (a barrier missing before the fetch). */
+static bool cp_early()
+{
+    static int early = -1;
+    if (early < 0) {
+        const char *m = getenv("CUEMU_CP_ASYNC");
+        early = m && !strcmp(m, "early");
+    }
+    return early;
+}
+
 void cp_async16(void *dst, const void *src, unsigned n)
 {
     if (n > 16 || ((uintptr_t)dst & 15) || ((uintptr_t)src & 15))
         die("%s: cp.async of %u bytes, %p -> %p: at most 16, both 16-byte aligned", S.kernel, n,
             src, dst);
+    if (cp_early()) {
+        cp_land(dst, src, n);
+        dst = nullptr;   /* landed; still owed a wait */
+    }
     S.cp_open[cur_fiber()->th.linear].push_back({ dst, src, n });
 }
 
@@ -277,10 +301,9 @@ void cp_async_wait(unsigned n)
 {
     auto &g = S.cp_groups[cur_fiber()->th.linear];
     while (g.size() > n) {
-        for (const auto &c : g.front()) {
-            memcpy(c.dst, c.src, c.n);
-            memset((char *)c.dst + c.n, 0, 16 - c.n);
-        }
+        for (const auto &c : g.front())
+            if (c.dst)
+                cp_land(c.dst, c.src, c.n);
         g.pop_front();
     }
 }

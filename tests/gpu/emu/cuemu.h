@@ -11,7 +11,8 @@
  * API that kernels/ and tests/gpu/test_kernels.c call, with device memory
  * that ends at a guard page and launches checked as the hardware checks them.
  *
- * What it finds: indexing, bounds, barrier and launch-configuration mistakes,
+ * What it finds: indexing, bounds, barrier and launch-configuration mistakes
+ * (cp.async's in both directions: run with CUEMU_CP_ASYNC=early too),
  * breaches of the programmatic-dependent-launch contract (a thread touching,
  * before l8k_pdl_wait(), what the kernel before it writes; cuemu.cc), and
  * numerical errors in the algorithm. What it cannot: timing, memory-model
@@ -66,9 +67,11 @@ void pdl_wait();
 void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]);
 
 /* cp.async (sm_80): the calling thread's copy of n <= 16 bytes from device
- * memory to shared, the rest of the 16 zeroed, lands only when a wait
- * covers its group, as on the device (where it lands some time before):
- * a read of the destination before its wait sees the old contents. */
+ * memory to shared, the rest of the 16 zeroed. The device lands it some
+ * time between the issue and the wait that covers its group; here it lands
+ * at that wait (a read of the destination before it sees the old
+ * contents), or with CUEMU_CP_ASYNC=early at the issue (a thread that has
+ * yet to read the old contents sees the new). */
 void cp_async16(void *dst, const void *src, unsigned n);
 void cp_async_commit();
 /* Completes all but the newest n committed groups of the calling thread. */

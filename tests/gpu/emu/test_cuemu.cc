@@ -5,8 +5,11 @@
  * the kernel before's (weights), or a kernel after other work on the
  * stream, is not. cp.async: a copy lands at the wait that covers it (read
  * before, its destination still holds what it held), zero-filled past its
- * size, and one never waited for is reported. Each case runs in a child
- * process, since a report aborts. */
+ * size, and one never waited for is reported; with CUEMU_CP_ASYNC=early it
+ * lands at the issue, so a fetch over shared memory that other threads
+ * have yet to read (no barrier before it) gives them the new data. Each
+ * case runs in a child process, since a report aborts. */
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -78,6 +81,29 @@ static __global__ void stage(const float *a, float *b)
     b[4 * i] = before;
     for (int k = 1; k < 4; k++)
         b[4 * i + k] = sh[4 * nb + k];
+}
+
+/* Each thread reads its neighbour's chunk of tile 0, then fetches tile 1
+ * over its own chunk; the wait comes after a barrier. Without the fence (a
+ * barrier between the reads and the fetches) a thread's fetch may land
+ * before its neighbour has read: b gets tile 1 there instead of tile 0. */
+static __global__ void refetch(const float *a, float *b, bool fence)
+{
+    __shared__ __align__(16) float sh[4 * 128];
+    l8k_pdl_wait();
+    const uint32_t i = threadIdx.x, nb = (i + 1) % 128;
+    l8k_cp_async16(&sh[4 * i], a + 4 * i, 16);
+    l8k_cp_async_commit();
+    l8k_cp_async_wait<0>();
+    __syncthreads();
+    const float x = sh[4 * nb];
+    if (fence)
+        __syncthreads();
+    l8k_cp_async16(&sh[4 * i], a + 512 + 4 * i, 16);
+    l8k_cp_async_commit();
+    __syncthreads();
+    l8k_cp_async_wait<0>();
+    b[i] = x;
 }
 
 /* a copy issued and never waited for */
@@ -168,6 +194,26 @@ static void run_case(int c)
     case 7:
         l8k_launch("unwaited", unwaited, dim3(1), dim3(32), st, (const float *)a);
         break;
+    case 8:    /* the fetch unfenced, landing early: its neighbour reads tile 1 */
+    case 9:    /* fenced: tile 0 whenever it lands */
+    case 10: { /* unfenced, landing at the wait: the race goes unseen */
+        if (c != 10)
+            setenv("CUEMU_CP_ASYNC", "early", 1);
+        float h[N], got[128];
+        for (int i = 0; i < N; i++)
+            h[i] = 1.0f + (float)i;
+        cudaMemcpy(a, h, sizeof h, cudaMemcpyHostToDevice);
+        l8k_launch("refetch", refetch, dim3(1), dim3(128), st, (const float *)a, b, c == 9);
+        cudaMemcpy(got, b, sizeof got, cudaMemcpyDeviceToHost);
+        int stale = 0;
+        for (int i = 0; i < 128; i++)
+            stale += got[i] != h[4 * ((i + 1) % 128)];
+        if (stale) {
+            fprintf(stderr, "refetch: %d threads read their neighbour's next tile\n", stale);
+            _exit(1);
+        }
+        break;
+    }
     }
     cudaStreamSynchronize(st);
 }
@@ -185,6 +231,9 @@ int main(void)
         { "cp.async: lands at its wait, zeros past its size", NULL },
         { "cp.async never waited for",
           "unwaited: thread 5 of block (0,0,0) ended with cp.async copies it never waited for" },
+        { "cp.async landing early over data not yet read", "refetch: " },
+        { "cp.async landing early, a barrier before the fetch", NULL },
+        { "cp.async landing at the wait over data not yet read (unseen)", NULL },
     };
     int failures = 0;
     for (int c = 0; c < (int)(sizeof cases / sizeof *cases); c++) {
