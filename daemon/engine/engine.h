@@ -93,7 +93,9 @@ uint32_t l8_engine_n_pages(const struct l8_engine *e);
 uint32_t l8_engine_page_size(const struct l8_engine *e);
 
 /* What an engine holds, in bytes, as it stood when created (an engine
- * allocates nothing per step). */
+ * allocates nothing per step). Kept, not queried: the daemon's loop reads
+ * it while the engine thread may be capturing a CUDA graph, and a CUDA
+ * call from another thread could invalidate the capture. */
 struct l8_engine_mem {
     uint64_t weights;       /* cuda: on the GPU; cpu: the model's weights it
                                computes from (mapped or converted, host) */
