@@ -216,8 +216,10 @@ done
 timeout "$(lim 60)" "$BIN/llama8ctl" status --socket "$SOCK" >"$OUT/status.txt" 2>&1
 # The single stream first (nothing else in flight): the first request also
 # meets the 512-row products' first cuBLASLt calls, so the p50 of 4 is warm.
+# Its own prompt seed: the serving run's prompts must not find these in the
+# prefix cache.
 timeout "$(lim 60)" "$BIN/llama8ctl" bench --socket "$SOCK" -n 4 -c 1 --prompt-min 512 \
-    --prompt-max 512 --new 128 --json >"$OUT/serve_single.json" 2>"$OUT/serve_single.log"
+    --prompt-max 512 --new 128 --seed 2 --json >"$OUT/serve_single.json" 2>"$OUT/serve_single.log"
 echo "daemon single stream rc=$? $(cat "$OUT/serve_single.json")"
 timeout "$(lim 300)" "$BIN/llama8ctl" bench --socket "$SOCK" -n 256 -c 64 --prompt-min 128 \
     --prompt-max 512 --new 128 --json >"$OUT/serve.json" 2>"$OUT/serve.log"
