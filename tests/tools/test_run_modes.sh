@@ -6,6 +6,8 @@
 # --batch 4: copy b gives the tokens of a single run with seed 7 + b (its
 # own pages, its own history and generator), warm-up and all; and a stop
 # token ends one copy while the others go on.
+# --json: the memory the engine holds, its KV pool exactly the pages the run
+# needs (23 positions: 2 pages of 16 a copy), no device on the cpu engine.
 # usage: test_run_modes.sh LLAMA8_RUN MODEL_DIR
 set -eu
 RUN=$1 MODEL=$2
@@ -50,4 +52,23 @@ if [ "$got
     exit 1
 fi
 echo "batch 4 --stop $stop: copy 2 stops at its fifth token, each copy equals its single run"
+
+for b in 1 4; do
+    j=$(run --max-new 12 --seed 7 --batch $b --json)
+    if ! python3 - "$MODEL/config.json" "$b" "$j" <<'PY'
+import json, sys
+c, b, j = json.load(open(sys.argv[1])), int(sys.argv[2]), json.loads(sys.argv[3])
+page = c["num_hidden_layers"] * 2 * c["num_key_value_heads"] * 16 * (c["hidden_size"] // c["num_attention_heads"]) * 2
+want = 2 * b * page / 1048576
+ok = (abs(j["mem_kv_pool_mib"] - want) < 1e-9 and j["mem_weights_mib"] > 0 and j["mem_work_mib"] > 0
+      and j["device_used_mib"] == 0)
+print("--batch %d --json: KV pool %.4f MiB (want %.4f), weights %.2f MiB, work %.2f MiB, device %s"
+      % (b, j["mem_kv_pool_mib"], want, j["mem_weights_mib"], j["mem_work_mib"], j["device_used_mib"]))
+sys.exit(0 if ok else 1)
+PY
+    then
+        echo "FAIL: --batch $b --json memory: $j"
+        exit 1
+    fi
+done
 echo ok
