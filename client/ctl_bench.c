@@ -341,7 +341,8 @@ int ctl_bench(int argc, char **argv)
         printf("submit -> prefill start: p50 %9.1f us  p99 %9.1f us\n", s50, s99);
         printf("token delivery:          p50 %9.1f us  p99 %9.1f us (daemon timestamp -> client)\n",
                d50, d99);
-        printf("inter-token latency:     p50 %9.1f us  p99 %9.1f us (daemon timestamps)\n", i50, i99);
+        printf("inter-token latency:     p50 %9.1f us  p99 %9.1f us (daemon timestamps)\n", i50,
+               i99);
         printf("time per output token:   p50 %9.1f us  p99 %9.1f us (each request's mean)\n", o50,
                o99);
         printf("engine:                  %llu steps, %.3f ms each, busy %.1f %% of the run; "

@@ -586,7 +586,8 @@ int main(int argc, char **argv)
         json_object_object_add(jo, "mem_weights_mib", json_object_new_double(mib(mem->weights)));
         json_object_object_add(jo, "mem_kv_pool_mib", json_object_new_double(mib(mem->kv_pool)));
         json_object_object_add(jo, "mem_work_mib", json_object_new_double(mib(mem->work)));
-        json_object_object_add(jo, "device_used_mib", json_object_new_double(mib(mem->device_used)));
+        json_object_object_add(jo, "device_used_mib",
+                               json_object_new_double(mib(mem->device_used)));
         printf("%s\n", json_object_to_json_string_ext(jo, JSON_C_TO_STRING_PLAIN));
     } else {
         for (uint32_t b = 0; b < B; b++) {

@@ -929,9 +929,10 @@ static void load_config(void)
     json_object *e = get(c, "eos_token_id", json_type_array, path);
     for (size_t i = 0; i < json_object_array_length(e) && n_eos < 8; i++)
         eos_ids[n_eos++] = (uint32_t)json_object_get_int64(json_object_array_get_idx(e, i));
-    const int64_t head_dim = get_int(c, "hidden_size", path) / get_int(c, "num_attention_heads", path);
-    page_elems = get_int(c, "num_hidden_layers", path) * 2 * get_int(c, "num_key_value_heads", path) *
-                 PAGE * head_dim;
+    const int64_t head_dim =
+        get_int(c, "hidden_size", path) / get_int(c, "num_attention_heads", path);
+    page_elems = get_int(c, "num_hidden_layers", path) * 2 *
+                 get_int(c, "num_key_value_heads", path) * PAGE * head_dim;
     json_object_put(c);
     REQUIRE(n_eos > 0, "no eos ids");
 }
