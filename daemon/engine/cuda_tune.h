@@ -23,9 +23,11 @@
  * product and keeps the fastest (l8k_gemm_fp8_pin), by its rank among the
  * candidates (the heuristic is deterministic for a device and library; the
  * key names both). A line keeps the choices of up to 4 row counts (a
- * llama8-run with a short prompt has a smaller step than llama8d); one
- * without a choice for the engine's keeps its crossover, and that row
- * count's is measured and added (the oldest dropped past 4). */
+ * llama8-run with a short prompt has a smaller step than llama8d), and the
+ * engine pins all of them up to its step's rows: llama8d then runs a prompt
+ * of llama8-run's length as llama8-run did. A line without a choice for the
+ * engine's step keeps its crossover, and that row count's is measured and
+ * added (the oldest dropped past 4). */
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>

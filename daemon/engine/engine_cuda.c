@@ -351,8 +351,9 @@ static int fill_tune_inputs(struct cuda_engine *e, size_t M, bool lm_head)
  * always uses it): L8_GEMV_MAX_M=N for every product (experiments; then
  * cuBLASLt's default algorithms), else tune_file's line for this device and
  * model, else measured; and cuBLASLt's algorithm for each FP8 product at a
- * full step (cuda_tune.h), from the line or measured. What was measured is
- * kept in tune_file when there is one. Says which on stderr. */
+ * full step (cuda_tune.h), from the line or measured, and at the line's
+ * other row counts up to a full step. What was measured is kept in
+ * tune_file when there is one. Says which on stderr. */
 static int choose_tuning(struct cuda_engine *e, const char *tune_file, char err[L8_ERRLEN])
 {
     const struct l8_config *c = e->c;
@@ -436,16 +437,21 @@ static int choose_tuning(struct cuda_engine *e, const char *tune_file, char err[
         l8_tune_add_algos(&e->tune, &set);
         changed = true;
     }
-    const struct l8_algo_set *set = l8_tune_algos(&e->tune, M);
-    if (set)
+    /* every row count the line has choices for that a step can have (a
+     * llama8-run's prompt length: so llama8d runs that prompt as it did) */
+    for (uint32_t i = 0; i < e->tune.n_sets; i++) {
+        const struct l8_algo_set *set = &e->tune.set[i];
+        if (set->m > M)
+            continue;
         for (int p = 0; p < L8_TUNE_FP8; p++) {
             const uint32_t r = set->rank[p];
-            if (r && M > e->tune.gemv_max_m[p] &&
-                (rc = pin_algo(e, (enum l8_tune_product)p, M, r)))
+            if (r && set->m > e->tune.gemv_max_m[p] &&
+                (rc = pin_algo(e, (enum l8_tune_product)p, set->m, r)))
                 fprintf(stderr, "llama8 cuda: cannot use cuBLASLt's candidate %u for %s at %u "
-                        "rows (%s); its first instead\n", r, l8_tune_product_name[p], M,
+                        "rows (%s); its first instead\n", r, l8_tune_product_name[p], set->m,
                         strerror(-rc));
         }
+    }
     if (changed && tune_file && (rc = l8_tune_save(tune_file, key, &e->tune)) < 0)
         fprintf(stderr, "llama8 cuda: cannot keep the tuning in %s: %s\n", tune_file,
                 strerror(-rc));

@@ -9,7 +9,9 @@
  * device memory, and work ordered on the stream (so it is captured into
  * graphs). Sums are f32 over exact products,
  * as the tensor cores promote them (without their reduced-precision partial
- * sums inside an instruction). */
+ * sums inside an instruction). The heuristic's candidates differ as the real
+ * ones do, by rounding only: candidate r splits K into r + 1 slices (split-K),
+ * so a pinned candidate shows in the bits of what it computes. */
 #include "cuemu.h"
 
 #include <cublasLt.h>
@@ -128,6 +130,20 @@ cublasStatus_t check(const Desc *d, const Layout *a, const Layout *b, const Layo
             (d->scale_mode[i] != CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F || !fp8(a)))
             return CUBLAS_STATUS_NOT_SUPPORTED;
     return CUBLAS_STATUS_SUCCESS;
+}
+
+/* x . y over [t0, t1): 8 partial sums, as a tensor-core tile keeps. */
+float dot(const float *x, const float *y, uint64_t t0, uint64_t t1)
+{
+    float part[8] = { 0 };
+    uint64_t t = t0;
+    for (; t + 8 <= t1; t += 8)
+        for (int u = 0; u < 8; u++)
+            part[u] += x[t + u] * y[t + u];
+    for (; t < t1; t++)
+        part[0] += x[t] * y[t];
+    return ((part[0] + part[1]) + (part[2] + part[3])) +
+           ((part[4] + part[5]) + (part[6] + part[7]));
 }
 
 }  // namespace
@@ -259,8 +275,8 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
     const Pref *p = (const Pref *)pref;
     if (fp8((Layout *)a) && (p->align[0] < 16 || p->align[1] < 16 || p->align[3] < 16))
         return CUBLAS_STATUS_NOT_SUPPORTED;
-    /* Up to 4 candidates, computing alike; each remembers the alignment it
-     * was chosen for, and its rank. */
+    /* Up to 4 candidates, equal up to rounding; each remembers the alignment
+     * it was chosen for, and its rank (its split of K). */
     for (int i = 0; i < requested && i < 4; i++) {
         memset(&res[i], 0, sizeof res[i]);
         memcpy(res[i].algo.data, p->align, sizeof p->align);
@@ -285,6 +301,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
         return s != CUBLAS_STATUS_SUCCESS ? s : CUBLAS_STATUS_INVALID_VALUE;
     uint32_t al[4];
     memcpy(al, algo->data, sizeof al);
+    const uint64_t slices = algo->data[2] + 1;
     if (!aligned(A, al[0]) || !aligned(B, al[1]) || !aligned(C, al[2]) || !aligned(D, al[3])) {
         fprintf(stderr, "cublaslt_emu: operand less aligned than the algorithm was chosen for\n");
         return CUBLAS_STATUS_INVALID_VALUE;   /* the real one may fault instead */
@@ -311,16 +328,9 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
         std::vector<float> ub = unpack(B, b, d.trans[1] == CUBLAS_OP_T, true, &n, &k2);
         for (uint64_t j = 0; j < n; j++)
             for (uint64_t i = 0; i < m; i++) {
-                const float *x = &ua[i * k], *y = &ub[j * k];
-                float part[8] = { 0 };
-                uint64_t t = 0;
-                for (; t + 8 <= k; t += 8)
-                    for (int u = 0; u < 8; u++)
-                        part[u] += x[t + u] * y[t + u];
-                for (; t < k; t++)
-                    part[0] += x[t] * y[t];
-                float sum = ((part[0] + part[1]) + (part[2] + part[3])) +
-                            ((part[4] + part[5]) + (part[6] + part[7]));
+                float sum = 0.0f;
+                for (uint64_t sl = 0; sl < slices; sl++)
+                    sum += dot(&ua[i * k], &ub[j * k], k * sl / slices, k * (sl + 1) / slices);
                 float sa = d.scale[0] ? (d.scale_mode[0] == CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F
                                              ? d.scale[0][i] : d.scale[0][0]) : 1.0f;
                 float sb = d.scale[1] ? (d.scale_mode[1] == CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F
