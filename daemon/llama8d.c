@@ -116,19 +116,32 @@ static int get_listen_socket(struct l8d *d)
     return rc;
 }
 
-/* One small step before READY: proves the engine runs. */
-static int warm_up(struct l8d *d)
+/* One step before READY of a prompt of n tokens (BOS) at position 0: one
+ * token proves the engine runs; a full step on the cuda backend also loads
+ * the prefill kernels (lazily loaded modules) and meets cuBLASLt at the
+ * step's rows, and shows now, not at the first long prompt, whether the
+ * largest step fits. */
+static int warm_up(struct l8d *d, uint32_t n)
 {
+    const uint32_t ps = l8_engine_page_size(d->engine);
     float *logits = malloc((size_t)d->vocab * sizeof(float));
-    if (!logits)
-        return -ENOMEM;
-    uint32_t tok = d->bos >= 0 && (uint32_t)d->bos < d->vocab ? (uint32_t)d->bos : 0, page = 0;
+    uint32_t *tok = malloc((size_t)n * sizeof *tok), *page = calloc((n + ps - 1) / ps, 4);
+    int rc = -ENOMEM;
+    if (!logits || !tok || !page)
+        goto out;
+    for (uint32_t i = 0; i < n; i++)
+        tok[i] = d->bos >= 0 && (uint32_t)d->bos < d->vocab ? (uint32_t)d->bos : 0;
+    for (uint32_t i = 0; i < (n + ps - 1) / ps; i++)
+        page[i] = i;
     struct l8_sampling greedy = { .temperature = 0, .top_p = 1, .repetition_penalty = 1 };
-    struct l8_seq seq = { .tokens = &tok, .n_tokens = 1, .pos = 0, .pages = &page,
-                          .n_pages = 1, .logits = L8_LOGITS_LAST, .logits_out = logits,
-                          .sample = true, .sampling = &greedy };
-    int rc = l8_engine_step(d->engine, &seq, 1);
+    struct l8_seq seq = { .tokens = tok, .n_tokens = n, .pos = 0, .pages = page,
+                          .n_pages = (n + ps - 1) / ps, .logits = L8_LOGITS_LAST,
+                          .logits_out = logits, .sample = true, .sampling = &greedy };
+    rc = l8_engine_step(d->engine, &seq, 1);
+out:
     free(logits);
+    free(tok);
+    free(page);
     return rc;
 }
 
@@ -292,7 +305,7 @@ static int setup(struct l8d *d, int argc, char **argv)
     if (!d->conf.no_warmup) {
         sd_notify(0, "STATUS=warming up");
         uint64_t tw = l8d_now_ns();
-        if ((rc = warm_up(d)) < 0) {
+        if ((rc = warm_up(d, 1)) < 0) {
             log_err("warm-up step failed: %s", strerror(-rc));
             return rc;
         }
@@ -308,6 +321,18 @@ static int setup(struct l8d *d, int argc, char **argv)
                 return rc;
             }
             log_info("decode graphs for batches up to %u: %.1f ms", d->conf.max_batch,
+                     (double)(l8d_now_ns() - tw) / 1e6);
+            uint32_t n = so.max_step_tokens;
+            if (n > d->max_ctx)
+                n = d->max_ctx;
+            if (n > so.n_pages * so.page_size)
+                n = so.n_pages * so.page_size;
+            tw = l8d_now_ns();
+            if ((rc = warm_up(d, n)) < 0) {
+                log_err("warm-up prefill of %u tokens failed: %s", n, strerror(-rc));
+                return rc;
+            }
+            log_info("warm-up prefill of %u tokens: %.1f ms", n,
                      (double)(l8d_now_ns() - tw) / 1e6);
         }
     }

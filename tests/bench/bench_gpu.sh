@@ -141,7 +141,7 @@ try:   # llama8d's "ready: ... (X s since start)": load, upload, warm-up steps a
 except Exception: pass
 rows.append({"method": "llama8 cuda fp8 (llama8d + llama8ctl bench)", "kind": "llama8",
              "metrics": dict(v, peak_vram_mib=peak("peak_serve.txt"), ready_s=ready) if isinstance(v, dict) else {"ready_s": ready},
-             "notes": "256 requests, prompts 128-512, 128 new, 64 in flight; ready_s: llama8d's start to READY (checkpoint in page cache, crossover from the tune file; includes the warm-up decode steps at each batch bucket, which capture the graphs); engine_*: the run's steps split into decode-only ones and ones with prompt tokens",
+             "notes": "256 requests, prompts 128-512, 128 new, 64 in flight; ready_s: llama8d's start to READY (checkpoint in page cache, crossover from the tune file; includes the warm-up decode steps at each batch bucket, which capture the graphs, and the warm-up prefill of a full 2048-token step); engine_*: the run's steps split into decode-only ones and ones with prompt tokens",
              "error": None if v else "serving benchmark failed (see serve.log, llama8d.log)"})
 s6 = load("single6.json")
 rows.append({"method": "llama8 cuda fp8 batch 64 (llama8-run --batch 64)", "kind": "llama8",

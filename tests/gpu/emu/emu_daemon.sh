@@ -4,8 +4,8 @@
 # llama8d with the cpu backend serve the same three concurrent requests
 # (greedy, and sampled with seeds) on a synthetic model with the real
 # tokenizer, exact numerics: the replies must be byte-identical. This runs
-# the daemon's engine thread, batching and decode graphs with the cuda
-# engine end to end.
+# the daemon's engine thread, batching, decode graphs and warm-up with the
+# cuda engine end to end.
 set -euo pipefail
 emu=$1 cpu=$2 ctl=$3 mkmodel=$4 tokenizer=$5
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/l8-emu-daemon.XXXXXX")
@@ -21,7 +21,8 @@ export LLAMA8_TOKENIZER_CACHE=$tmp/cache
 
 start() {   # NAME BINARY BACKEND
     "$2" --model "$tmp/model" --socket "$tmp/$1.sock" --backend "$3" --numerics exact \
-        --threads 1 --kv-pages 128 --max-ctx 512 --max-batch 4 2>"$tmp/$1.log" &
+        --threads 1 --kv-pages 128 --max-ctx 512 --max-batch 4 --max-step-tokens 64 \
+        2>"$tmp/$1.log" &
     pids+=($!)
 }
 start cuda "$emu" cuda
@@ -60,5 +61,9 @@ for r in a b c; do
     [ -s "$tmp/cpu.$r" ] || { echo "FAIL: request $r: empty reply"; fail=1; }
 done
 grep -h "llama8 cuda" "$tmp/cuda.log" || true
+# the cuda backend's warm-up: graphs at batch 1, 2, 4, then a full step's prefill
+grep -h "^llama8d: \(warm-up\|decode graphs\)" "$tmp/cuda.log"
+grep -q "warm-up prefill of 64 tokens" "$tmp/cuda.log" ||
+    { echo "FAIL: no warm-up prefill of a full step (64 tokens) in the cuda daemon's log"; fail=1; }
 [ "$fail" = 0 ] && echo "ok: 3 concurrent replies, cuda (emulated) == cpu, byte for byte"
 exit "$fail"
