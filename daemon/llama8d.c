@@ -123,20 +123,20 @@ static int get_listen_socket(struct l8d *d)
  * largest step fits. */
 static int warm_up(struct l8d *d, uint32_t n)
 {
-    const uint32_t ps = l8_engine_page_size(d->engine);
+    const uint32_t ps = l8_engine_page_size(d->engine), np = (n + ps - 1) / ps;
     float *logits = malloc((size_t)d->vocab * sizeof(float));
-    uint32_t *tok = malloc((size_t)n * sizeof *tok), *page = calloc((n + ps - 1) / ps, 4);
+    uint32_t *tok = malloc((size_t)n * sizeof *tok), *page = malloc((size_t)np * sizeof *page);
     int rc = -ENOMEM;
     if (!logits || !tok || !page)
         goto out;
     for (uint32_t i = 0; i < n; i++)
         tok[i] = d->bos >= 0 && (uint32_t)d->bos < d->vocab ? (uint32_t)d->bos : 0;
-    for (uint32_t i = 0; i < (n + ps - 1) / ps; i++)
+    for (uint32_t i = 0; i < np; i++)
         page[i] = i;
     struct l8_sampling greedy = { .temperature = 0, .top_p = 1, .repetition_penalty = 1 };
-    struct l8_seq seq = { .tokens = tok, .n_tokens = n, .pos = 0, .pages = page,
-                          .n_pages = (n + ps - 1) / ps, .logits = L8_LOGITS_LAST,
-                          .logits_out = logits, .sample = true, .sampling = &greedy };
+    struct l8_seq seq = { .tokens = tok, .n_tokens = n, .pos = 0, .pages = page, .n_pages = np,
+                          .logits = L8_LOGITS_LAST, .logits_out = logits, .sample = true,
+                          .sampling = &greedy };
     rc = l8_engine_step(d->engine, &seq, 1);
 out:
     free(logits);
