@@ -85,7 +85,7 @@ void l8d_conf_defaults(struct l8d_conf *c)
 static int parse_u64(const char *v, uint64_t max, uint64_t *out)
 {
     char *end;
-    if (!*v || *v == '-')
+    if (*v < '0' || *v > '9')   /* strtoull would skip \f\v\r and take a sign */
         return -EINVAL;
     errno = 0;
     unsigned long long x = strtoull(v, &end, 0);

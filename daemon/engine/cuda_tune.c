@@ -240,7 +240,7 @@ static int parse_u32(char **p, unsigned long max, uint32_t *v)
     char *end;
     errno = 0;
     unsigned long x = strtoul(*p, &end, 10);
-    if (end == *p || **p == '-' || errno || x > max || (*end && *end != ' '))
+    if (end == *p || **p < '0' || **p > '9' || errno || x > max || (*end && *end != ' '))
         return -EINVAL;
     *v = (uint32_t)x;
     *p = end;

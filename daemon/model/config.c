@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
 #include <json-c/json.h>
 #include <math.h>
 #include <regex.h>
@@ -69,6 +70,10 @@ static int get_num(struct json_object *v, const char *path, const char *key,
     double d = json_object_get_double(v);
     if (!isfinite(d))
         return l8_fail(err, "%s: \"%s\" must be finite", path, key);
+    /* Kept as a float: refuse what a float cannot hold (inf, or a nonzero
+     * that would round to 0 or a subnormal) rather than round it. */
+    if (fabs(d) > FLT_MAX || (d != 0 && fabs(d) < FLT_MIN))
+        return l8_fail(err, "%s: \"%s\" = %g is outside the range of a float", path, key, d);
     *out = d;
     return 0;
 }
@@ -137,7 +142,7 @@ static int parse_rope_scaling(struct json_object *rs, const char *path,
         if (v[i] <= 0)
             return l8_fail(err, "%s: \"rope_scaling.%s\" must be positive", path, keys[i]);
     }
-    if (v[2] <= v[1])
+    if ((float)v[2] <= (float)v[1])   /* as kept: distinct in f64 may round equal */
         return l8_fail(err, "%s: \"rope_scaling.high_freq_factor\" must exceed low_freq_factor",
                     path);
     uint32_t orig = 0;
@@ -185,6 +190,38 @@ static int check_scheme(struct json_object *s, const char *path, const char *gro
         return l8_fail(err, "%s: \"quantization_config.config_groups.%s.%s.symmetric\" must be true",
                     path, group, which);
     return 0;
+}
+
+/* glibc's regcomp expands a repetition by copying its operand (a{n,m}: m
+ * copies, a+: a a*), so nested repetitions multiply, and a short pattern
+ * can ask for gigabytes: "re:((a{1000}){1000}){1000}" (26 bytes) is 10^9
+ * nodes, 20 nested "(...)+" a million. Refuse a pattern whose repetition
+ * factors, all multiplied (nested or not: an upper bound), pass
+ * REGEX_MAX_COPIES. */
+#define REGEX_MAX_COPIES 4096
+static bool regex_small(const char *re)
+{
+    unsigned long long prod = 1;
+    for (const char *p = re; *p; p++) {
+        unsigned long long f = 1;
+        if (*p == '\\' && p[1]) {
+            p++;
+        } else if (*p == '+') {
+            f = 2;
+        } else if (*p == '{') {
+            unsigned long long x = 0;
+            for (const char *q = p + 1; (*q >= '0' && *q <= '9') || *q == ','; q++) {
+                x = *q == ',' ? 0 : x * 10 + (unsigned)(*q - '0');
+                if (x > REGEX_MAX_COPIES)
+                    return false;
+                if (x + 1 > f)
+                    f = x + 1;
+            }
+        }
+        if ((prod *= f) > REGEX_MAX_COPIES)
+            return false;
+    }
+    return true;
 }
 
 static int parse_quant(struct json_object *q, const char *path, struct l8_config *c,
@@ -244,6 +281,10 @@ static int parse_quant(struct json_object *q, const char *path, struct l8_config
             const char *s = json_object_get_string(e);
             if (strncmp(s, "re:", 3) == 0) {
                 regex_t re;
+                if (!regex_small(s + 3))
+                    return l8_fail(err, "%s: \"quantization_config.ignore\"[%zu]: regex \"%s\" "
+                                   "repeats too much (its repetition counts multiply past %d)",
+                                   path, i, s, REGEX_MAX_COPIES);
                 if (regcomp(&re, s + 3, REG_EXTENDED | REG_NOSUB))
                     return l8_fail(err, "%s: \"quantization_config.ignore\"[%zu]: bad regex \"%s\"",
                                 path, i, s);

@@ -27,6 +27,10 @@ int main(void)
     CHECK(!strcmp(err, "x.conf:2: unknown key 'kv_pagez'"), "message: %s", err);
     CHECK(l8d_conf_parse_text(&c, "\n\nmax_batch = -1\n", "x.conf", err) == -EINVAL, "negative");
     CHECK(strncmp(err, "x.conf:3: max_batch: bad value '-1'", 34) == 0, "message: %s", err);
+    /* strtoull skips \f \v \r and takes a sign: -2^64+1 would have been 1 */
+    CHECK(l8d_conf_parse_text(&c, "max_batch = \f-18446744073709551615\n", "x.conf", err) ==
+          -EINVAL, "a sign behind a form feed");
+    CHECK(l8d_conf_parse_text(&c, "kv_mib = +5\n", "x.conf", err) == -EINVAL, "a plus sign");
     CHECK(l8d_conf_parse_text(&c, "max_batch\n", "x.conf", err) == -EINVAL, "no '='");
     CHECK(!strcmp(err, "x.conf:1: expected 'key = value'"), "message: %s", err);
     CHECK(l8d_conf_parse_text(&c, "numerics = fast\n", "x.conf", err) == -EINVAL, "bad enum");

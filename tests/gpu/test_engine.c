@@ -627,6 +627,8 @@ static void run_tune(const struct l8_model *m, const struct l8_tensor_set *ref)
     const char *bad[] = { "qkv 8 o 8 gate_up 8 down 8 lm_head 65", "qkv 8 o 8 gate_up 8 down 8",
                           "qkv 8 o 8 gate_up 8 down 8 lm_head 8 extra", "o 8 qkv 8 gate_up 8 down 8 lm_head 8",
                           "qkv -1 o 8 gate_up 8 down 8 lm_head 8",
+                          "qkv  -18446744073709551615 o 8 gate_up 8 down 8 lm_head 8",
+                          "qkv +2 o 8 gate_up 8 down 8 lm_head 8",
                           "qkv 8 o 8 gate_up 8 down 8 lm_head 8 | algos at 512: qkv 8 o 0 gate_up 0 down 0",
                           "qkv 8 o 8 gate_up 8 down 8 lm_head 8 | algos at 0: qkv 0 o 0 gate_up 0 down 0",
                           "qkv 8 o 8 gate_up 8 down 8 lm_head 8 | algos 512: qkv 0 o 0 gate_up 0 down 0",

@@ -179,6 +179,8 @@ static void test_bad(void)
         { "rms_norm_eps", NULL, "rms_norm_eps" },
         { "rms_norm_eps", "-1e-5", "rms_norm_eps" },
         { "rms_norm_eps", "\"tiny\"", "rms_norm_eps" },
+        { "rms_norm_eps", "1e-50", "outside the range of a float" },   /* would be 0 */
+        { "rope_theta", "1e39", "outside the range of a float" },      /* would be inf */
         { "rope_theta", "\"big\"", "rope_theta" },
         { "rope_theta", "0", "rope_theta" },
         { "rope_scaling", "[]", "rope_scaling" },
@@ -189,6 +191,8 @@ static void test_bad(void)
         { "rope_scaling.factor", "0", "factor" },
         { "rope_scaling.low_freq_factor", "\"one\"", "low_freq_factor" },
         { "rope_scaling.high_freq_factor", "0.5", "high_freq_factor" },
+        { "rope_scaling.factor", "1e-46", "outside the range of a float" },
+        { "rope_scaling.high_freq_factor", "1.00000001", "high_freq_factor" },   /* == low as floats */
         { "rope_scaling.original_max_position_embeddings", NULL, "original_max_position_embeddings" },
         { "tie_word_embeddings", "\"yes\"", "tie_word_embeddings" },
         { "attention_bias", "true", "attention_bias" },
@@ -217,6 +221,10 @@ static void test_bad(void)
         { "quantization_config.ignore", "\"lm_head\"", "ignore" },
         { "quantization_config.ignore", "[7]", "ignore" },
         { "quantization_config.ignore", "[\"re:(\"]", "ignore" },
+        /* glibc's regcomp would take gigabytes / seconds for these */
+        { "quantization_config.ignore", "[\"re:((a{1000}){1000}){1000}\"]", "repeats too much" },
+        { "quantization_config.ignore", "[\"re:((((((((((((((((((((a+)+)+)+)+)+)+)+)+)+)+)+)+)+)+)+)+)+)+)+)+\"]",
+          "repeats too much" },
     };
     int nc = (int)(sizeof cases / sizeof cases[0]);
     for (int i = 0; i < nc; i++) {
