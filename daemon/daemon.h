@@ -155,6 +155,9 @@ int  l8d_session_accept(struct l8d *d, int fd);
 void l8d_session_on_recv(struct l8d_session *s, int n, int msg_flags);
 /* Take what the submission ring holds. */
 void l8d_session_scan(struct l8d_session *s);
+/* The scheduler's `held` (scheduler.h): a request whose client has events
+ * waiting in its backlog (its event ring is full) is not run. */
+bool l8d_req_held(void *ctx, void *user);
 /* Deliver a scheduler event. */
 void l8d_session_on_sched_event(struct l8d *d, const struct l8_sched_event *ev,
                                 uint64_t t_ns);

@@ -293,7 +293,7 @@ static int setup(struct l8d *d, int argc, char **argv)
         .n_pages = l8_engine_n_pages(d->engine), .page_size = l8_engine_page_size(d->engine),
         .max_step_tokens = d->conf.max_step_tokens, .max_seqs = d->conf.max_batch,
         .max_ctx = d->max_ctx, .vocab = d->vocab, .max_requests = d->conf.max_requests,
-        .on_event = l8d_on_sched_event, .ctx = d,
+        .on_event = l8d_on_sched_event, .held = l8d_req_held, .ctx = d,
     };
     if ((rc = l8_sched_new(&so, &d->sched)) < 0) {
         log_err("creating the scheduler: %s", strerror(-rc));

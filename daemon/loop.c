@@ -468,6 +468,11 @@ int l8d_loop_run(struct l8d *d)
             publish_all(d);
             io_uring_submit(&d->ring);
         }
+        /* A client that drained its event ring gets its backlog now, so
+         * that its submissions are read and its requests run (held, see
+         * l8d_req_held) in this pass, not at the next tick. */
+        if (any_backlog(d))
+            publish_all(d);
         scan(d, step_done);
         start_step(d);
         if (!d->step_in_flight) {

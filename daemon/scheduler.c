@@ -433,6 +433,11 @@ static bool admit(struct l8_sched *s, struct req *r)
     return true;
 }
 
+static bool held(const struct l8_sched *s, const struct req *r)
+{
+    return s->o.held && s->o.held(s->o.ctx, r->user);
+}
+
 int l8_sched_build_step(struct l8_sched *s, struct l8_seq **seqs, uint32_t *n)
 {
     if (s->in_flight)
@@ -444,7 +449,7 @@ int l8_sched_build_step(struct l8_sched *s, struct l8_seq **seqs, uint32_t *n)
      * per-token latency of running streams stays one step. */
     for (struct req *r = s->lists[LIST_RUNNING].head, *next; r; r = next) {
         next = r->next;
-        if (r->n_tokens - r->n_computed != 1)
+        if (r->n_tokens - r->n_computed != 1 || held(s, r))
             continue;
         if (!grow_pages(s, r, r->n_computed + 1))
             break;              /* r was the youngest: nothing follows */
@@ -457,15 +462,18 @@ int l8_sched_build_step(struct l8_sched *s, struct l8_seq **seqs, uint32_t *n)
      * step can be preempted. */
     for (struct req *r = s->lists[LIST_RUNNING].head; r && budget > 0; r = r->next) {
         uint32_t left = r->n_tokens - r->n_computed;
-        if (left <= 1 || r->in_flight)
+        if (left <= 1 || r->in_flight || held(s, r))
             continue;
         add_seq(s, r, left < budget ? left : budget, &budget);
     }
     /* 3. Admit from the head of the queue while budget, slots and pages
-     * last. The head is never skipped (FIFO within a priority). */
-    while (budget > 0 && s->lists[LIST_WAITING].head &&
-           s->lists[LIST_RUNNING].n < s->o.max_seqs) {
-        struct req *r = s->lists[LIST_WAITING].head;
+     * last. The head is never skipped (FIFO within a priority), unless
+     * held. */
+    for (struct req *r = s->lists[LIST_WAITING].head, *next;
+         r && budget > 0 && s->lists[LIST_RUNNING].n < s->o.max_seqs; r = next) {
+        next = r->next;
+        if (held(s, r))
+            continue;
         if (!admit(s, r))
             break;
         list_remove(s, r);

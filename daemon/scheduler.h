@@ -84,6 +84,12 @@ struct l8_sched_opts {
     uint32_t max_requests;    /* live (waiting + running); 0 = default */
     /* Receives every event, from l8_sched_step_done() only. */
     void (*on_event)(void *ctx, const struct l8_sched_event *ev);
+    /* Optional: true when a request (its `user`) must wait out the next
+     * step: its client takes no events now (llama8d never blocks on a
+     * client, and does not keep generating for one that does not read).
+     * A held request keeps its pages and its place; a held waiting one is
+     * passed over for admission, the others keep their order. */
+    bool (*held)(void *ctx, void *user);
     void *ctx;
 };
 

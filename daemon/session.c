@@ -673,15 +673,29 @@ void l8d_session_scan(struct l8d_session *s)
         violation(s, "submission ring tail out of range");
         return;
     }
-    for (uint32_t i = 0; i < avail && !s->violation; i++) {
+    /* Backpressure: while events wait in the backlog (the client is not
+     * draining its event ring) take no more entries, since each could add
+     * an event: the client sees its submission ring stop moving. The loop
+     * looks again once the backlog is out (kick). */
+    uint32_t i = 0;
+    for (; i < avail && !s->violation && !s->bl_n; i++) {
         struct l8_sqe e;
         memcpy(&e, &s->sq[s->sq_head & (s->geo.sq_entries - 1)], sizeof(e));
         s->sq_head++;
         handle_sqe(s, &e);
     }
+    if (i < avail && s->bl_n)
+        s->kick = true;
     /* release: everything we copied out of the entries and the arena is
      * read before the client may reuse the space. */
     atomic_store_explicit(&s->sq_ctl->head, s->sq_head, memory_order_release);
+}
+
+bool l8d_req_held(void *ctx, void *user)
+{
+    (void)ctx;
+    const struct l8d_req *r = user;
+    return r->s->bl_n > 0;
 }
 
 /* ---------------------------------------------------------------- teardown */

@@ -18,9 +18,10 @@
  * everything the entry points at, so the client may reuse that arena space.
  *
  * Events: fixed 32-byte records, one per generated token, plus STARTED,
- * DONE and ERROR records. The daemon never blocks on a client: a request
- * whose client does not drain its event ring stops being scheduled until
- * there is room again.
+ * DONE and ERROR records. The daemon never blocks on a client: once a
+ * client's event ring is full (events wait in the daemon), its requests
+ * are not scheduled and its submission ring is not read until it drains
+ * the ring; nothing is dropped.
  *
  * Counters are free-running uint32_t: used = tail - head (mod 2^32),
  * slot = counter & (entries - 1). Each ring's head, tail and flags live on

@@ -399,6 +399,60 @@ int main(int argc, char **argv)
         expect_error_and_hangup(r.fd, L8_ERR_RING_VIOLATION, "event head out of range");
         raw_close(&r);
 
+        /* A client that stops draining its event ring. Its generation and a
+         * stream of empty messages (an error event each) fill the ring; then
+         * its request is held (no tokens made for it) and its submission
+         * ring stops moving. Drained, everything arrives, in order. */
+        raw_connect(&r);
+        {
+            Llama8__GenerateRequest g = LLAMA8__GENERATE_REQUEST__INIT;
+            g.request_id = 9;
+            g.max_new_tokens = 400;
+            g.ignore_eos = true;
+            g.prompt_offset = 0;
+            g.prompt_count = 20;
+            memcpy(r.arena, prompt, 20 * sizeof(uint32_t));
+            size_t n = llama8__generate_request__pack(&g, r.arena + 4096);
+            raw_submit(&r, L8_SQE_GENERATE, 4096, (uint32_t)n);
+        }
+        uint32_t sent = 0;
+        for (uint64_t moved = t_now_ms(); t_now_ms() - moved < 500 &&
+                                          sent < 3 * r.h.eq_entries;) {
+            uint32_t head = atomic_load_explicit(&r.sq_ctl->head, memory_order_acquire);
+            if (r.tail - head < r.h.sq_entries) {
+                raw_submit(&r, L8_SQE_GENERATE, 0, 0);
+                sent++;
+                moved = t_now_ms();
+            } else {
+                usleep(1000);
+            }
+        }
+        CHECK(still_connected(r.fd), "a client not draining its events was cut off");
+        CHECK(r.tail - atomic_load_explicit(&r.sq_ctl->head, memory_order_acquire) ==
+              r.h.sq_entries && sent < 2 * r.h.eq_entries,
+              "submissions still taken with the event ring full (%u sent)", sent);
+        struct l8c_status s0 = status_of(probe);
+        usleep(300000);
+        struct l8c_status s1 = status_of(probe);
+        CHECK(s1.requests_running >= 1 && s1.tokens_generated == s0.tokens_generated,
+              "tokens made for a client not draining its events: %llu -> %llu",
+              (unsigned long long)s0.tokens_generated, (unsigned long long)s1.tokens_generated);
+        uint32_t errors = 0, tokens = 0, done = 0, misordered = 0;
+        while (!done || errors < sent) {
+            if (!raw_event(&r, &ev, 10000))
+                break;
+            if (ev.kind == L8_EV_ERROR && ev.code == L8_ERR_EMPTY_PROMPT)
+                errors++;
+            else if (ev.request_id == 9 && ev.kind == L8_EV_TOKEN)
+                misordered += ev.index != tokens++;
+            else if (ev.request_id == 9 && ev.kind == L8_EV_DONE)
+                done = ev.index;
+        }
+        CHECK(errors == sent && tokens == 400 && done == 400 && !misordered,
+              "after draining: %u of %u errors, %u tokens (%u out of order), done at %u",
+              errors, sent, tokens, misordered, done);
+        raw_close(&r);
+
         /* Garbage instead of Hello; a Hello of another version. */
         int fd = raw_socket();
         REQUIRE(send(fd, "\xff\x01\x02", 3, 0) == 3, "send");

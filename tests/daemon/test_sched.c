@@ -173,6 +173,13 @@ static void on_event(void *ctx, const struct l8_sched_event *ev)
     }
 }
 
+/* The scheduler's `held`: a request's user, when set, is its hold flag. */
+static bool held(void *ctx, void *user)
+{
+    (void)ctx;
+    return user && *(const bool *)user;
+}
+
 static int world_init(struct world *w, uint32_t n_pages, uint32_t ps, uint32_t budget,
                       uint32_t max_seqs, uint32_t max_ctx)
 {
@@ -180,7 +187,7 @@ static int world_init(struct world *w, uint32_t n_pages, uint32_t ps, uint32_t b
     struct l8_sched_opts o = {
         .n_pages = n_pages, .page_size = ps, .max_step_tokens = budget,
         .max_seqs = max_seqs, .max_ctx = max_ctx, .vocab = VOCAB,
-        .on_event = on_event, .ctx = w,
+        .on_event = on_event, .held = held, .ctx = w,
     };
     w->x.n_pages = n_pages;
     w->x.page_size = ps;
@@ -705,6 +712,63 @@ static void test_priority(void)
     world_fini(&w);
 }
 
+/* A held request (its client takes no events) gets no row and no
+ * admission while held, keeps its pages, and does not hold up the others;
+ * released, every stream is what it would have been alone. */
+static void test_held(void)
+{
+    struct world w;
+    CHECK_EQ(world_init(&w, 64, 4, 64, 4, 64), 0);
+    uint32_t pa[3], pb[3], pc[5], pd[6];
+    fill(pa, 3, 11);
+    fill(pb, 3, 12);
+    fill(pc, 5, 13);
+    fill(pd, 6, 14);
+    bool hold1 = false, hold2 = false, hold3 = false;
+    struct l8_sched_req ra = req(1, 1, pa, 3, 6), rb = req(2, 1, pb, 3, 6),
+                        rc = req(1, 2, pc, 5, 4), rd = req(3, 1, pd, 6, 4);
+    ra.user = rc.user = &hold1;
+    rb.user = &hold2;
+    rd.user = &hold3;
+    CHECK_EQ(l8_sched_submit(w.s, &ra), 0);
+    CHECK_EQ(l8_sched_submit(w.s, &rb), 0);
+    CHECK_EQ(step(&w, __LINE__), 2);             /* both prefills */
+    struct l8_sched_owner_stats st;
+    l8_sched_owner_stats(w.s, 1, &st);
+    const uint32_t pages = st.pages;
+    hold1 = true;
+    for (int i = 0; i < 3; i++) {
+        CHECK_EQ(step(&w, __LINE__), 1);
+        CHECK_EQ(l8_sched_step_slots(w.s)[0].owner, 2);
+    }
+    CHECK_EQ(rec_for(&w, 1, 1)->n, 1);           /* the prefill's token only */
+    l8_sched_owner_stats(w.s, 1, &st);
+    CHECK_EQ(st.pages, pages);                   /* kept: nothing preempted */
+    /* C (owner 1, held) is first in the queue; D passes it */
+    CHECK_EQ(l8_sched_submit(w.s, &rc), 0);
+    CHECK_EQ(l8_sched_submit(w.s, &rd), 0);
+    struct l8_seq *seqs;
+    uint32_t n;
+    CHECK_EQ(l8_sched_build_step(w.s, &seqs, &n), 0);
+    CHECK_EQ(n, 2);
+    for (uint32_t i = 0; i < n; i++)
+        CHECK(l8_sched_step_slots(w.s)[i].owner != 1);
+    CHECK_EQ(exec_step(&w.x, w.s, seqs, n), 0);
+    CHECK_EQ(l8_sched_step_done(w.s, seqs, n, 0), 0);
+    /* everyone held: an empty step, not an error, and not idle */
+    hold2 = hold3 = true;
+    CHECK_EQ(l8_sched_build_step(w.s, &seqs, &n), 0);
+    CHECK_EQ(n, 0);
+    CHECK(!l8_sched_idle(w.s));
+    hold1 = hold2 = hold3 = false;
+    run_all(&w, 64, 4);
+    check_stream(&w, 1, 1, pa, 3, 6, NULL, 0, 0, __LINE__);
+    check_stream(&w, 2, 1, pb, 3, 6, NULL, 0, 0, __LINE__);
+    check_stream(&w, 1, 2, pc, 5, 4, NULL, 0, 0, __LINE__);
+    check_stream(&w, 3, 1, pd, 6, 4, NULL, 0, 0, __LINE__);
+    world_fini(&w);
+}
+
 static void test_cancel(void)
 {
     struct world w;
@@ -931,6 +995,7 @@ int main(void)
     test_preemption();
     test_head_of_line();
     test_priority();
+    test_held();
     test_cancel();
     test_cancel_owner();
     test_engine_error();
