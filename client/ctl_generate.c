@@ -214,6 +214,7 @@ static void print_json_event(const struct l8_event *e, uint64_t t_recv, const ch
     } else if (e->kind == L8_EV_ERROR) {
         json_object_object_add(o, "error", json_object_new_string(l8c_err_name(e->code)));
     } else if (e->kind == L8_EV_STARTED) {
+        json_object_object_add(o, "prompt_tokens", json_object_new_int64(e->token));
         json_object_object_add(o, "cached_tokens", json_object_new_int64(e->index));
     }
     json_object_object_add(o, "t_ns", json_object_new_uint64(e->t_ns));
@@ -297,8 +298,9 @@ static void generate_usage(FILE *f)
         "  --ids IDS              the prompt as token ids (\"1 2 3\"); prints ids back\n"
         "  --system TEXT          a system message (chat format)\n"
         "  --json                 one JSON object per line per event, instead of text:\n"
-        "      {\"event\":\"started\",\"request\":ID,\"cached_tokens\":N,...}  prefill began;\n"
-        "                         N prompt positions came from the prefix cache\n"
+        "      {\"event\":\"started\",\"request\":ID,\"prompt_tokens\":P,\"cached_tokens\":N,...}\n"
+        "                         prefill began; N of the P prompt positions came from the\n"
+        "                         prefix cache\n"
         "      {\"event\":\"token\",\"request\":ID,\"token\":T,\"index\":I[,\"logprob\":L][,\"text\":S],...}\n"
         "                         S: the text now complete (absent for stop ids, or while a\n"
         "                         character's bytes are held back)\n"

@@ -23,6 +23,7 @@ struct l8d_req {
     struct l8d_session *s;
     uint64_t id;
     uint32_t generated;      /* tokens delivered so far */
+    uint32_t prompt_tokens;  /* for the STARTED event */
     bool live;
     bool ignore_eos;
 };

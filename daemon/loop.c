@@ -169,7 +169,8 @@ static void start_step(struct l8d *d)
         if (!r || !r->live)
             continue;
         struct l8_event ev = { .request_id = slots[i].id, .t_ns = t, .kind = L8_EV_STARTED,
-                               .index = slots[i].cached_tokens, .logprob = 0.0f };
+                               .token = r->prompt_tokens, .index = slots[i].cached_tokens,
+                               .logprob = 0.0f };
         l8d_session_push(r->s, &ev);
     }
     if ((rc = l8d_et_submit(d->et, seqs, n)) < 0) {

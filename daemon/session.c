@@ -614,7 +614,8 @@ static void on_generate(struct l8d_session *s, const Llama8__GenerateRequest *g)
                   (unsigned long long)id, l8_sched_strerror(rc));
         return push_error(s, id, sched_err_code(rc));
     }
-    *r = (struct l8d_req){ .s = s, .id = id, .live = true, .ignore_eos = g->ignore_eos };
+    *r = (struct l8d_req){ .s = s, .id = id, .prompt_tokens = g->prompt_count, .live = true,
+                           .ignore_eos = g->ignore_eos };
     s->n_live++;
     log_debug("client %llu request %llu: %u prompt tokens, %u new", (unsigned long long)s->id,
               (unsigned long long)id, g->prompt_count, g->max_new_tokens);

@@ -157,6 +157,7 @@ struct tstream {
     int done_reason;        /* -1 while running */
     int error;              /* 0 or an l8_err */
     bool started;
+    uint32_t started_prompt; /* STARTED's token: the prompt's length */
 };
 
 /* Wait for events of any request until pred says stop or timeout; each
@@ -179,7 +180,10 @@ static inline bool tcollect(struct l8c_client *c, struct tstream *s, uint32_t ma
                 continue;
             struct tstream *t = &s[ev[i].request_id];
             switch (ev[i].kind) {
-            case L8_EV_STARTED: t->started = true; break;
+            case L8_EV_STARTED:
+                t->started = true;
+                t->started_prompt = ev[i].token;
+                break;
             case L8_EV_TOKEN:
                 if (t->n < 4096)
                     t->tokens[t->n++] = ev[i].token;

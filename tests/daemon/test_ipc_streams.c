@@ -130,8 +130,9 @@ static int client_main(const char *sock, int c)
             fprintf(stderr, "client %d request %d: done reason %d\n", c, r, t->done_reason);
             bad++;
         }
-        if (!t->started) {
-            fprintf(stderr, "client %d request %d: no STARTED event\n", c, r);
+        if (!t->started || t->started_prompt != s->n_prompt) {
+            fprintf(stderr, "client %d request %d: STARTED %s (prompt %u, want %u)\n", c, r,
+                    t->started ? "wrong" : "missing", t->started_prompt, s->n_prompt);
             bad++;
         }
     }
