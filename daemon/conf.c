@@ -38,6 +38,7 @@ static const struct key keys[] = {
     { "socket_mode", K_U32, F(socket_mode), "MODE permissions of a socket we create (octal, 0660)" },
     { "allowed_group", K_STR, F(allowed_group), "GROUP may connect (root always may)" },
     { "drain_timeout_ms", K_U32, F(drain_timeout_ms), "MS SIGTERM grace for running requests" },
+    { "hello_timeout_ms", K_U32, F(hello_timeout_ms), "MS a new connection may take to say Hello before it is closed (0: forever)" },
     { "step_stall_ms", K_U32, F(step_stall_ms), "MS an engine step may run (plus 8x its expected time) before the watchdog pings stop (0: never)" },
     { "eq_entries", K_U32, F(eq_entries), "N event ring entries per client (power of two)" },
     { "log_level", K_LEVEL, F(log_level), "LEVEL err|warning|notice|info|debug" },
@@ -73,6 +74,7 @@ void l8d_conf_defaults(struct l8d_conf *c)
     c->max_requests_per_client = 64;
     c->max_requests = 4096;
     c->drain_timeout_ms = 10000;
+    c->hello_timeout_ms = 5000;
     c->step_stall_ms = 60000;
     c->eq_entries = 4096;
     c->numerics = L8_NUMERICS_EXACT;

@@ -40,6 +40,7 @@ struct l8d_session {
     uint32_t slot;           /* index in d->sessions */
     uint32_t gen;            /* generation of the slot, in io_uring user_data */
     enum l8d_sess_state state;
+    uint64_t t_accept_ns;    /* HELLO: closed past conf.hello_timeout_ms */
     int fd;                  /* the SOCK_SEQPACKET connection */
     uint64_t id;             /* client id: the scheduler's owner */
     pid_t pid;

@@ -310,6 +310,17 @@ static void housekeeping(struct l8d *d)
             d->rate_n++;
         d->last_sample_ns = now;
     }
+    /* A connection that never says Hello would hold its slot (max_clients)
+     * for as long as it stays open. */
+    for (uint32_t i = 0; i < d->n_slots; i++) {
+        struct l8d_session *s = d->sessions[i];
+        if (s && s->state == L8D_SESS_HELLO && d->conf.hello_timeout_ms &&
+            now - s->t_accept_ns > (uint64_t)d->conf.hello_timeout_ms * 1000000ull) {
+            log_info("connection from pid %d closed: no Hello within %u ms", (int)s->pid,
+                     d->conf.hello_timeout_ms);
+            l8d_session_close(s, L8_ERR_BAD_MESSAGE, "no Hello in time");
+        }
+    }
     if (d->state == L8D_DRAINING && now >= d->drain_deadline_ns) {
         for (uint32_t i = 0; i < d->n_slots; i++)
             if (d->sessions[i])

@@ -187,6 +187,7 @@ int l8d_session_accept(struct l8d *d, int fd)
     s->gid = cr.gid;
     s->id = ++d->next_client_id;
     s->state = L8D_SESS_HELLO;
+    s->t_accept_ns = l8d_now_ns();
     d->sessions[slot] = s;
     d->n_sessions++;
     log_debug("client %llu connected: pid %d uid %u", (unsigned long long)s->id,

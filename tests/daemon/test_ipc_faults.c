@@ -241,7 +241,7 @@ int main(int argc, char **argv)
     snprintf(mr, sizeof(mr), "%d", MAX_REQ);
     snprintf(mx, sizeof(mx), "%d", MAX_CLIENTS);
     const char *extra[] = { "--max-ctx", mc, "--max-requests-per-client", mr,
-                            "--max-clients", mx, NULL };
+                            "--max-clients", mx, "--hello-timeout-ms", "1000", NULL };
     tdaemon_start(&d, argv[1], argv[2], extra);
     sock = d.sock;
     for (uint32_t i = 0; i < 1024; i++)
@@ -483,6 +483,28 @@ int main(int argc, char **argv)
         CHECK(rc == -EUSERS && n == MAX_CLIENTS - 2, "flood: rc %d after %d (%s)", rc, n, err);
         for (int i = 0; i < n; i++)
             l8c_close(cs[i]);
+    }
+    /* Connections that never say Hello take every free slot; they are
+     * closed after hello_timeout_ms, and a real client then gets in. */
+    {
+        int fds[MAX_CLIENTS];
+        CHECK(wait_quiet(probe, 2), "clients not freed after flood");
+        for (int i = 0; i < MAX_CLIENTS - 2; i++)
+            fds[i] = raw_socket();
+        struct l8c_client *c;
+        char err[L8C_ERRLEN];
+        CHECK(l8c_connect(sock, "late", &c, err) == -EUSERS, "silent connections: a free slot");
+        for (int i = 0; i < MAX_CLIENTS - 2; i++) {
+            expect_error_and_hangup(fds[i], L8_ERR_BAD_MESSAGE, "no Hello");
+            close(fds[i]);
+        }
+        int rc = -1;
+        for (int i = 0; i < 100 && rc < 0; i++)   /* the slots free as the ops come back */
+            if ((rc = l8c_connect(sock, "late", &c, err)) < 0)
+                usleep(10000);
+        CHECK(rc == 0, "no slot after the silent connections were closed: %s", err);
+        if (rc == 0)
+            l8c_close(c);
     }
     observer_submit(obs, 4);
     static struct tstream last[5];
