@@ -140,7 +140,8 @@ struct l8c_status {
     double step_running_s;  /* the engine step in flight, 0 when idle */
     bool step_stalled;      /* it ran past its bound (a hung engine): watchdog pings stopped */
     /* Engine steps done and their total time in the engine; gap_steps of
-     * them started while requests were left from the step before, and
+     * them started while runnable requests were left from the step before
+     * (not held for a client that does not read its events), and
      * gap_time_s is their total wait from that step's end: what the daemon
      * itself adds between steps under load. */
     uint64_t steps, gap_steps;

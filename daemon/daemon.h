@@ -127,7 +127,7 @@ struct l8d {
      * time against what the prompt chunks cost. */
     uint64_t decode_steps, decode_ns, decode_rows, fed_tokens;
     uint64_t last_step_end;  /* engine clock, the last step's end */
-    bool gap_open;           /* requests remained when it ended */
+    bool gap_open;           /* runnable requests remained when it ended */
     uint64_t ev_t_ns;        /* t_ns of the events being delivered */
     /* Model facts for Welcome. */
     char model_dir[4096];

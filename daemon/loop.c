@@ -158,8 +158,10 @@ static void start_step(struct l8d *d)
     struct l8_seq *seqs;
     uint32_t n;
     int rc = l8_sched_build_step(d->sched, &seqs, &n);
-    if (rc < 0 || n == 0)
+    if (rc < 0 || n == 0) {
+        d->gap_open = false;   /* what remains is held: the wait is not ours */
         return;
+    }
     uint64_t t = l8d_now_ns();
     const struct l8_sched_slot *slots = l8_sched_step_slots(d->sched);
     for (uint32_t i = 0; i < n; i++) {

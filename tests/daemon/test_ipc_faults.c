@@ -432,7 +432,7 @@ int main(int argc, char **argv)
               r.h.sq_entries && sent < 2 * r.h.eq_entries,
               "submissions still taken with the event ring full (%u sent)", sent);
         struct l8c_status s0 = status_of(probe);
-        usleep(300000);
+        usleep(1000000);
         struct l8c_status s1 = status_of(probe);
         CHECK(s1.requests_running >= 1 && s1.tokens_generated == s0.tokens_generated,
               "tokens made for a client not draining its events: %llu -> %llu",
@@ -451,6 +451,10 @@ int main(int argc, char **argv)
         CHECK(errors == sent && tokens == 400 && done == 400 && !misordered,
               "after draining: %u of %u errors, %u tokens (%u out of order), done at %u",
               errors, sent, tokens, misordered, done);
+        /* the second it was held is not the daemon's gap between steps */
+        struct l8c_status s2 = status_of(probe);
+        CHECK(s2.gap_time_s - s0.gap_time_s < 0.5, "held time counted as gap: %.3f s",
+              s2.gap_time_s - s0.gap_time_s);
         raw_close(&r);
 
         /* Garbage instead of Hello; a Hello of another version. */
