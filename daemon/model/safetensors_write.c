@@ -57,6 +57,7 @@ struct l8_st_writer {
     uint64_t data_size;     /* sum of t[].nbytes */
 };
 
+static void seterr(char err[L8_ERRLEN], const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void seterr(char err[L8_ERRLEN], const char *fmt, ...)
 {
     if (!err)
