@@ -129,8 +129,9 @@ static int warm_up(struct l8d *d, uint32_t n)
     int rc = -ENOMEM;
     if (!logits || !tok || !page)
         goto out;
+    const uint32_t bos = d->bos >= 0 && (uint32_t)d->bos < d->vocab ? (uint32_t)d->bos : 0;
     for (uint32_t i = 0; i < n; i++)
-        tok[i] = d->bos >= 0 && (uint32_t)d->bos < d->vocab ? (uint32_t)d->bos : 0;
+        tok[i] = bos;
     for (uint32_t i = 0; i < np; i++)
         page[i] = i;
     struct l8_sampling greedy = { .temperature = 0, .top_p = 1, .repetition_penalty = 1 };
