@@ -12,7 +12,7 @@
 
 #include "l8_build.h"
 
-enum kind { K_STR, K_U32, K_U64, K_INT, K_NUMERICS, K_BACKEND, K_LEVEL, K_BOOL };
+enum kind { K_STR, K_U32, K_U64, K_INT, K_NUMERICS, K_BACKEND, K_LEVEL, K_BOOL, K_PREFIX_CACHE };
 
 struct key {
     const char *name;
@@ -46,6 +46,7 @@ static const struct key keys[] = {
     { "numerics", K_NUMERICS, F(numerics), "auto|exact|fp8" },
     { "backend", K_BACKEND, F(backend), "auto|cpu|cuda (auto: cuda when it works here)" },
     { "tune_file", K_STR, F(tune_file), "PATH where the cuda engine keeps its measured GEMV/cuBLASLt crossover (default $CACHE_DIRECTORY/tune; empty: measured at every start)" },
+    { "prefix_cache", K_PREFIX_CACHE, F(prefix_cache), "user|shared|off who shares cached prompt pages (user: requests of one uid, so no client learns what another sent)" },
     { "no_warmup", K_BOOL, F(no_warmup), "BOOL skip the warm-up step" },
 };
 #define N_KEYS (sizeof(keys) / sizeof(keys[0]))
@@ -160,6 +161,16 @@ int l8d_conf_set(struct l8d_conf *c, const char *key, const char *value,
             *(enum l8_backend *)p = L8_BACKEND_CUDA;
         else if (!strcmp(value, "auto"))
             c->backend_auto = true;
+        else
+            goto bad;
+        return 0;
+    case K_PREFIX_CACHE:
+        if (!strcmp(value, "user"))
+            *(enum l8d_prefix_cache *)p = L8D_PREFIX_CACHE_USER;
+        else if (!strcmp(value, "shared"))
+            *(enum l8d_prefix_cache *)p = L8D_PREFIX_CACHE_SHARED;
+        else if (!strcmp(value, "off"))
+            *(enum l8d_prefix_cache *)p = L8D_PREFIX_CACHE_OFF;
         else
             goto bad;
         return 0;

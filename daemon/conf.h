@@ -11,6 +11,13 @@
 #define L8D_DEFAULT_CONF "/etc/llama8d/llama8d.conf"
 #define L8D_ERRLEN 512
 
+/* Who shares prefix-cache pages. */
+enum l8d_prefix_cache {
+    L8D_PREFIX_CACHE_USER,     /* requests of one uid (the default) */
+    L8D_PREFIX_CACHE_SHARED,   /* every client */
+    L8D_PREFIX_CACHE_OFF,      /* nobody: every prompt is computed whole */
+};
+
 struct l8d_conf {
     char model[4096];          /* checkpoint directory (required) */
     char socket[108];          /* listening socket path (unless socket-activated) */
@@ -39,6 +46,7 @@ struct l8d_conf {
     enum l8_backend backend;
     bool numerics_auto;        /* numerics = auto: fp8 on cuda (its fast path), exact on cpu */
     bool backend_auto;         /* backend = auto: cuda if it works here, else cpu */
+    enum l8d_prefix_cache prefix_cache;
     enum l8_log_level log_level;
     bool no_warmup;            /* skip the warm-up step (tests) */
 };

@@ -22,7 +22,8 @@ struct l8_kvpool {
     bool *reg;             /* [n_pages] */
     uint64_t *key;         /* [n_pages] hash of (parent, parent gen, tokens) */
     uint32_t *parent;      /* [n_pages] parent page or L8_KVPOOL_ROOT */
-    uint32_t *parent_gen;  /* [n_pages] */
+    uint32_t *parent_gen;  /* [n_pages] the parent's generation, or the scope
+                              of a first page */
     uint32_t *tokens;      /* [n_pages, page_size] the page's token ids */
     uint32_t *hnext;       /* [n_pages] next page in the bucket */
     uint32_t *bucket;      /* [n_buckets] first page or NIL */
@@ -151,10 +152,17 @@ static void unregister(struct l8_kvpool *p, uint32_t pg)
     p->gen[pg]++;
 }
 
-static uint32_t find(const struct l8_kvpool *p, uint32_t parent,
+/* The second half of a parent's identity: its generation, or for the root
+ * the scope. */
+static uint32_t pgen_of(const struct l8_kvpool *p, uint32_t scope, uint32_t parent)
+{
+    return parent == L8_KVPOOL_ROOT ? scope : p->gen[parent];
+}
+
+static uint32_t find(const struct l8_kvpool *p, uint32_t scope, uint32_t parent,
                      const uint32_t *tokens)
 {
-    uint32_t pgen = parent == L8_KVPOOL_ROOT ? 0 : p->gen[parent];
+    uint32_t pgen = pgen_of(p, scope, parent);
     uint64_t k = page_key(p, parent, pgen, tokens);
     for (uint32_t pg = p->bucket[k & (p->n_buckets - 1)]; pg != NIL; pg = p->hnext[pg])
         if (p->key[pg] == k && p->parent[pg] == parent && p->parent_gen[pg] == pgen &&
@@ -213,12 +221,12 @@ void l8_kvpool_unref(struct l8_kvpool *p, uint32_t page)
         p->free_stack[p->n_free++] = page;
 }
 
-int l8_kvpool_lookup(struct l8_kvpool *p, uint32_t parent,
+int l8_kvpool_lookup(struct l8_kvpool *p, uint32_t scope, uint32_t parent,
                      const uint32_t *tokens, uint32_t *page)
 {
     if (parent != L8_KVPOOL_ROOT && (parent >= p->n_pages || !p->reg[parent]))
         return -ENOENT;
-    uint32_t pg = find(p, parent, tokens);
+    uint32_t pg = find(p, scope, parent, tokens);
     if (pg == NIL)
         return -ENOENT;
     l8_kvpool_ref(p, pg);
@@ -226,16 +234,16 @@ int l8_kvpool_lookup(struct l8_kvpool *p, uint32_t parent,
     return 0;
 }
 
-int l8_kvpool_register(struct l8_kvpool *p, uint32_t page, uint32_t parent,
+int l8_kvpool_register(struct l8_kvpool *p, uint32_t page, uint32_t scope, uint32_t parent,
                        const uint32_t *tokens)
 {
     if (page >= p->n_pages || p->refcnt[page] == 0 || p->reg[page] || page == parent)
         return -EINVAL;
     if (parent != L8_KVPOOL_ROOT && (parent >= p->n_pages || !p->reg[parent]))
         return -EINVAL;
-    if (find(p, parent, tokens) != NIL)
+    if (find(p, scope, parent, tokens) != NIL)
         return -EEXIST;
-    uint32_t pgen = parent == L8_KVPOOL_ROOT ? 0 : p->gen[parent];
+    uint32_t pgen = pgen_of(p, scope, parent);
     p->key[page] = page_key(p, parent, pgen, tokens);
     p->parent[page] = parent;
     p->parent_gen[page] = pgen;

@@ -15,8 +15,11 @@
  * written. Its key is a hash chain: hash(parent identity, the page's
  * page_size token ids), where the parent is the page holding the previous
  * page_size positions (L8_KVPOOL_ROOT for the first page). The parent's
- * identity is (page id, generation), and a lookup compares the stored
- * tokens and parent identity exactly, so a match means the whole prefix
+ * identity is (page id, generation), or for a first page (L8_KVPOOL_ROOT,
+ * scope): a scope is a cache domain (llama8d's is the client's uid), and
+ * since every later page's key names its parent, chains of different
+ * scopes never meet. A lookup compares the stored tokens and parent
+ * identity exactly, so a match means the whole prefix
  * is equal: a hash collision can never hand one client's K/V to a
  * different prompt. A page's generation changes when it is reclaimed, so
  * children of a reclaimed page become unreachable (and are reclaimed in
@@ -62,17 +65,18 @@ void l8_kvpool_unref(struct l8_kvpool *p, uint32_t page);
 uint32_t l8_kvpool_refcount(const struct l8_kvpool *p, uint32_t page);
 bool l8_kvpool_is_registered(const struct l8_kvpool *p, uint32_t page);
 
-/* Find the cached page that follows parent (L8_KVPOOL_ROOT or a
- * registered page) and holds tokens[page_size]. On a hit, takes a
- * reference (a cached page leaves the LRU) and returns 0; -ENOENT
- * otherwise. */
-int  l8_kvpool_lookup(struct l8_kvpool *p, uint32_t parent,
+/* Find the cached page that follows parent (L8_KVPOOL_ROOT in scope, or
+ * a registered page: scope is then ignored) and holds tokens[page_size].
+ * On a hit, takes a reference (a cached page leaves the LRU) and returns
+ * 0; -ENOENT otherwise. */
+int  l8_kvpool_lookup(struct l8_kvpool *p, uint32_t scope, uint32_t parent,
                       const uint32_t *tokens, uint32_t *page);
 /* Put a used, full, written page into the prefix cache as the child of
- * parent holding tokens[page_size]. -EEXIST: an equal page is already
- * cached (this one stays private and is freed normally); -EINVAL: page not
- * used, already registered, or parent not registered. */
-int  l8_kvpool_register(struct l8_kvpool *p, uint32_t page, uint32_t parent,
+ * parent (L8_KVPOOL_ROOT in scope, or a registered page) holding
+ * tokens[page_size]. -EEXIST: an equal page is already cached (this one
+ * stays private and is freed normally); -EINVAL: page not used, already
+ * registered, or parent not registered. */
+int  l8_kvpool_register(struct l8_kvpool *p, uint32_t page, uint32_t scope, uint32_t parent,
                         const uint32_t *tokens);
 /* Drop every cached (unreferenced) page to the free list. */
 void l8_kvpool_drop_cache(struct l8_kvpool *p);

@@ -295,13 +295,19 @@ static int setup(struct l8d *d, int argc, char **argv)
         .max_step_tokens = d->conf.max_step_tokens, .max_seqs = d->conf.max_batch,
         .max_ctx = d->max_ctx, .vocab = d->vocab, .max_requests = d->conf.max_requests,
         .on_event = l8d_on_sched_event, .held = l8d_req_held, .ctx = d,
+        .no_prefix_cache = d->conf.prefix_cache == L8D_PREFIX_CACHE_OFF,
     };
     if ((rc = l8_sched_new(&so, &d->sched)) < 0) {
         log_err("creating the scheduler: %s", strerror(-rc));
         return rc;
     }
-    log_info("KV pool: %u pages of %u positions; context %u, batch %u, step budget %u tokens",
-             so.n_pages, so.page_size, d->max_ctx, so.max_seqs, so.max_step_tokens);
+    static const char *const cache_scope[] = {
+        [L8D_PREFIX_CACHE_USER] = "per user", [L8D_PREFIX_CACHE_SHARED] = "shared by all clients",
+        [L8D_PREFIX_CACHE_OFF] = "off",
+    };
+    log_info("KV pool: %u pages of %u positions; context %u, batch %u, step budget %u tokens; "
+             "prefix cache %s", so.n_pages, so.page_size, d->max_ctx, so.max_seqs,
+             so.max_step_tokens, cache_scope[d->conf.prefix_cache]);
 
     if (!d->conf.no_warmup) {
         sd_notify(0, "STATUS=warming up");

@@ -18,6 +18,7 @@ struct req {
     void *user;
     uint64_t arrival;           /* submit order: FIFO within a priority */
     int32_t priority;
+    uint32_t cache_scope;
     uint32_t *tokens;           /* [cap_tokens] prompt, then generated */
     uint32_t n_tokens, n_prompt, cap_tokens;
     uint32_t *pages;            /* [cap_pages] page table */
@@ -302,6 +303,7 @@ int l8_sched_submit(struct l8_sched *s, const struct l8_sched_req *q)
     r->user = q->user;
     r->arrival = s->next_arrival++;
     r->priority = q->priority;
+    r->cache_scope = q->cache_scope;
     r->max_new = q->max_new_tokens;
     r->n_stop = q->n_stop;
     if (q->n_stop)
@@ -404,10 +406,11 @@ static bool admit(struct l8_sched *s, struct req *r)
     uint32_t ps = s->o.page_size;
     uint32_t parent = L8_KVPOOL_ROOT;
     /* At least one token is computed: the sample needs its logits. */
-    uint32_t max_cached = (r->n_tokens - 1) / ps;
+    uint32_t max_cached = s->o.no_prefix_cache ? 0 : (r->n_tokens - 1) / ps;
     while (r->n_pages < max_cached) {
         uint32_t pg;
-        if (l8_kvpool_lookup(s->pool, parent, r->tokens + (size_t)r->n_pages * ps, &pg) < 0)
+        if (l8_kvpool_lookup(s->pool, r->cache_scope, parent,
+                             r->tokens + (size_t)r->n_pages * ps, &pg) < 0)
             break;
         r->pages[r->n_pages++] = pg;
         parent = pg;
@@ -518,10 +521,10 @@ static void link_pages(struct l8_sched *s, struct req *r)
 {
     uint32_t ps = s->o.page_size;
     uint32_t full = r->n_computed / ps;
-    while (!r->chain_broken && r->n_linked < full) {
+    while (!s->o.no_prefix_cache && !r->chain_broken && r->n_linked < full) {
         uint32_t i = r->n_linked;
         uint32_t parent = i ? r->pages[i - 1] : L8_KVPOOL_ROOT;
-        if (l8_kvpool_register(s->pool, r->pages[i], parent,
+        if (l8_kvpool_register(s->pool, r->pages[i], r->cache_scope, parent,
                                r->tokens + (size_t)i * ps) < 0) {
             r->chain_broken = true;
             break;

@@ -30,7 +30,9 @@
  * generated tokens alike, so a chat that re-sends its history reuses it).
  * A new request whose first k full pages are cached starts at position
  * k * page_size (at least one prompt token is always computed, for the
- * logits of the first sample).
+ * logits of the first sample). Pages are shared only between requests of
+ * one cache_scope (llama8d: one uid), so a request's start, and its
+ * cached count, says nothing of other scopes' prompts.
  *
  * Preemption: when a running request needs a new page and the pool has
  * none (free or reclaimable), the youngest running request (lowest
@@ -91,6 +93,7 @@ struct l8_sched_opts {
      * passed over for admission, the others keep their order. */
     bool (*held)(void *ctx, void *user);
     void *ctx;
+    bool no_prefix_cache;     /* never register or look up pages */
 };
 
 /* A request as submitted. Everything is copied; pointers need not live
@@ -106,6 +109,8 @@ struct l8_sched_req {
     const uint32_t *stop_ids;/* [n_stop] */
     uint32_t n_stop;
     int32_t priority;        /* higher runs first; FIFO within a priority */
+    uint32_t cache_scope;    /* prefix-cache domain: pages are shared only
+                                with requests of the same scope */
     bool logprobs;           /* fill event logprobs */
 };
 

@@ -600,6 +600,7 @@ static void on_generate(struct l8d_session *s, const Llama8__GenerateRequest *g)
         .max_new_tokens = g->max_new_tokens,
         .stop_ids = stops, .n_stop = n_stop,
         .priority = g->priority, .logprobs = g->logprobs,
+        .cache_scope = d->conf.prefix_cache == L8D_PREFIX_CACHE_USER ? (uint32_t)s->uid : 0,
         .sampling = {
             .temperature = sp ? sp->temperature : 0.0f,
             .top_k = sp ? sp->top_k : 0,

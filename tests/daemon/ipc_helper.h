@@ -158,6 +158,7 @@ struct tstream {
     int error;              /* 0 or an l8_err */
     bool started;
     uint32_t started_prompt; /* STARTED's token: the prompt's length */
+    uint32_t started_cached; /* STARTED's index: tokens from the prefix cache */
 };
 
 /* Wait for events of any request until pred says stop or timeout; each
@@ -183,6 +184,7 @@ static inline bool tcollect(struct l8c_client *c, struct tstream *s, uint32_t ma
             case L8_EV_STARTED:
                 t->started = true;
                 t->started_prompt = ev[i].token;
+                t->started_cached = ev[i].index;
                 break;
             case L8_EV_TOKEN:
                 if (t->n < 4096)

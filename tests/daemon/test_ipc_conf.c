@@ -35,6 +35,17 @@ int main(void)
     CHECK(!strcmp(err, "x.conf:1: expected 'key = value'"), "message: %s", err);
     CHECK(l8d_conf_parse_text(&c, "numerics = fast\n", "x.conf", err) == -EINVAL, "bad enum");
 
+    /* prefix_cache: per user unless told otherwise. */
+    l8d_conf_defaults(&c);
+    CHECK(c.prefix_cache == L8D_PREFIX_CACHE_USER, "prefix_cache default %d", (int)c.prefix_cache);
+    CHECK(l8d_conf_parse_text(&c, "prefix_cache = shared\n", "t.conf", err) == 0 &&
+          c.prefix_cache == L8D_PREFIX_CACHE_SHARED, "shared: %s", err);
+    CHECK(l8d_conf_parse_text(&c, "prefix_cache = off\n", "t.conf", err) == 0 &&
+          c.prefix_cache == L8D_PREFIX_CACHE_OFF, "off: %s", err);
+    CHECK(l8d_conf_parse_text(&c, "prefix_cache = uid\n", "x.conf", err) == -EINVAL &&
+          strstr(err, "x.conf:1: prefix_cache: bad value 'uid' (user|shared|off"), "message: %s",
+          err);
+
     /* tune_file: systemd's CacheDirectory= (the first of a list) by default,
      * nowhere without it, and an empty value means nowhere. */
     setenv("CACHE_DIRECTORY", "/var/cache/llama8d:/var/cache/other", 1);

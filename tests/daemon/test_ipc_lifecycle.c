@@ -6,6 +6,8 @@
  *    with SHUTTING_DOWN;
  *  - permissions: a uid outside the allowed group is refused, one with the
  *    group as a supplementary group is let in (needs root, else skipped);
+ *  - prefix_cache: user (the default) keeps each uid's cached pages to it,
+ *    shared and off do what they say (needs root, else skipped);
  *  - socket activation through systemd-socket-activate (skipped if absent).
  * argv: llama8d model-dir */
 #include "ipc_helper.h"
@@ -122,6 +124,79 @@ static void test_permissions(void)
     CHECK(tdaemon_stop(&d) == 0, "exit");
 }
 
+/* Generate 4 tokens from a 40-token prompt; the prompt tokens STARTED
+ * says came from the prefix cache, or -1. */
+static int cached_prompt_tokens(const char *sock)
+{
+    struct l8c_client *c;
+    char err[L8C_ERRLEN];
+    if (l8c_connect(sock, "scope", &c, err) < 0)
+        return -1;
+    uint32_t prompt[40];
+    for (uint32_t i = 0; i < 40; i++)
+        prompt[i] = 100 + 3 * i;
+    struct l8c_params p;
+    l8c_params_init(&p);
+    p.max_new_tokens = 4;
+    p.ignore_eos = true;
+    static struct tstream st[2];
+    memset(st, 0, sizeof st);
+    int rc = l8c_submit_id(c, 1, prompt, 40, &p) == 0 && tcollect(c, st, 1, 1, 30000) &&
+                     st[1].started && st[1].n == 4
+                 ? (int)st[1].started_cached : -1;
+    l8c_close(c);
+    return rc;
+}
+
+/* The same, as uid/gid 65534 with the supplementary group gid. */
+static int cached_prompt_tokens_as_nobody(const char *sock, gid_t gid)
+{
+    pid_t kid = fork();
+    if (kid == 0) {
+        if (setgroups(1, &gid) < 0 || setgid(65534) < 0 || setuid(65534) < 0)
+            _exit(255);
+        int n = cached_prompt_tokens(sock);
+        _exit(n < 0 || n > 254 ? 255 : n);
+    }
+    int st;
+    waitpid(kid, &st, 0);
+    return WIFEXITED(st) && WEXITSTATUS(st) != 255 ? WEXITSTATUS(st) : -1;
+}
+
+/* prefix_cache: per uid by default, so a client cannot tell from its
+ * cached count (or its time to first token) what another user sent;
+ * shared and off on request. Pages of 16 positions: a cached 40-token
+ * prompt gives 32. */
+static void test_prefix_cache_scope(void)
+{
+    if (geteuid() != 0) {
+        fprintf(stderr, "prefix cache scope: not root, skipped\n");
+        return;
+    }
+    struct group *g = getgrnam("daemon");
+    gid_t gid = g ? g->gr_gid : 1;
+    char gname[64];
+    snprintf(gname, sizeof(gname), "%s", g ? g->gr_name : "daemon");
+    static const struct { const char *mode; int root2, nobody, nobody2; } want[] = {
+        { "user", 32, 0, 32 }, { "shared", 32, 32, 32 }, { "off", 0, 0, 0 },
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        struct tdaemon d;
+        const char *extra[] = { "--allowed-group", gname, "--socket-mode", "0666",
+                                "--page-size", "16", "--prefix-cache", want[i].mode, NULL };
+        tdaemon_start(&d, bin, model, extra);
+        int root1 = cached_prompt_tokens(d.sock), root2 = cached_prompt_tokens(d.sock);
+        int nobody = cached_prompt_tokens_as_nobody(d.sock, gid);
+        int nobody2 = cached_prompt_tokens_as_nobody(d.sock, gid);
+        CHECK(root1 == 0 && root2 == want[i].root2 && nobody == want[i].nobody &&
+                  nobody2 == want[i].nobody2,
+              "prefix_cache = %s: cached prompt tokens root %d then %d, uid 65534 %d then %d;"
+              " want 0 %d %d %d", want[i].mode, root1, root2, nobody, nobody2, want[i].root2,
+              want[i].nobody, want[i].nobody2);
+        CHECK(tdaemon_stop(&d) == 0, "exit");
+    }
+}
+
 static void test_socket_activation(void)
 {
     const char *sa = NULL;
@@ -186,6 +261,7 @@ int main(int argc, char **argv)
     test_notify_and_drain();
     test_drain_timeout();
     test_permissions();
+    test_prefix_cache_scope();
     test_socket_activation();
     if (failures)
         return 1;

@@ -82,25 +82,25 @@ static void test_prefix_chain(void)
     CHECK_EQ(l8_kvpool_alloc(p, &a), 0);
     CHECK_EQ(l8_kvpool_alloc(p, &b), 0);
     /* parent must be registered first */
-    CHECK_EQ(l8_kvpool_register(p, b, a, t1), -EINVAL);
-    CHECK_EQ(l8_kvpool_register(p, a, L8_KVPOOL_ROOT, t0), 0);
-    CHECK_EQ(l8_kvpool_register(p, a, L8_KVPOOL_ROOT, t0), -EINVAL); /* twice */
-    CHECK_EQ(l8_kvpool_register(p, b, a, t1), 0);
+    CHECK_EQ(l8_kvpool_register(p, b, 0, a, t1), -EINVAL);
+    CHECK_EQ(l8_kvpool_register(p, a, 0, L8_KVPOOL_ROOT, t0), 0);
+    CHECK_EQ(l8_kvpool_register(p, a, 0, L8_KVPOOL_ROOT, t0), -EINVAL); /* twice */
+    CHECK_EQ(l8_kvpool_register(p, b, 0, a, t1), 0);
     STATS(p, 6, 2, 0, 0, 2);
     /* an equal page under the same parent is refused: it stays private */
     uint32_t dup;
     CHECK_EQ(l8_kvpool_alloc(p, &dup), 0);
-    CHECK_EQ(l8_kvpool_register(p, dup, L8_KVPOOL_ROOT, t0), -EEXIST);
+    CHECK_EQ(l8_kvpool_register(p, dup, 0, L8_KVPOOL_ROOT, t0), -EEXIST);
     l8_kvpool_unref(p, dup);
     STATS(p, 6, 2, 0, 0, 2);
 
     /* lookups: exact chain only */
-    CHECK_EQ(l8_kvpool_lookup(p, L8_KVPOOL_ROOT, t0, &x), 0);
+    CHECK_EQ(l8_kvpool_lookup(p, 0, L8_KVPOOL_ROOT, t0, &x), 0);
     CHECK_EQ(x, a);
     CHECK_EQ(l8_kvpool_refcount(p, a), 2);
-    CHECK_EQ(l8_kvpool_lookup(p, a, t1b, &x), -ENOENT);
-    CHECK_EQ(l8_kvpool_lookup(p, L8_KVPOOL_ROOT, t1, &x), -ENOENT); /* wrong parent */
-    CHECK_EQ(l8_kvpool_lookup(p, a, t1, &x), 0);
+    CHECK_EQ(l8_kvpool_lookup(p, 0, a, t1b, &x), -ENOENT);
+    CHECK_EQ(l8_kvpool_lookup(p, 0, L8_KVPOOL_ROOT, t1, &x), -ENOENT); /* wrong parent */
+    CHECK_EQ(l8_kvpool_lookup(p, 0, a, t1, &x), 0);
     CHECK_EQ(x, b);
     STATS(p, 6, 2, 0, 2, 2);
     l8_kvpool_unref(p, b);
@@ -111,14 +111,14 @@ static void test_prefix_chain(void)
     STATS(p, 6, 0, 2, 0, 2);
     CHECK_EQ(l8_kvpool_available(p), 8);  /* free 6 + cached 2 */
     /* a cached page comes back with a lookup */
-    CHECK_EQ(l8_kvpool_lookup(p, L8_KVPOOL_ROOT, t0, &x), 0);
+    CHECK_EQ(l8_kvpool_lookup(p, 0, L8_KVPOOL_ROOT, t0, &x), 0);
     CHECK_EQ(x, a);
     CHECK_EQ(l8_kvpool_refcount(p, a), 1);
     STATS(p, 6, 1, 1, 0, 2);
     l8_kvpool_unref(p, a);
     l8_kvpool_drop_cache(p);
     STATS(p, 8, 0, 0, 0, 0);
-    CHECK_EQ(l8_kvpool_lookup(p, L8_KVPOOL_ROOT, t0, &x), -ENOENT);
+    CHECK_EQ(l8_kvpool_lookup(p, 0, L8_KVPOOL_ROOT, t0, &x), -ENOENT);
     l8_kvpool_free(p);
 }
 
@@ -130,7 +130,7 @@ static void test_lru_reclaim(void)
     uint32_t pg[3], x;
     for (int i = 0; i < 3; i++) {
         CHECK_EQ(l8_kvpool_alloc(p, &pg[i]), 0);
-        CHECK_EQ(l8_kvpool_register(p, pg[i], L8_KVPOOL_ROOT, t[i]), 0);
+        CHECK_EQ(l8_kvpool_register(p, pg[i], 0, L8_KVPOOL_ROOT, t[i]), 0);
     }
     /* release order sets recency: 1, then 0, then 2 (most recent) */
     l8_kvpool_unref(p, pg[1]);
@@ -138,13 +138,13 @@ static void test_lru_reclaim(void)
     l8_kvpool_unref(p, pg[2]);
     STATS(p, 0, 0, 3, 0, 3);
     /* touch 1 again: now the order is 0, 2, 1 */
-    CHECK_EQ(l8_kvpool_lookup(p, L8_KVPOOL_ROOT, t[1], &x), 0);
+    CHECK_EQ(l8_kvpool_lookup(p, 0, L8_KVPOOL_ROOT, t[1], &x), 0);
     l8_kvpool_unref(p, x);
     /* the free list is empty: allocation reclaims the least recent (0) */
     CHECK_EQ(l8_kvpool_alloc(p, &x), 0);
     CHECK_EQ(x, pg[0]);
     CHECK(!l8_kvpool_is_registered(p, pg[0]));
-    CHECK_EQ(l8_kvpool_lookup(p, L8_KVPOOL_ROOT, t[0], &x), -ENOENT);
+    CHECK_EQ(l8_kvpool_lookup(p, 0, L8_KVPOOL_ROOT, t[0], &x), -ENOENT);
     STATS(p, 0, 1, 2, 0, 2);
     CHECK_EQ(l8_kvpool_alloc(p, &x), 0);
     CHECK_EQ(x, pg[2]);
@@ -166,18 +166,51 @@ static void test_stale_child(void)
     uint32_t par, kid, x;
     CHECK_EQ(l8_kvpool_alloc(p, &par), 0);
     CHECK_EQ(l8_kvpool_alloc(p, &kid), 0);
-    CHECK_EQ(l8_kvpool_register(p, par, L8_KVPOOL_ROOT, ta), 0);
-    CHECK_EQ(l8_kvpool_register(p, kid, par, tb), 0);
+    CHECK_EQ(l8_kvpool_register(p, par, 0, L8_KVPOOL_ROOT, ta), 0);
+    CHECK_EQ(l8_kvpool_register(p, kid, 0, par, tb), 0);
     /* release head first so the parent is the least recent */
     l8_kvpool_unref(p, par);
     l8_kvpool_unref(p, kid);
     CHECK_EQ(l8_kvpool_alloc(p, &x), 0);
     CHECK_EQ(x, par);
     /* same page id, new contents, registered at the root again */
-    CHECK_EQ(l8_kvpool_register(p, x, L8_KVPOOL_ROOT, tc), 0);
-    CHECK_EQ(l8_kvpool_lookup(p, x, tb, &x), -ENOENT);
-    CHECK_EQ(l8_kvpool_lookup(p, L8_KVPOOL_ROOT, ta, &x), -ENOENT);
+    CHECK_EQ(l8_kvpool_register(p, x, 0, L8_KVPOOL_ROOT, tc), 0);
+    CHECK_EQ(l8_kvpool_lookup(p, 0, x, tb, &x), -ENOENT);
+    CHECK_EQ(l8_kvpool_lookup(p, 0, L8_KVPOOL_ROOT, ta, &x), -ENOENT);
     STATS(p, 0, 1, 1, 0, 2);
+    l8_kvpool_free(p);
+}
+
+/* Scopes: the same tokens under two scopes are two chains. A first page
+ * matches only in its own scope, and a later page only below its own
+ * parent, whatever scope the lookup names. */
+static void test_scopes(void)
+{
+    struct l8_kvpool *p;
+    CHECK_EQ(l8_kvpool_new(4, PS, &p), 0);
+    const uint32_t t0[PS] = {1, 2, 3, 4}, t1[PS] = {5, 6, 7, 8};
+    uint32_t a, b, c, x;
+    CHECK_EQ(l8_kvpool_alloc(p, &a), 0);
+    CHECK_EQ(l8_kvpool_alloc(p, &b), 0);
+    CHECK_EQ(l8_kvpool_register(p, a, 1000, L8_KVPOOL_ROOT, t0), 0);
+    CHECK_EQ(l8_kvpool_register(p, b, 1000, a, t1), 0);
+    CHECK_EQ(l8_kvpool_lookup(p, 1001, L8_KVPOOL_ROOT, t0, &x), -ENOENT);
+    CHECK_EQ(l8_kvpool_lookup(p, 0, L8_KVPOOL_ROOT, t0, &x), -ENOENT);
+    /* Scope 1001 caches the same tokens: no -EEXIST, a chain of its own. */
+    CHECK_EQ(l8_kvpool_alloc(p, &c), 0);
+    CHECK_EQ(l8_kvpool_register(p, c, 1001, L8_KVPOOL_ROOT, t0), 0);
+    CHECK_EQ(l8_kvpool_lookup(p, 1001, L8_KVPOOL_ROOT, t0, &x), 0);
+    CHECK_EQ(x, c);
+    l8_kvpool_unref(p, x);
+    CHECK_EQ(l8_kvpool_lookup(p, 1001, c, t1, &x), -ENOENT);
+    CHECK_EQ(l8_kvpool_lookup(p, 1000, L8_KVPOOL_ROOT, t0, &x), 0);
+    CHECK_EQ(x, a);
+    l8_kvpool_unref(p, x);
+    /* Below a, the lookup's scope does not matter. */
+    CHECK_EQ(l8_kvpool_lookup(p, 1001, a, t1, &x), 0);
+    CHECK_EQ(x, b);
+    l8_kvpool_unref(p, x);
+    STATS(p, 1, 3, 0, 0, 3);
     l8_kvpool_free(p);
 }
 
@@ -187,6 +220,7 @@ int main(void)
     test_prefix_chain();
     test_lru_reclaim();
     test_stale_child();
+    test_scopes();
     if (failures) {
         fprintf(stderr, "test_kvpool: %d failures\n", failures);
         return 1;

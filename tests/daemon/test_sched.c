@@ -180,6 +180,8 @@ static bool held(void *ctx, void *user)
     return user && *(const bool *)user;
 }
 
+static bool no_prefix_cache;   /* the next world_init's opts.no_prefix_cache */
+
 static int world_init(struct world *w, uint32_t n_pages, uint32_t ps, uint32_t budget,
                       uint32_t max_seqs, uint32_t max_ctx)
 {
@@ -187,7 +189,7 @@ static int world_init(struct world *w, uint32_t n_pages, uint32_t ps, uint32_t b
     struct l8_sched_opts o = {
         .n_pages = n_pages, .page_size = ps, .max_step_tokens = budget,
         .max_seqs = max_seqs, .max_ctx = max_ctx, .vocab = VOCAB,
-        .on_event = on_event, .held = held, .ctx = w,
+        .on_event = on_event, .held = held, .ctx = w, .no_prefix_cache = no_prefix_cache,
     };
     w->x.n_pages = n_pages;
     w->x.page_size = ps;
@@ -470,6 +472,56 @@ static void test_prefix_sharing(void)
     CHECK_EQ(l8_sched_step_done(w.s, seqs, n, 0), 0);
     run_all(&w, 64, 4);
     check_stream(&w, 3, 1, c, 48, 2, NULL, 0, 0, __LINE__);
+    world_fini(&w);
+}
+
+/* Submit one request and run its first step: its cached prompt tokens. */
+static uint32_t first_step_cached(struct world *w, uint64_t owner, uint32_t scope,
+                                  const uint32_t *prompt, uint32_t n)
+{
+    struct l8_sched_req r = req(owner, 1, prompt, n, 4);
+    r.cache_scope = scope;
+    CHECK_EQ(l8_sched_submit(w->s, &r), 0);
+    struct l8_seq *seqs;
+    uint32_t ns;
+    CHECK_EQ(l8_sched_build_step(w->s, &seqs, &ns), 0);
+    CHECK_EQ(ns, 1);
+    uint32_t cached = l8_sched_step_slots(w->s)[0].cached_tokens;
+    CHECK_EQ(seqs[0].pos, cached);
+    CHECK_EQ(exec_step(&w->x, w->s, seqs, ns), 0);
+    CHECK_EQ(l8_sched_step_done(w->s, seqs, ns, 0), 0);
+    run_all(w, 64, 4);
+    check_stream(w, owner, 1, prompt, n, 4, NULL, 0, 0, __LINE__);
+    return cached;
+}
+
+/* Cache scopes: a prompt is reused within its scope only; with the cache
+ * off, never. */
+static void test_prefix_scopes(void)
+{
+    struct world w;
+    uint32_t a[40];
+    fill(a, 40, 11);
+    CHECK_EQ(world_init(&w, 64, 16, 64, 4, 256), 0);
+    CHECK_EQ(first_step_cached(&w, 1, 1000, a, 40), 0);
+    CHECK_EQ(first_step_cached(&w, 2, 1001, a, 40), 0);   /* another scope */
+    CHECK_EQ(first_step_cached(&w, 3, 1000, a, 40), 32);  /* its own */
+    CHECK_EQ(first_step_cached(&w, 4, 1001, a, 40), 32);
+    struct l8_sched_stats st;
+    l8_sched_get_stats(w.s, &st);
+    CHECK_EQ(st.cached_tokens, 64);
+    CHECK_EQ(st.pages_cached, 4);   /* two chains of 2 full pages */
+    world_fini(&w);
+
+    no_prefix_cache = true;
+    CHECK_EQ(world_init(&w, 64, 16, 64, 4, 256), 0);
+    no_prefix_cache = false;
+    CHECK_EQ(first_step_cached(&w, 1, 0, a, 40), 0);
+    CHECK_EQ(first_step_cached(&w, 2, 0, a, 40), 0);
+    l8_sched_get_stats(w.s, &st);
+    CHECK_EQ(st.cached_tokens, 0);
+    CHECK_EQ(st.pages_cached, 0);
+    CHECK_EQ(st.pages_free, 64);
     world_fini(&w);
 }
 
@@ -990,6 +1042,7 @@ int main(void)
 {
     test_validation();
     test_prefix_sharing();
+    test_prefix_scopes();
     test_chunked_prefill();
     test_stop_and_logprobs();
     test_preemption();
