@@ -676,6 +676,8 @@ int l8c_status(struct l8c_client *c, struct l8c_status *out, int timeout_ms)
         o.mem_work = s->mem_work;
         o.device_used = s->device_used;
         o.device_total = s->device_total;
+        snprintf(o.prefix_cache, sizeof(o.prefix_cache), "%s",
+                 s->prefix_cache ? s->prefix_cache : "");
         *out = o;
         rc = 0;
     }

@@ -60,6 +60,7 @@ int ctl_status(int argc, char **argv)
         json_object_object_add(o, "pages_total", json_object_new_int64(s.pages_total));
         json_object_object_add(o, "pages_used", json_object_new_int64(s.pages_used));
         json_object_object_add(o, "pages_cached", json_object_new_int64(s.pages_cached));
+        json_object_object_add(o, "prefix_cache", json_object_new_string(s.prefix_cache));
         json_object_object_add(o, "page_size", json_object_new_int64(s.page_size));
         json_object_object_add(o, "clients", json_object_new_int64(s.clients));
         json_object_object_add(o, "requests_running", json_object_new_int64(s.requests_running));
@@ -92,8 +93,8 @@ int ctl_status(int argc, char **argv)
     } else {
         printf("model:     %s (%s, %s)\n", s.model_name, in->model_dir, s.backend);
         printf("context:   %u tokens\n", s.context_length);
-        printf("kv pool:   %u/%u pages used, %u cached (%u positions each)\n", s.pages_used,
-               s.pages_total, s.pages_cached, s.page_size);
+        printf("kv pool:   %u/%u pages used, %u cached (%u positions each); prefix cache: %s\n",
+               s.pages_used, s.pages_total, s.pages_cached, s.page_size, s.prefix_cache);
         printf("memory:    weights %.2f GiB, KV pool %.2f GiB, work %.1f MiB (%s)\n",
                (double)s.mem_weights / GIB, (double)s.mem_kv_pool / GIB,
                (double)s.mem_work / (1 << 20), s.device_total ? "on the GPU" : "host");

@@ -157,6 +157,9 @@ struct l8c_status {
      * memory in use after the engine started (every process's, the CUDA
      * context included) and its total; both 0 on the cpu backend. */
     uint64_t mem_weights, mem_kv_pool, mem_work, device_used, device_total;
+    /* Who shares the prefix cache's pages: "user" (requests of one uid),
+     * "shared" (every client) or "off". */
+    char prefix_cache[8];
 };
 int l8c_status(struct l8c_client *c, struct l8c_status *out, int timeout_ms);
 

@@ -85,6 +85,11 @@ void l8d_conf_defaults(struct l8d_conf *c)
     c->log_level = L8_LOG_INFO;
 }
 
+const char *l8d_prefix_cache_name(enum l8d_prefix_cache m)
+{
+    return m == L8D_PREFIX_CACHE_USER ? "user" : m == L8D_PREFIX_CACHE_SHARED ? "shared" : "off";
+}
+
 static int parse_u64(const char *v, uint64_t max, uint64_t *out)
 {
     char *end;
@@ -165,15 +170,12 @@ int l8d_conf_set(struct l8d_conf *c, const char *key, const char *value,
             goto bad;
         return 0;
     case K_PREFIX_CACHE:
-        if (!strcmp(value, "user"))
-            *(enum l8d_prefix_cache *)p = L8D_PREFIX_CACHE_USER;
-        else if (!strcmp(value, "shared"))
-            *(enum l8d_prefix_cache *)p = L8D_PREFIX_CACHE_SHARED;
-        else if (!strcmp(value, "off"))
-            *(enum l8d_prefix_cache *)p = L8D_PREFIX_CACHE_OFF;
-        else
-            goto bad;
-        return 0;
+        for (int m = L8D_PREFIX_CACHE_USER; m <= L8D_PREFIX_CACHE_OFF; m++)
+            if (!strcmp(value, l8d_prefix_cache_name(m))) {
+                *(enum l8d_prefix_cache *)p = m;
+                return 0;
+            }
+        goto bad;
     case K_LEVEL:
         if (l8_log_parse_level(value, (enum l8_log_level *)p) < 0)
             goto bad;

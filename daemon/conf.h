@@ -52,6 +52,8 @@ struct l8d_conf {
 };
 
 void l8d_conf_defaults(struct l8d_conf *c);
+/* "user", "shared" or "off": the configuration's spelling. */
+const char *l8d_prefix_cache_name(enum l8d_prefix_cache m);
 /* Apply a configuration file's text. path only names it in messages.
  * -EINVAL with "path:line: ..." in err for an unknown key or bad value. */
 int l8d_conf_parse_text(struct l8d_conf *c, const char *text, const char *path,

@@ -301,13 +301,9 @@ static int setup(struct l8d *d, int argc, char **argv)
         log_err("creating the scheduler: %s", strerror(-rc));
         return rc;
     }
-    static const char *const cache_scope[] = {
-        [L8D_PREFIX_CACHE_USER] = "per user", [L8D_PREFIX_CACHE_SHARED] = "shared by all clients",
-        [L8D_PREFIX_CACHE_OFF] = "off",
-    };
     log_info("KV pool: %u pages of %u positions; context %u, batch %u, step budget %u tokens; "
-             "prefix cache %s", so.n_pages, so.page_size, d->max_ctx, so.max_seqs,
-             so.max_step_tokens, cache_scope[d->conf.prefix_cache]);
+             "prefix cache: %s", so.n_pages, so.page_size, d->max_ctx, so.max_seqs,
+             so.max_step_tokens, l8d_prefix_cache_name(d->conf.prefix_cache));
 
     if (!d->conf.no_warmup) {
         sd_notify(0, "STATUS=warming up");

@@ -398,6 +398,8 @@ static void status_json(struct status *s)
           "model %s", o.p);
     CHECK(!strcmp(json_object_get_string(get(j, "backend", json_type_string, w)), "cpu"),
           "backend %s", o.p);
+    CHECK(!strcmp(json_object_get_string(get(j, "prefix_cache", json_type_string, w)), "user"),
+          "prefix_cache %s", o.p);
     CHECK(get_int(j, "context_length", w) == 131072, "context_length %s", o.p);
     CHECK(get_int(j, "page_size", w) == PAGE, "page_size %s", o.p);
     s->pages_total = get_int(j, "pages_total", w);
@@ -435,13 +437,15 @@ static void status_json(struct status *s)
     free(o.p);
 }
 
-/* The text form: the memory line, and no GPU line for the cpu engine. */
+/* The text form: the prefix cache's scope, the memory line, and no GPU
+ * line for the cpu engine. */
 static void test_status_text(void)
 {
     const char *argv[] = { bin_ctl, "status", "--socket", dmn.sock, NULL };
     struct buf o = {0};
     run_ok(argv, NULL, 0, &o);
-    CHECK(strstr(o.p, "\nmemory:    weights ") && strstr(o.p, " GiB, KV pool ") &&
+    CHECK(strstr(o.p, "positions each); prefix cache: user\n") &&
+          strstr(o.p, "\nmemory:    weights ") && strstr(o.p, " GiB, KV pool ") &&
           strstr(o.p, "(host)\n") && !strstr(o.p, "\ngpu:"), "status:\n%s", o.p);
     free(o.p);
 }
