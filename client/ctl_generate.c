@@ -21,6 +21,46 @@ void ctl_req_opts_init(struct ctl_req_opts *o)
     o->params.stop_ids = o->stop;
 }
 
+void ctl_req_opts_free(struct ctl_req_opts *o)
+{
+    for (size_t i = 0; i < o->n_stop_text; i++)
+        free(o->stop_text[i]);
+    o->n_stop_text = 0;
+}
+
+/* --stop-text's argument with \n \t \r \\ read; NULL (message printed) for
+ * another escape or an empty text. */
+static char *parse_stop_text(const char *arg)
+{
+    char *t = malloc(strlen(arg) + 1), *o = t;
+    if (!t)
+        return NULL;
+    for (const char *a = arg; *a; a++) {
+        if (*a != '\\') {
+            *o++ = *a;
+            continue;
+        }
+        switch (*++a) {
+        case 'n': *o++ = '\n'; break;
+        case 't': *o++ = '\t'; break;
+        case 'r': *o++ = '\r'; break;
+        case '\\': *o++ = '\\'; break;
+        default:
+            fprintf(stderr, "llama8ctl: --stop-text: unknown escape '\\%.1s' (\\n \\t \\r "
+                            "\\\\ are read): %s\n", a, arg);
+            free(t);
+            return NULL;
+        }
+    }
+    *o = 0;
+    if (!t[0]) {
+        fprintf(stderr, "llama8ctl: --stop-text: empty\n");
+        free(t);
+        return NULL;
+    }
+    return t;
+}
+
 static int parse_float(const char *name, const char *arg, float *out)
 {
     char *end;
@@ -81,6 +121,15 @@ int ctl_req_opt(struct ctl_req_opts *o, int opt, const char *arg)
         if ((rc = parse_u64("stop", arg, UINT32_MAX, &v)) > 0)
             o->stop[p->n_stop_ids++] = (uint32_t)v;
         return rc;
+    case CTL_OPT_STOP_TEXT:
+        if (o->n_stop_text >= CTL_MAX_STOP) {
+            fprintf(stderr, "llama8ctl: at most %d --stop-text strings\n", CTL_MAX_STOP);
+            return -1;
+        }
+        if (!(o->stop_text[o->n_stop_text] = parse_stop_text(arg)))
+            return -1;
+        o->n_stop_text++;
+        return 1;
     case CTL_OPT_LOGPROBS: p->logprobs = true; return 1;
     case CTL_OPT_IGNORE_EOS: p->ignore_eos = true; return 1;
     case CTL_OPT_PRIORITY: {
@@ -153,6 +202,9 @@ int ctl_parse_ids(const char *s, l8tok_ids *out)
 struct stream_ctx {
     const l8tok *tok;        /* NULL: print ids */
     l8tok_stream *st;
+    l8tok_stop *stop;        /* --stop-text (with tok), or NULL */
+    char *end_text;          /* the last event's text through both (see reply_text) */
+    size_t end_cap;
     bool json;
     const struct l8c_info *info;
     const struct l8c_params *p;
@@ -224,6 +276,81 @@ static void print_json_event(const struct l8_event *e, uint64_t t_recv, const ch
     json_object_put(o);
 }
 
+/* The text a TOKEN (or, with end, the DONE) event adds to the reply: the
+ * streaming decoder's, through the stop strings; at the end, what either
+ * still holds. *t is NULL when there is none. Returns 1 when a stop string
+ * ended the reply, 0, or -ENOMEM. */
+static int reply_text(struct stream_ctx *x, uint32_t token, bool end, const char **t, size_t *tl)
+{
+    *t = NULL;
+    *tl = 0;
+    if (!x->tok)
+        return 0;
+    const char *a = NULL, *b = NULL;
+    size_t al = 0, bl = 0;
+    int rc = 0;
+    if (end ? l8tok_stream_flush(x->st, &a, &al) < 0
+            : l8tok_stream_push(x->st, token, &a, &al) < 0)
+        al = 0;
+    if (x->stop) {
+        if ((rc = l8tok_stop_push(x->stop, a ? a : "", al, &a, &al)) < 0)
+            return rc;
+        if (end && rc == 0 && l8tok_stop_flush(x->stop, &b, &bl) < 0)
+            return -ENOMEM;
+    }
+    /* Both borrowed: join them in our own buffer. */
+    if (al + bl + 1 > x->end_cap) {
+        char *nb = realloc(x->end_text, al + bl + 1);
+        if (!nb)
+            return -ENOMEM;
+        x->end_text = nb;
+        x->end_cap = al + bl + 1;
+    }
+    if (al)
+        memcpy(x->end_text, a, al);
+    if (bl)
+        memcpy(x->end_text + al, b, bl);
+    x->end_text[al + bl] = 0;
+    if (al + bl) {
+        *t = x->end_text;
+        *tl = al + bl;
+    }
+    return rc;
+}
+
+/* A stop string ended the reply at event e: cancel the request, wait for
+ * the daemon to confirm (its events are not shown), and report the end
+ * as --json's done event. */
+static int end_at_stop_text(struct l8c_client *c, struct stream_ctx *x, const struct l8_event *e)
+{
+    if (x->json) {
+        json_object *o = json_object_new_object();
+        json_object_object_add(o, "event", json_object_new_string("done"));
+        json_object_object_add(o, "request", json_object_new_uint64(e->request_id));
+        json_object_object_add(o, "reason", json_object_new_string("stop_text"));
+        json_object_object_add(o, "tokens", json_object_new_int64((int64_t)e->index + 1));
+        json_object_object_add(o, "t_ns", json_object_new_uint64(e->t_ns));
+        json_object_object_add(o, "t_recv_ns", json_object_new_uint64(l8c_now_ns()));
+        puts(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
+        json_object_put(o);
+    } else {
+        putchar('\n');
+    }
+    fflush(stdout);
+    int rc = l8c_cancel(c, e->request_id);
+    struct l8_event ev[64];
+    while (rc == 0) {
+        int k = l8c_wait_events(c, ev, 64, -1);
+        if (k < 0)
+            return CTL_FAIL;
+        for (int i = 0; i < k; i++)
+            if (ev[i].request_id == e->request_id &&
+                (ev[i].kind == L8_EV_DONE || ev[i].kind == L8_EV_ERROR))
+                return CTL_OK;
+    }
+    return CTL_FAIL;
+}
+
 /* Submit one prompt and stream its events until DONE or ERROR. */
 static int run_one(struct l8c_client *c, struct stream_ctx *x, const uint32_t *ids, size_t n)
 {
@@ -235,6 +362,8 @@ static int run_one(struct l8c_client *c, struct stream_ctx *x, const uint32_t *i
     }
     if (x->tok)
         l8tok_stream_reset(x->st);
+    if (x->stop)
+        l8tok_stop_reset(x->stop);
     struct l8_event ev[64];
     for (;;) {
         int k = l8c_wait_events(c, ev, 64, -1);
@@ -250,24 +379,30 @@ static int run_one(struct l8c_client *c, struct stream_ctx *x, const uint32_t *i
                 continue;
             const char *t = NULL;
             size_t tl = 0;
+            int stopped = 0;
             if (e->kind == L8_EV_TOKEN && !is_stop(x, e->token)) {
                 if (x->tok) {
-                    if (l8tok_stream_push(x->st, e->token, &t, &tl) < 0)
-                        t = NULL, tl = 0;
+                    stopped = reply_text(x, e->token, false, &t, &tl);
                 } else if (!x->json) {
                     printf("%s%u", e->index ? " " : "", e->token);
                     fflush(stdout);
                 }
             }
             /* The end of the stream: a character still held back comes out
-             * (as U+FFFD), in the done event's text with --json. */
-            if (e->kind == L8_EV_DONE && x->tok &&
-                (l8tok_stream_flush(x->st, &t, &tl) < 0 || !tl))
-                t = NULL, tl = 0;
+             * (as U+FFFD), and text held for a stop string that did not
+             * come, in the done event's text with --json. */
+            if (e->kind == L8_EV_DONE)
+                stopped = reply_text(x, 0, true, &t, &tl);
+            if (stopped < 0) {
+                fprintf(stderr, "\nllama8ctl: out of memory\n");
+                return CTL_FAIL;
+            }
             if (x->json)
                 print_json_event(e, now, t);
             else if (t)
                 emit_text(x, t, tl);
+            if (stopped && e->kind == L8_EV_TOKEN)
+                return end_at_stop_text(c, x, e);
             if (e->kind == L8_EV_DONE) {
                 if (!x->json) {
                     /* Flushed too: a program reading a chat through a pipe
@@ -305,8 +440,9 @@ static void generate_usage(FILE *f)
         "                         S: the text now complete (absent for stop ids, or while a\n"
         "                         character's bytes are held back)\n"
         "      {\"event\":\"done\",\"request\":ID,\"reason\":R,\"tokens\":N[,\"text\":S],...}\n"
-        "                         R: eos|stop|length|context|cancelled; N tokens generated\n"
-        "                         (a final stop id included); S: bytes held back, as U+FFFD\n"
+        "                         R: eos|stop|length|context|cancelled, or stop_text (the\n"
+        "                         reply ended at a --stop-text); N tokens generated (a final\n"
+        "                         stop id included); S: bytes held back, as U+FFFD\n"
         "      {\"event\":\"error\",\"request\":ID,\"error\":NAME,...}\n"
         "                         every event also has \"t_ns\" (the daemon's CLOCK_MONOTONIC\n"
         "                         time of the event) and \"t_recv_ns\" (ours, on receipt)\n"
@@ -333,8 +469,10 @@ int ctl_generate(int argc, char **argv)
     optind = 1;
     while ((opt = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
         if ((rc = ctl_req_opt(&o, opt, optarg)) != 0) {
-            if (rc < 0)
+            if (rc < 0) {
+                ctl_req_opts_free(&o);
                 return CTL_USAGE;
+            }
             continue;
         }
         switch (opt) {
@@ -342,24 +480,32 @@ int ctl_generate(int argc, char **argv)
         case O_IDS: ids_arg = optarg; break;
         case O_SYSTEM: system = optarg; break;
         case O_JSON: json = true; break;
-        case 'h': generate_usage(stdout); return CTL_OK;
-        default: generate_usage(stderr); return CTL_USAGE;
+        case 'h': ctl_req_opts_free(&o); generate_usage(stdout); return CTL_OK;
+        default: ctl_req_opts_free(&o); generate_usage(stderr); return CTL_USAGE;
         }
     }
-    if (ids_arg && optind < argc) {
-        fprintf(stderr, "llama8ctl: --ids and TEXT exclude each other\n");
+    if (ids_arg && (optind < argc || o.n_stop_text)) {
+        fprintf(stderr, "llama8ctl: --ids excludes %s\n", optind < argc ? "TEXT" : "--stop-text");
+        ctl_req_opts_free(&o);
         return CTL_USAGE;
     }
     struct l8c_client *c = NULL;
     l8tok *tok = NULL;
     l8tok_stream *st = NULL;
+    l8tok_stop *stop = NULL;
     l8tok_ids ids = {0};
     char *text = NULL;
     size_t tlen = 0;
     if (ids_arg && ctl_parse_ids(ids_arg, &ids) < 0) {
         fprintf(stderr, "llama8ctl: --ids: not a list of token ids\n");
         l8tok_ids_free(&ids);   /* the ids parsed before the bad one */
+        ctl_req_opts_free(&o);
         return CTL_USAGE;
+    }
+    if (o.n_stop_text &&
+        l8tok_stop_new((const char *const *)o.stop_text, o.n_stop_text, &stop) < 0) {
+        ctl_req_opts_free(&o);
+        return CTL_FAIL;
     }
     if ((rc = ctl_connect(o.socket, "llama8ctl generate", &c)) != CTL_OK)
         goto out;
@@ -403,10 +549,13 @@ int ctl_generate(int argc, char **argv)
             goto out;
         }
     }
-    struct stream_ctx x = { .tok = tok, .st = st, .json = json, .info = l8c_info(c),
-                            .p = &o.params };
+    struct stream_ctx x = { .tok = tok, .st = st, .stop = stop, .json = json,
+                            .info = l8c_info(c), .p = &o.params };
     rc = run_one(c, &x, ids.ids, ids.n);
+    free(x.end_text);
 out:
+    l8tok_stop_free(stop);
+    ctl_req_opts_free(&o);
     free(text);
     l8tok_ids_free(&ids);
     l8tok_stream_free(st);
@@ -445,28 +594,33 @@ int ctl_chat(int argc, char **argv)
     optind = 1;
     while ((opt = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
         if ((rc = ctl_req_opt(&o, opt, optarg)) != 0) {
-            if (rc < 0)
+            if (rc < 0) {
+                ctl_req_opts_free(&o);
                 return CTL_USAGE;
+            }
             continue;
         }
         switch (opt) {
         case O_SYSTEM: system = optarg; break;
-        case 'h': chat_usage(stdout); return CTL_OK;
-        default: chat_usage(stderr); return CTL_USAGE;
+        case 'h': ctl_req_opts_free(&o); chat_usage(stdout); return CTL_OK;
+        default: ctl_req_opts_free(&o); chat_usage(stderr); return CTL_USAGE;
         }
     }
     struct l8c_client *c = NULL;
     l8tok *tok = NULL;
     l8tok_stream *st = NULL;
+    l8tok_stop *stop = NULL;
     struct l8chat_msg msgs[CHAT_MAX_MSGS];
     char *owned[CHAT_MAX_MSGS];
     size_t nm = 0, base = 0;
     char *line = NULL;
     size_t cap = 0;
     if ((rc = ctl_connect(o.socket, "llama8ctl chat", &c)) != CTL_OK)
-        return rc;
+        goto out;
     rc = CTL_FAIL;
-    if (ctl_load_tokenizer(o.tokenizer, c, &tok) < 0 || l8tok_stream_new(tok, &st) < 0)
+    if (ctl_load_tokenizer(o.tokenizer, c, &tok) < 0 || l8tok_stream_new(tok, &st) < 0 ||
+        (o.n_stop_text &&
+         l8tok_stop_new((const char *const *)o.stop_text, o.n_stop_text, &stop) < 0))
         goto out;
     if (system) {
         msgs[nm] = (struct l8chat_msg){ L8CHAT_SYSTEM, system, strlen(system) };
@@ -504,9 +658,10 @@ int ctl_chat(int argc, char **argv)
             l8tok_ids_free(&ids);
             continue;
         }
-        struct stream_ctx x = { .tok = tok, .st = st, .info = l8c_info(c), .p = &o.params,
-                                .collect = true };
+        struct stream_ctx x = { .tok = tok, .st = st, .stop = stop, .info = l8c_info(c),
+                                .p = &o.params, .collect = true };
         int r = run_one(c, &x, ids.ids, ids.n);
+        free(x.end_text);
         l8tok_ids_free(&ids);
         if (r != CTL_OK) {
             free(x.text);
@@ -524,6 +679,8 @@ out:
     while (nm > base)
         free(owned[--nm]);
     free(line);
+    l8tok_stop_free(stop);
+    ctl_req_opts_free(&o);
     l8tok_stream_free(st);
     l8tok_free(tok);
     l8c_close(c);

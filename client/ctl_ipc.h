@@ -18,7 +18,7 @@ enum {
     CTL_OPT_BASE = 1000,
     CTL_OPT_SOCKET, CTL_OPT_TEMP, CTL_OPT_TOPK, CTL_OPT_TOPP, CTL_OPT_MINP,
     CTL_OPT_REP, CTL_OPT_SEED, CTL_OPT_MAXNEW, CTL_OPT_STOP, CTL_OPT_LOGPROBS,
-    CTL_OPT_IGNORE_EOS, CTL_OPT_PRIORITY, CTL_OPT_TOKENIZER,
+    CTL_OPT_IGNORE_EOS, CTL_OPT_PRIORITY, CTL_OPT_TOKENIZER, CTL_OPT_STOP_TEXT,
 };
 #define CTL_COMMON_LONGOPTS \
     {"socket", required_argument, 0, CTL_OPT_SOCKET}, \
@@ -31,6 +31,7 @@ enum {
     {"seed", required_argument, 0, CTL_OPT_SEED}, \
     {"max-new", required_argument, 0, CTL_OPT_MAXNEW}, \
     {"stop", required_argument, 0, CTL_OPT_STOP}, \
+    {"stop-text", required_argument, 0, CTL_OPT_STOP_TEXT}, \
     {"logprobs", no_argument, 0, CTL_OPT_LOGPROBS}, \
     {"ignore-eos", no_argument, 0, CTL_OPT_IGNORE_EOS}, \
     {"priority", required_argument, 0, CTL_OPT_PRIORITY}
@@ -42,6 +43,8 @@ enum {
     "  --top-k K  --top-p P  --min-p P  --repetition-penalty R  --seed S\n" \
     "  --max-new N            new tokens (default 256)\n" \
     "  --stop ID              extra stop token id (repeatable)\n" \
+    "  --stop-text TEXT       end the reply where TEXT appears, TEXT not printed\n" \
+    "                         (repeatable; C escapes \\n \\t \\\\ are read)\n" \
     "  --logprobs             ask for log-probabilities (shown with --json)\n" \
     "  --ignore-eos           do not stop at the model's end-of-sequence ids\n" \
     "  --priority N           higher runs first\n"
@@ -53,9 +56,12 @@ struct ctl_req_opts {
     const char *tokenizer;
     struct l8c_params params;
     uint32_t stop[CTL_MAX_STOP];
+    char *stop_text[CTL_MAX_STOP];   /* --stop-text, escapes read; malloc'd */
+    size_t n_stop_text;
 };
 
 void ctl_req_opts_init(struct ctl_req_opts *o);
+void ctl_req_opts_free(struct ctl_req_opts *o);
 /* Handle one of the common options: 1 handled, 0 not ours, -1 bad value
  * (message printed). */
 int ctl_req_opt(struct ctl_req_opts *o, int opt, const char *arg);

@@ -1,5 +1,5 @@
 /* llama8_tokenizer.h: text <-> token ids for Llama 3.x, the Llama 3.1 chat format,
- * and a streaming decoder.  Part of libllama8client (pkg-config: llama8client).
+ * a streaming decoder and stop strings.  Part of libllama8client (pkg-config: llama8client).
  *
  * The tokenizer reads a Hugging Face tokenizer.json (byte-level BPE with merge ranks,
  * "ignore_merges", added/special tokens, the Split-regex + ByteLevel pre-tokenizer) and
@@ -145,6 +145,34 @@ int l8tok_stream_push(l8tok_stream *s, uint32_t id, const char **text, size_t *l
 int l8tok_stream_flush(l8tok_stream *s, const char **text, size_t *len);
 /* Drop anything held back. */
 void l8tok_stream_reset(l8tok_stream *s);
+
+/* ---------------------------------------------------------------- stop strings */
+
+/* Stop strings over streamed text (the pieces l8tok_stream gives): text is passed through
+ * as it arrives, except a tail that could be the start of a stop string, which is held
+ * back until the next piece says whether it is one.  When a stop string is complete, the
+ * text before it is released and nothing after it ever is: the caller cancels the request
+ * (l8c_cancel).  The earliest stop string in the text wins.  Stop strings are bytes
+ * (normally UTF-8; then the released text is whole characters whenever the input is). */
+typedef struct l8tok_stop l8tok_stop;
+
+/* n stop strings, each a non-empty NUL-terminated string, copied.  -EINVAL for an empty
+ * one, -ENOMEM. */
+int l8tok_stop_new(const char *const *stops, size_t n, l8tok_stop **out);
+void l8tok_stop_free(l8tok_stop *s);
+/* Add a piece of text.  *text and *len: the text now released (possibly empty), borrowed
+ * from the matcher until the next call on it; NUL-terminated.  Returns 1 when a stop
+ * string has been found (then and on every later push, with nothing more released), 0
+ * otherwise, -ENOMEM. */
+int l8tok_stop_push(l8tok_stop *s, const char *piece, size_t n, const char **text,
+                    size_t *len);
+/* The stream ended without a stop string: whatever is held back.  Same ownership as
+ * push. */
+int l8tok_stop_flush(l8tok_stop *s, const char **text, size_t *len);
+/* Whether a stop string was found since the last reset. */
+bool l8tok_stop_done(const l8tok_stop *s);
+/* Forget the text and the match, for the next request. */
+void l8tok_stop_reset(l8tok_stop *s);
 
 /* ---------------------------------------------------------------- chat format */
 

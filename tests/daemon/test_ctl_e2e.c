@@ -619,6 +619,75 @@ static void test_generate(void)
     free(r.text.p);
 }
 
+/* --stop-text: the reply ends where the text first appears, without it,
+ * the request is cancelled (nothing left running), and --json ends with a
+ * done event of reason stop_text. The stop text is cut from the middle of
+ * the full reply. */
+static void test_stop_text(void)
+{
+    static const char *const prompt = "Name three rivers.";
+    const char *full_argv[] = { bin_ctl, "generate", "--socket", dmn.sock, "--max-new", "24",
+                                "--ignore-eos", prompt, NULL };
+    struct buf full = {0}, o = {0};
+    run_ok(full_argv, NULL, 0, &full);
+    REQUIRE(full.n > 12 && full.p[full.n - 1] == '\n', "reply: '%s'", full.p);
+    /* 4 bytes from a character's start in the middle; a backslash doubled. */
+    size_t at = full.n / 2;
+    while (at > 0 && ((unsigned char)full.p[at] & 0xc0) == 0x80)
+        at--;
+    char stop[16], arg[32];
+    snprintf(stop, sizeof stop, "%.4s", full.p + at);
+    size_t a = 0;
+    for (const char *s = stop; *s; s++) {
+        if (*s == '\\' || *s == '\n')
+            arg[a++] = '\\';
+        arg[a++] = *s == '\n' ? 'n' : *s;
+    }
+    arg[a] = 0;
+    const char *first = strstr(full.p, stop);
+    REQUIRE(first && stop[0], "stop text '%s' not in '%s'", stop, full.p);
+    size_t keep = (size_t)(first - full.p);
+
+    const char *argv[] = { bin_ctl, "generate", "--socket", dmn.sock, "--max-new", "24",
+                           "--ignore-eos", "--stop-text", arg, prompt, NULL };
+    run_ok(argv, NULL, 0, &o);
+    CHECK(o.n == keep + 1 && !memcmp(o.p, full.p, keep) && o.p[keep] == '\n',
+          "--stop-text '%s': got '%s', want the first %zu bytes of '%s'", stop, o.p, keep,
+          full.p);
+
+    const char *jargv[] = { bin_ctl, "generate", "--socket", dmn.sock, "--max-new", "24",
+                            "--ignore-eos", "--json", "--stop-text", arg, prompt, NULL };
+    run_ok(jargv, NULL, 0, &o);
+    struct buf text = {0};
+    const char *last = NULL;
+    int64_t tokens = -1;
+    for (char *line = strtok(o.p, "\n"); line; line = strtok(NULL, "\n")) {
+        json_object *j = parse_json(line, "--json --stop-text");
+        json_object *tx;
+        if (json_object_object_get_ex(j, "text", &tx))
+            buf_str(&text, json_object_get_string(tx));
+        last = json_object_get_string(get(j, "event", json_type_string, line));
+        if (!strcmp(last, "done")) {
+            CHECK(!strcmp(json_object_get_string(get(j, "reason", json_type_string, line)),
+                          "stop_text"), "done: %s", line);
+            tokens = get_int(j, "tokens", line);
+        }
+        last = !strcmp(last, "done") ? "done" : "other";
+        json_object_put(j);
+    }
+    CHECK(last && !strcmp(last, "done") && tokens >= 1 && tokens < 24,
+          "--json: last event %s, %" PRId64 " tokens", last ? last : "none", tokens);
+    CHECK(text.n == keep && !memcmp(text.p, full.p, keep), "--json text '%s', want %zu bytes",
+          text.p ? text.p : "", keep);
+    struct status s;
+    status_settled(&s);
+    CHECK(s.running == 0 && s.waiting == 0, "after --stop-text: %" PRId64 " running, %" PRId64
+          " waiting", s.running, s.waiting);
+    free(text.p);
+    free(full.p);
+    free(o.p);
+}
+
 /* ---------------------------------------------------------------- chat */
 
 /* Read exactly n bytes from fd within timeout_ms. */
@@ -884,6 +953,10 @@ static void test_errors(void)
         { bin_ctl, "generate", "--max-new", "0", "x", NULL },
         { bin_ctl, "generate", "--temperature", "hot", "x", NULL },
         { bin_ctl, "generate", "--ids", "1 2 x", NULL },
+        { bin_ctl, "generate", "--stop-text", "a\\q", "x", NULL },
+        { bin_ctl, "generate", "--stop-text", "", "x", NULL },
+        { bin_ctl, "generate", "--ids", "1 2", "--stop-text", "a", NULL },
+        { bin_ctl, "chat", "--stop-text", "\\", NULL },
         { bin_ctl, "chat", "--bogus", NULL },
         { bin_ctl, "status", "--bogus", NULL },
         { bin_ctl, "status", "extra", NULL },
@@ -979,6 +1052,7 @@ int main(int argc, char **argv)
 
     test_status_text();
     test_generate();
+    test_stop_text();
     test_chat();
     test_bench();
     test_errors();
