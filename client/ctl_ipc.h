@@ -44,7 +44,7 @@ enum {
     "  --max-new N            new tokens (default 256)\n" \
     "  --stop ID              extra stop token id (repeatable)\n" \
     "  --stop-text TEXT       end the reply where TEXT appears, TEXT not printed\n" \
-    "                         (repeatable; C escapes \\n \\t \\\\ are read)\n" \
+    "                         (repeatable; the escapes \\n \\t \\r \\\\ are read)\n" \
     "  --logprobs             ask for log-probabilities (shown with --json)\n" \
     "  --ignore-eos           do not stop at the model's end-of-sequence ids\n" \
     "  --priority N           higher runs first\n"
