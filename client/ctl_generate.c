@@ -276,6 +276,23 @@ static void print_json_event(const struct l8_event *e, uint64_t t_recv, const ch
     json_object_put(o);
 }
 
+/* Append n bytes to x->end_text (kept NUL-terminated) at *len. */
+static int end_text_add(struct stream_ctx *x, size_t *len, const char *s, size_t n)
+{
+    if (*len + n + 1 > x->end_cap) {
+        char *nb = realloc(x->end_text, *len + n + 1);
+        if (!nb)
+            return -ENOMEM;
+        x->end_text = nb;
+        x->end_cap = *len + n + 1;
+    }
+    if (n)
+        memcpy(x->end_text + *len, s, n);
+    *len += n;
+    x->end_text[*len] = 0;
+    return 0;
+}
+
 /* The text a TOKEN (or, with end, the DONE) event adds to the reply: the
  * streaming decoder's, through the stop strings; at the end, what either
  * still holds. *t is NULL when there is none. Returns 1 when a stop string
@@ -286,34 +303,23 @@ static int reply_text(struct stream_ctx *x, uint32_t token, bool end, const char
     *tl = 0;
     if (!x->tok)
         return 0;
-    const char *a = NULL, *b = NULL;
-    size_t al = 0, bl = 0;
+    const char *a = NULL;
+    size_t al = 0, len = 0;
     int rc = 0;
     if (end ? l8tok_stream_flush(x->st, &a, &al) < 0
             : l8tok_stream_push(x->st, token, &a, &al) < 0)
         al = 0;
-    if (x->stop) {
-        if ((rc = l8tok_stop_push(x->stop, a ? a : "", al, &a, &al)) < 0)
-            return rc;
-        if (end && rc == 0 && l8tok_stop_flush(x->stop, &b, &bl) < 0)
-            return -ENOMEM;
-    }
-    /* Both borrowed: join them in our own buffer. */
-    if (al + bl + 1 > x->end_cap) {
-        char *nb = realloc(x->end_text, al + bl + 1);
-        if (!nb)
-            return -ENOMEM;
-        x->end_text = nb;
-        x->end_cap = al + bl + 1;
-    }
-    if (al)
-        memcpy(x->end_text, a, al);
-    if (bl)
-        memcpy(x->end_text + al, b, bl);
-    x->end_text[al + bl] = 0;
-    if (al + bl) {
+    /* Each piece is borrowed until its owner's next call: copied at once. */
+    if (x->stop && (rc = l8tok_stop_push(x->stop, a ? a : "", al, &a, &al)) < 0)
+        return rc;
+    if (end_text_add(x, &len, a, al) < 0)
+        return -ENOMEM;
+    if (x->stop && end && rc == 0 &&
+        (l8tok_stop_flush(x->stop, &a, &al) < 0 || end_text_add(x, &len, a, al) < 0))
+        return -ENOMEM;
+    if (len) {
         *t = x->end_text;
-        *tl = al + bl;
+        *tl = len;
     }
     return rc;
 }

@@ -90,9 +90,11 @@ static int release(l8tok_stop *s, size_t n, const char **text, size_t *len)
 {
     if (grow(&s->out, &s->out_cap, n + 1) < 0)
         return -ENOMEM;
-    memcpy(s->out, s->held, n);
+    if (n)
+        memcpy(s->out, s->held, n);
     s->out[n] = 0;
-    memmove(s->held, s->held + n, s->held_len - n);
+    if (s->held_len > n)
+        memmove(s->held, s->held + n, s->held_len - n);
     s->held_len -= n;
     *text = s->out;
     *len = n;
@@ -119,7 +121,8 @@ int l8tok_stop_push(l8tok_stop *s, const char *piece, size_t n, const char **tex
     if (grow(&s->held, &s->held_cap, s->held_len + n) < 0 ||
         grow(&s->out, &s->out_cap, s->held_len + n + 1) < 0)
         return -ENOMEM;
-    memcpy(s->held + s->held_len, piece, n);
+    if (n)
+        memcpy(s->held + s->held_len, piece, n);
     s->held_len += n;
     /* The earliest whole stop string; for ties, either (they start alike). */
     size_t first = SIZE_MAX;

@@ -683,6 +683,42 @@ static void test_stop_text(void)
     status_settled(&s);
     CHECK(s.running == 0 && s.waiting == 0, "after --stop-text: %" PRId64 " running, %" PRId64
           " waiting", s.running, s.waiting);
+
+    /* A reply cut inside a character ends in U+FFFD, with a stop text that
+     * never comes as without one. Find a token whose bytes leave a
+     * character open (a token event without text), then end there. */
+    char max_new[24] = "";
+    const char *sampled[] = { bin_ctl, "generate", "--socket", dmn.sock, "--json", "--max-new",
+                              "40", "--ignore-eos", "--temperature", "1", "--seed", "",
+                              prompt, NULL };
+    char seed[16];
+    for (int sd = 1; sd <= 20 && !max_new[0]; sd++) {
+        snprintf(seed, sizeof seed, "%d", sd);
+        sampled[11] = seed;
+        run_ok(sampled, NULL, 0, &o);
+        for (char *line = strtok(o.p, "\n"); line && !max_new[0]; line = strtok(NULL, "\n")) {
+            json_object *j = parse_json(line, "--json sampled"), *tx;
+            if (!strcmp(json_object_get_string(get(j, "event", json_type_string, line)),
+                        "token") && !json_object_object_get_ex(j, "text", &tx))
+                snprintf(max_new, sizeof max_new, "%" PRId64, get_int(j, "index", line) + 1);
+            json_object_put(j);
+        }
+    }
+    CHECK(max_new[0], "no sampled reply with a character left open in 20 seeds");
+    if (max_new[0]) {
+        const char *without[] = { bin_ctl, "generate", "--socket", dmn.sock, "--max-new",
+                                  max_new, "--ignore-eos", "--temperature", "1", "--seed", seed,
+                                  prompt, NULL };
+        const char *with[] = { bin_ctl, "generate", "--socket", dmn.sock, "--max-new", max_new,
+                               "--ignore-eos", "--temperature", "1", "--seed", seed,
+                               "--stop-text", "never\\n\\t", prompt, NULL };
+        run_ok(without, NULL, 0, &full);
+        run_ok(with, NULL, 0, &o);
+        CHECK(o.n == full.n && !memcmp(o.p, full.p, o.n) && o.n >= 4 &&
+                  !memcmp(o.p + o.n - 4, "\xef\xbf\xbd\n", 4),
+              "seed %s, %s tokens: with --stop-text '%s', without '%s' (want U+FFFD at the end)",
+              seed, max_new, o.p, full.p);
+    }
     free(text.p);
     free(full.p);
     free(o.p);

@@ -93,6 +93,13 @@ static void test_fixed(void)
     CHECK(feed(s, p5, 2, out, sizeof out) == 1 && !out[0], "'%s'", out);
     l8tok_stop_free(s);
 
+    /* Nothing pushed yet: an empty piece and a flush hand back nothing. */
+    const char *st4[] = { "END" };
+    CHECK(l8tok_stop_new(st4, 1, &s) == 0, "new");
+    CHECK(l8tok_stop_push(s, "", 0, &t, &tl) == 0 && tl == 0 && !t[0], "empty push");
+    CHECK(l8tok_stop_flush(s, &t, &tl) == 0 && tl == 0 && !t[0], "empty flush");
+    l8tok_stop_free(s);
+
     /* No stop strings: everything passes at once. Bad arguments. */
     CHECK(l8tok_stop_new(NULL, 0, &s) == 0, "none");
     CHECK(l8tok_stop_push(s, "abc", 3, &t, &tl) == 0 && tl == 3, "passed: %zu", tl);
