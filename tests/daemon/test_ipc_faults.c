@@ -1,8 +1,11 @@
 /* test_ipc_faults: the daemon under abuse. Cancel mid-stream and SIGKILL of
  * a client free their pages; bad input of every kind gets its defined
- * error; a client that breaks the ring rules is disconnected alone; a
- * connection flood is refused past max_clients; and all along an observer
- * request streams exactly the tokens it streams on a quiet daemon.
+ * error, an empty datagram too, and datagrams queued behind a bad one do
+ * not cost the client its Error; a client that breaks the ring rules is
+ * disconnected alone; one that fills its event doorbell leaves nothing
+ * armed in the daemon's io_uring; a connection flood is refused past
+ * max_clients; and all along an observer request streams exactly the
+ * tokens it streams on a quiet daemon.
  * argv: llama8d model-dir */
 #include "ipc_raw.h"
 
@@ -355,11 +358,60 @@ int main(int argc, char **argv)
         raw_hello(fd, L8_PROTO_VERSION + 1);
         expect_error_and_hangup(fd, L8_ERR_BAD_VERSION, "hello version");
         close(fd);
+
+        /* An empty datagram, before Hello and after Welcome: recv's 0 is
+         * not only the hang-up, and it gets its Error too. */
+        fd = raw_socket(sock);
+        REQUIRE(send(fd, "", 0, 0) == 0, "send");
+        expect_error_and_hangup(fd, L8_ERR_BAD_MESSAGE, "empty datagram before Hello");
+        close(fd);
+        raw_connect(&r, sock);
+        REQUIRE(send(r.fd, "", 0, 0) == 0, "send");
+        expect_error_and_hangup(r.fd, L8_ERR_BAD_MESSAGE, "empty datagram after Welcome");
+        raw_close(&r);
+
+        /* A bad datagram with more queued behind it (sent while the daemon
+         * is stopped, so it cannot have read them): the daemon drops them
+         * before it hangs up, else the client's recv fails with ECONNRESET
+         * before it reaches the Error. */
+        kill(d.pid, SIGSTOP);
+        fd = raw_socket(sock);
+        REQUIRE(send(fd, "\xff\x01\x02", 3, 0) == 3 && send(fd, "", 0, 0) == 0 &&
+                send(fd, "\x12\x00", 2, 0) == 2, "send");   /* past an empty one too */
+        kill(d.pid, SIGCONT);
+        expect_error_and_hangup(fd, L8_ERR_BAD_MESSAGE, "bad datagram with more behind it");
+        close(fd);
     }
     REQUIRE(tcollect(obs, got, 3, 1, 60000), "observer during bad input");
     CHECK(got[3].n == 48 && !memcmp(got[3].tokens, ref[1].tokens, 48 * 4),
           "observer disturbed by bad input");
     CHECK(wait_quiet(probe, 2), "pages held after the bad-input clients left");
+
+    /* A client that fills its event doorbell's counter and asks to be woken
+     * for every event: the daemon's rings neither block nor pile up (an
+     * io_uring write armed on the full eventfd for each, kept after the
+     * client has gone). */
+    {
+        int polls0 = tdaemon_uring_polls(&d);
+        struct raw r;
+        struct l8_event ev;
+        raw_connect(&r, sock);
+        uint64_t full = 0xfffffffffffffffeull;
+        REQUIRE(write(r.eq_efd, &full, 8) == 8, "fill the event doorbell");
+        uint32_t errors = 0;
+        for (int i = 0; i < 64; i++) {
+            atomic_store(&r.eq_ctl->flags, L8_RING_NEED_WAKEUP);
+            raw_submit(&r, L8_SQE_GENERATE, 0, 0);   /* an empty request: an error event */
+            errors += raw_event(&r, &ev, 10000) && ev.kind == L8_EV_ERROR &&
+                      ev.code == L8_ERR_EMPTY_PROMPT;
+        }
+        CHECK(errors == 64, "full doorbell: %u of 64 error events", errors);
+        raw_close(&r);
+        CHECK(wait_quiet(probe, 2), "client with a full doorbell not freed");
+        int polls1 = tdaemon_uring_polls(&d);
+        CHECK(polls1 <= polls0 + 2, "armed io_uring operations %d -> %d after 64 events to a "
+              "full doorbell", polls0, polls1);
+    }
 
     /* A flood of connections: max_clients, then TOO_MANY_CLIENTS. */
     {
