@@ -9,8 +9,8 @@
  *   SIGNAL    read of the signalfd (SIGTERM, SIGINT)
  *   TIMER     a timeout: watchdog, tokens/s samples, drain deadline,
  *             backlog retries
- *   WAKE      write to a client's event eventfd (fire and forget)
  *   CANCEL    async cancel of a closing client's doorbell read
+ * (A client's event doorbell is rung with a plain write: see publish_all.)
  * Buffer lifecycle of a client's ops: 1. armed with a buffer inside the
  * session; 2. the session closes (shutdown + cancel); 3. each op's CQE
  * drops ops_pending; 4. at zero the session is freed. The generation in
@@ -39,7 +39,7 @@
 #include "log.h"
 
 enum op { OP_ACCEPT = 1, OP_RECV, OP_DOORBELL, OP_ENGINE, OP_SIGNAL, OP_TIMER,
-          OP_WAKE, OP_CANCEL };
+          OP_CANCEL };
 
 #define TICK_NS      (100ull * 1000000ull)   /* housekeeping period */
 #define FAST_TICK_NS (1ull * 1000000ull)     /* while a client's backlog waits */
@@ -377,10 +377,6 @@ static void on_cqe(struct l8d *d, struct io_uring_cqe *cqe)
         d->timer_armed = false;
         housekeeping(d);
         break;
-    case OP_WAKE:
-        if (res < 0 && res != -EAGAIN)
-            log_debug("doorbell write: %s", strerror(-res));
-        break;
     case OP_CANCEL:
         break;
     }
@@ -426,11 +422,15 @@ static void publish_all(struct l8d *d)
             l8d_session_close(s, L8_ERR_RING_VIOLATION, "protocol violation");
             continue;
         }
-        if ((s->dirty || s->bl_n) && l8d_session_publish(s)) {
-            struct io_uring_sqe *sqe = get_sqe(d);
-            io_uring_prep_write(sqe, s->eq_efd, &d->one, sizeof(d->one), 0);
-            io_uring_sqe_set_data64(sqe, ud(OP_WAKE, s->slot, s->gen));
-        }
+        /* A plain non-blocking write, not an io_uring one: the client
+         * holds this eventfd too, and one that fills its counter would
+         * leave an io_uring write armed on it for every publish, for as
+         * long as the daemon runs (kernels that poll O_NONBLOCK eventfds).
+         * A full counter means the client is awake anyway. */
+        if ((s->dirty || s->bl_n) && l8d_session_publish(s) &&
+            write(s->eq_efd, &d->one, sizeof(d->one)) < 0 && errno != EAGAIN)
+            log_debug("event doorbell of client %llu: %s", (unsigned long long)s->id,
+                      strerror(errno));
     }
 }
 

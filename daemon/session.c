@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <grp.h>
 #include <math.h>
+#include <poll.h>
 #include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,6 +66,21 @@ void l8d_send_error(int fd, int code, uint64_t request_id, const char *msg)
         log_debug("error reply on fd %d not sent: %s", fd, strerror(errno));
 }
 
+/* Drop what a client sent that we did not read, on a socket shut for
+ * reading (nothing more can arrive). recv's 0 there is an empty datagram
+ * or the end of the queue, which cannot be told apart: read on past up to
+ * 64 of them, more than the queue holds unless net.unix.max_dgram_qlen
+ * was raised past that. */
+static void drop_unread(int fd, uint8_t *buf, size_t len)
+{
+    for (int zeros = 0; zeros < 64;) {
+        ssize_t n = recv(fd, buf, len, MSG_DONTWAIT);
+        if (n < 0)
+            break;
+        zeros += n == 0;
+    }
+}
+
 /* Answer a connection we will not serve with an Error, then hang up so
  * the client can still read it. A Unix socket closed with unread data in
  * its receive queue makes the peer's next recv fail with ECONNRESET before
@@ -76,8 +92,7 @@ static void refuse(int fd, int code, const char *msg)
     uint8_t sink[L8_MAX_CTL_MSG];
     l8d_send_error(fd, code, 0, msg);
     shutdown(fd, SHUT_RD);
-    while (recv(fd, sink, sizeof(sink), MSG_DONTWAIT) > 0)
-        ;
+    drop_unread(fd, sink, sizeof(sink));
     close(fd);
 }
 
@@ -357,11 +372,21 @@ static void send_status(struct l8d_session *s)
     }
 }
 
+/* Has the peer closed or shut down its sending side? On SOCK_SEQPACKET a
+ * recv of 0 bytes is that, or an empty datagram from a peer still there. */
+static bool peer_gone(int fd)
+{
+    struct pollfd p = { fd, POLLRDHUP, 0 };
+    int rc = poll(&p, 1, 0);
+    return rc < 0 || (rc == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)));
+}
+
 void l8d_session_on_recv(struct l8d_session *s, int n, int msg_flags)
 {
     if (s->state == L8D_SESS_CLOSING)
         return;
-    if (n <= 0) {
+    /* An empty datagram is an empty ClientMessage, answered below. */
+    if (n < 0 || (n == 0 && peer_gone(s->fd))) {
         log_debug("client %llu hung up (%d)", (unsigned long long)s->id, n);
         l8d_session_close(s, 0, NULL);
         return;
@@ -722,8 +747,10 @@ void l8d_session_close(struct l8d_session *s, int err_code, const char *why)
     struct l8d *d = s->d;
     if (s->state == L8D_SESS_CLOSING)
         return;
-    if (err_code)
+    if (err_code) {
         l8d_send_error(s->fd, err_code, 0, why);
+        s->told = true;
+    }
     uint32_t n = l8_sched_cancel_owner(d->sched, s->id);
     for (uint32_t i = 0; s->reqs && i < d->conf.max_requests_per_client; i++)
         s->reqs[i].live = false;
@@ -742,8 +769,13 @@ void l8d_session_free(struct l8d_session *s)
     struct l8d *d = s->d;
     if (s->map)
         munmap(s->map, s->map_size);
-    if (s->fd >= 0)
+    if (s->fd >= 0) {
+        /* Datagrams the client sent after the one that closed it would
+         * reset its connection before it read our Error (see refuse). */
+        if (s->told)
+            drop_unread(s->fd, s->rx, sizeof(s->rx));
         close(s->fd);
+    }
     if (s->shm_fd >= 0)
         close(s->shm_fd);
     if (s->sq_efd >= 0)

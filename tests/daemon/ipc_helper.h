@@ -4,6 +4,7 @@
  * NOTIFY_SOCKET pointing at a datagram socket the test reads, so the
  * test knows exactly when it is READY (and sees its sd_notify messages). */
 #pragma once
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -149,6 +150,61 @@ static inline int tdaemon_stop(struct tdaemon *d)
     unlink(d->sock);
     rmdir(d->dir);
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* Descriptors the daemon holds. */
+static inline int tdaemon_fds(const struct tdaemon *d)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/fd", (int)d->pid);
+    DIR *dir = opendir(path);
+    if (!dir)
+        return -1;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(dir));)
+        n += e->d_name[0] != '.';
+    closedir(dir);
+    return n;
+}
+
+/* Operations the daemon's io_uring holds armed (its fdinfo's PollList),
+ * or -1 where the kernel does not say. */
+static inline int tdaemon_uring_polls(const struct tdaemon *d)
+{
+    char path[300], link[128];
+    snprintf(path, sizeof(path), "/proc/%d/fd", (int)d->pid);
+    DIR *dir = opendir(path);
+    if (!dir)
+        return -1;
+    int n = -1;
+    for (struct dirent *e; n < 0 && (e = readdir(dir));) {
+        snprintf(path, sizeof(path), "/proc/%d/fd/%s", (int)d->pid, e->d_name);
+        ssize_t k = readlink(path, link, sizeof(link) - 1);
+        if (k <= 0)
+            continue;
+        link[k] = 0;
+        if (!strstr(link, "io_uring"))
+            continue;
+        snprintf(path, sizeof(path), "/proc/%d/fdinfo/%s", (int)d->pid, e->d_name);
+        FILE *fp = fopen(path, "r");
+        if (!fp)
+            continue;
+        char line[256];
+        bool in = false;
+        while (fgets(line, sizeof(line), fp)) {
+            if (!strncmp(line, "PollList:", 9)) {
+                in = true;
+                n = 0;
+            } else if (in && line[0] == ' ') {
+                n += strstr(line, "op=") != NULL;
+            } else {
+                in = false;
+            }
+        }
+        fclose(fp);
+    }
+    closedir(dir);
+    return n;
 }
 
 struct tstream {

@@ -1,15 +1,13 @@
 /* test_ipc_faults: the daemon under abuse. Cancel mid-stream and SIGKILL of
  * a client free their pages; bad input of every kind gets its defined
- * error; a client that breaks the ring rules is disconnected alone; a
- * connection flood is refused past max_clients; and all along an observer
- * request streams exactly the tokens it streams on a quiet daemon.
+ * error, an empty datagram too, and datagrams queued behind a bad one do
+ * not cost the client its Error; a client that breaks the ring rules is
+ * disconnected alone; one that fills its event doorbell leaves nothing
+ * armed in the daemon's io_uring; a connection flood is refused past
+ * max_clients; and all along an observer request streams exactly the
+ * tokens it streams on a quiet daemon.
  * argv: llama8d model-dir */
-#include "ipc_helper.h"
-
-#include <stdatomic.h>
-#include <sys/mman.h>
-
-#include "llama8.pb-c.h"
+#include "ipc_raw.h"
 
 #define MAX_CTX 512
 #define MAX_REQ 4
@@ -18,47 +16,6 @@
 static const char *sock;
 
 /* ---------------------------------------------------------------- raw protocol */
-
-struct raw {
-    int fd, sq_efd, eq_efd;
-    uint8_t *map;
-    size_t size;
-    struct l8_shm_hdr h;
-    struct l8_ring_ctl *sq_ctl, *eq_ctl;
-    struct l8_sqe *sq;
-    struct l8_event *eq;
-    uint8_t *arena;
-    uint32_t tail, eq_head;
-};
-
-static int raw_socket(void)
-{
-    struct sockaddr_un sa = { .sun_family = AF_UNIX };
-    strcpy(sa.sun_path, sock);
-    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-    REQUIRE(connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0, "connect");
-    return fd;
-}
-
-/* Receive one DaemonMessage (fds into fds[3] if given); NULL on hang-up. */
-static Llama8__DaemonMessage *raw_recv(int fd, int *fds, int timeout_ms)
-{
-    uint8_t buf[L8_MAX_CTL_MSG];
-    union { struct cmsghdr h; char b[CMSG_SPACE(sizeof(int) * 3)]; } cm;
-    struct iovec iov = { buf, sizeof(buf) };
-    struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.b,
-                         .msg_controllen = sizeof(cm.b) };
-    struct pollfd p = { fd, POLLIN, 0 };
-    if (poll(&p, 1, timeout_ms) <= 0)
-        return NULL;
-    ssize_t n = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
-    if (n <= 0)
-        return NULL;
-    struct cmsghdr *h = CMSG_FIRSTHDR(&mh);
-    if (fds && h && h->cmsg_type == SCM_RIGHTS)
-        memcpy(fds, CMSG_DATA(h), sizeof(int) * 3);
-    return llama8__daemon_message__unpack(NULL, (size_t)n, buf);
-}
 
 /* Expect an Error with this code, then the hang-up. */
 static void expect_error_and_hangup(int fd, int code, const char *what)
@@ -73,71 +30,6 @@ static void expect_error_and_hangup(int fd, int code, const char *what)
     struct pollfd p = { fd, POLLIN, 0 };
     CHECK(poll(&p, 1, 10000) == 1 && recv(fd, b, sizeof(b), MSG_DONTWAIT) == 0,
           "%s: not disconnected", what);
-}
-
-static void raw_hello(int fd, uint32_t version)
-{
-    uint8_t buf[256];
-    Llama8__Hello h = LLAMA8__HELLO__INIT;
-    h.protocol_version = version;
-    h.client_name = "raw";
-    Llama8__ClientMessage m = LLAMA8__CLIENT_MESSAGE__INIT;
-    m.msg_case = LLAMA8__CLIENT_MESSAGE__MSG_HELLO;
-    m.hello = &h;
-    size_t n = llama8__client_message__pack(&m, buf);
-    REQUIRE(send(fd, buf, n, 0) == (ssize_t)n, "send hello");
-}
-
-static void raw_connect(struct raw *r)
-{
-    memset(r, 0, sizeof(*r));
-    r->fd = raw_socket();
-    raw_hello(r->fd, L8_PROTO_VERSION);
-    int fds[3] = { -1, -1, -1 };
-    Llama8__DaemonMessage *m = raw_recv(r->fd, fds, 10000);
-    REQUIRE(m && m->msg_case == LLAMA8__DAEMON_MESSAGE__MSG_WELCOME && fds[0] >= 0, "welcome");
-    r->size = m->welcome->shm_size;
-    llama8__daemon_message__free_unpacked(m, NULL);
-    /* The memfd is sealed: it can be neither shrunk nor grown. */
-    CHECK(ftruncate(fds[0], 4096) < 0 && errno == EPERM, "memfd shrinkable");
-    CHECK(fcntl(fds[0], F_GET_SEALS) == (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL), "seals");
-    r->map = mmap(NULL, r->size, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
-    REQUIRE(r->map != MAP_FAILED, "mmap");
-    close(fds[0]);
-    r->sq_efd = fds[1];
-    r->eq_efd = fds[2];
-    memcpy(&r->h, r->map, sizeof(r->h));
-    REQUIRE(l8_shm_hdr_valid(&r->h, r->size), "header");
-    r->sq_ctl = (void *)(r->map + r->h.sq_ctl_off);
-    r->eq_ctl = (void *)(r->map + r->h.eq_ctl_off);
-    r->sq = (void *)(r->map + r->h.sq_off);
-    r->eq = (void *)(r->map + r->h.eq_off);
-    r->arena = r->map + r->h.arena_off;
-}
-
-static void raw_close(struct raw *r)
-{
-    munmap(r->map, r->size);
-    close(r->fd);
-    close(r->sq_efd);
-    close(r->eq_efd);
-}
-
-static void raw_ring(struct raw *r)
-{
-    uint64_t one = 1;
-    if (write(r->sq_efd, &one, 8) != 8) {
-    }
-}
-
-/* Publish one entry (kind, off, len) and ring. */
-static void raw_submit(struct raw *r, uint8_t kind, uint32_t off, uint32_t len)
-{
-    r->sq[r->tail & (r->h.sq_entries - 1)] = (struct l8_sqe){ .msg_off = off, .msg_len = len,
-                                                              .kind = kind };
-    r->tail++;
-    atomic_store_explicit(&r->sq_ctl->tail, r->tail, memory_order_release);
-    raw_ring(r);
 }
 
 /* Wait for one event on the raw client's ring. */
@@ -355,7 +247,7 @@ int main(int argc, char **argv)
         struct raw r;
         struct l8_event ev;
         /* Malformed protobuf in the arena: an error event, still connected. */
-        raw_connect(&r);
+        raw_connect(&r, sock);
         memcpy(r.arena, "\xff\xff\xff\xff\x0f", 5);
         raw_submit(&r, L8_SQE_GENERATE, 0, 5);
         CHECK(raw_event(&r, &ev, 10000) && ev.kind == L8_EV_ERROR && ev.code == L8_ERR_BAD_MESSAGE,
@@ -380,20 +272,20 @@ int main(int argc, char **argv)
         raw_close(&r);
 
         /* A submission tail far past the head. */
-        raw_connect(&r);
+        raw_connect(&r, sock);
         atomic_store_explicit(&r.sq_ctl->tail, r.h.sq_entries + 5, memory_order_release);
         raw_ring(&r);
         expect_error_and_hangup(r.fd, L8_ERR_RING_VIOLATION, "ring tail out of range");
         raw_close(&r);
 
         /* An unknown entry kind. */
-        raw_connect(&r);
+        raw_connect(&r, sock);
         raw_submit(&r, 77, 0, 4);
         expect_error_and_hangup(r.fd, L8_ERR_RING_VIOLATION, "bad entry kind");
         raw_close(&r);
 
         /* An event-ring head out of range, seen when the daemon writes. */
-        raw_connect(&r);
+        raw_connect(&r, sock);
         atomic_store_explicit(&r.eq_ctl->head, 0x80000000u, memory_order_release);
         raw_submit(&r, L8_SQE_GENERATE, 0, 0);   /* empty message: an error event */
         expect_error_and_hangup(r.fd, L8_ERR_RING_VIOLATION, "event head out of range");
@@ -403,7 +295,7 @@ int main(int argc, char **argv)
          * stream of empty messages (an error event each) fill the ring; then
          * its request is held (no tokens made for it) and its submission
          * ring stops moving. Drained, everything arrives, in order. */
-        raw_connect(&r);
+        raw_connect(&r, sock);
         {
             Llama8__GenerateRequest g = LLAMA8__GENERATE_REQUEST__INIT;
             g.request_id = 9;
@@ -458,19 +350,68 @@ int main(int argc, char **argv)
         raw_close(&r);
 
         /* Garbage instead of Hello; a Hello of another version. */
-        int fd = raw_socket();
+        int fd = raw_socket(sock);
         REQUIRE(send(fd, "\xff\x01\x02", 3, 0) == 3, "send");
         expect_error_and_hangup(fd, L8_ERR_BAD_MESSAGE, "garbage hello");
         close(fd);
-        fd = raw_socket();
+        fd = raw_socket(sock);
         raw_hello(fd, L8_PROTO_VERSION + 1);
         expect_error_and_hangup(fd, L8_ERR_BAD_VERSION, "hello version");
+        close(fd);
+
+        /* An empty datagram, before Hello and after Welcome: recv's 0 is
+         * not only the hang-up, and it gets its Error too. */
+        fd = raw_socket(sock);
+        REQUIRE(send(fd, "", 0, 0) == 0, "send");
+        expect_error_and_hangup(fd, L8_ERR_BAD_MESSAGE, "empty datagram before Hello");
+        close(fd);
+        raw_connect(&r, sock);
+        REQUIRE(send(r.fd, "", 0, 0) == 0, "send");
+        expect_error_and_hangup(r.fd, L8_ERR_BAD_MESSAGE, "empty datagram after Welcome");
+        raw_close(&r);
+
+        /* A bad datagram with more queued behind it (sent while the daemon
+         * is stopped, so it cannot have read them): the daemon drops them
+         * before it hangs up, else the client's recv fails with ECONNRESET
+         * before it reaches the Error. */
+        kill(d.pid, SIGSTOP);
+        fd = raw_socket(sock);
+        REQUIRE(send(fd, "\xff\x01\x02", 3, 0) == 3 && send(fd, "", 0, 0) == 0 &&
+                send(fd, "\x12\x00", 2, 0) == 2, "send");   /* past an empty one too */
+        kill(d.pid, SIGCONT);
+        expect_error_and_hangup(fd, L8_ERR_BAD_MESSAGE, "bad datagram with more behind it");
         close(fd);
     }
     REQUIRE(tcollect(obs, got, 3, 1, 60000), "observer during bad input");
     CHECK(got[3].n == 48 && !memcmp(got[3].tokens, ref[1].tokens, 48 * 4),
           "observer disturbed by bad input");
     CHECK(wait_quiet(probe, 2), "pages held after the bad-input clients left");
+
+    /* A client that fills its event doorbell's counter and asks to be woken
+     * for every event: the daemon's rings neither block nor pile up (an
+     * io_uring write armed on the full eventfd for each, kept after the
+     * client has gone). */
+    {
+        int polls0 = tdaemon_uring_polls(&d);
+        struct raw r;
+        struct l8_event ev;
+        raw_connect(&r, sock);
+        uint64_t full = 0xfffffffffffffffeull;
+        REQUIRE(write(r.eq_efd, &full, 8) == 8, "fill the event doorbell");
+        uint32_t errors = 0;
+        for (int i = 0; i < 64; i++) {
+            atomic_store(&r.eq_ctl->flags, L8_RING_NEED_WAKEUP);
+            raw_submit(&r, L8_SQE_GENERATE, 0, 0);   /* an empty request: an error event */
+            errors += raw_event(&r, &ev, 10000) && ev.kind == L8_EV_ERROR &&
+                      ev.code == L8_ERR_EMPTY_PROMPT;
+        }
+        CHECK(errors == 64, "full doorbell: %u of 64 error events", errors);
+        raw_close(&r);
+        CHECK(wait_quiet(probe, 2), "client with a full doorbell not freed");
+        int polls1 = tdaemon_uring_polls(&d);
+        CHECK(polls1 <= polls0 + 2, "armed io_uring operations %d -> %d after 64 events to a "
+              "full doorbell", polls0, polls1);
+    }
 
     /* A flood of connections: max_clients, then TOO_MANY_CLIENTS. */
     {
@@ -494,7 +435,7 @@ int main(int argc, char **argv)
         int fds[MAX_CLIENTS];
         CHECK(wait_quiet(probe, 2), "clients not freed after flood");
         for (int i = 0; i < MAX_CLIENTS - 2; i++)
-            fds[i] = raw_socket();
+            fds[i] = raw_socket(sock);
         struct l8c_client *c;
         char err[L8C_ERRLEN];
         CHECK(l8c_connect(sock, "late", &c, err) == -EUSERS, "silent connections: a free slot");
