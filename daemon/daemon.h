@@ -74,10 +74,12 @@ struct l8d_session {
     uint64_t doorbell_val;
     uint32_t ops_pending;    /* io_uring ops that still point at this session */
     bool recv_armed, doorbell_armed;
+    bool wake_armed;         /* the event doorbell's write is in flight */
+    bool wake_again;         /* and another wake was asked for meanwhile */
     bool kick;               /* doorbell rang or a message came: scan the SQ */
     bool dirty;              /* events written, tail not yet published */
     bool violation;          /* broke the protocol: close after this pass */
-    bool cancel_sent;        /* closing: the doorbell read's cancel is queued */
+    bool cancel_sent;        /* closing: the doorbell read's and wake's cancels are queued */
     bool told;               /* closing with an Error sent: drop unread datagrams */
 };
 

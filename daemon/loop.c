@@ -9,8 +9,8 @@
  *   SIGNAL    read of the signalfd (SIGTERM, SIGINT)
  *   TIMER     a timeout: watchdog, tokens/s samples, drain deadline,
  *             backlog retries
- *   CANCEL    async cancel of a closing client's doorbell read
- * (A client's event doorbell is rung with a plain write: see publish_all.)
+ *   WAKE      write to a client's event eventfd, at most one a client
+ *   CANCEL    async cancel of a closing client's doorbell read or wake
  * Buffer lifecycle of a client's ops: 1. armed with a buffer inside the
  * session; 2. the session closes (shutdown + cancel); 3. each op's CQE
  * drops ops_pending; 4. at zero the session is freed. The generation in
@@ -39,7 +39,7 @@
 #include "log.h"
 
 enum op { OP_ACCEPT = 1, OP_RECV, OP_DOORBELL, OP_ENGINE, OP_SIGNAL, OP_TIMER,
-          OP_CANCEL };
+          OP_WAKE, OP_CANCEL };
 
 #define TICK_NS      (100ull * 1000000ull)   /* housekeeping period */
 #define FAST_TICK_NS (1ull * 1000000ull)     /* while a client's backlog waits */
@@ -332,6 +332,28 @@ static void housekeeping(struct l8d *d)
 
 /* ---------------------------------------------------------------- completions */
 
+/* Through io_uring, not write(2): the eventfd's file is the client's too,
+ * and a client that cleared its O_NONBLOCK and filled the counter would
+ * block a plain write, and the loop with it. Such a write stays armed
+ * until the counter has room, so at most one a client is in flight; a
+ * wake asked for meanwhile is sent when it completes (its write may have
+ * landed before the client last slept, and a skipped one would be lost). */
+static void ring_event_doorbell(struct l8d *d, struct l8d_session *s)
+{
+    if (s->state == L8D_SESS_CLOSING)
+        return;
+    if (s->wake_armed) {
+        s->wake_again = true;
+        return;
+    }
+    struct io_uring_sqe *sqe = get_sqe(d);
+    io_uring_prep_write(sqe, s->eq_efd, &d->one, sizeof(d->one), 0);
+    io_uring_sqe_set_data64(sqe, ud(OP_WAKE, s->slot, s->gen));
+    s->wake_armed = true;
+    s->wake_again = false;
+    s->ops_pending++;
+}
+
 static void on_cqe(struct l8d *d, struct io_uring_cqe *cqe)
 {
     uint64_t u = io_uring_cqe_get_data64(cqe);
@@ -376,6 +398,17 @@ static void on_cqe(struct l8d *d, struct io_uring_cqe *cqe)
     case OP_TIMER:
         d->timer_armed = false;
         housekeeping(d);
+        break;
+    case OP_WAKE:
+        if (!(s = session_of(d, u)))
+            break;
+        s->wake_armed = false;
+        s->ops_pending--;
+        if (res < 0 && res != -EAGAIN && res != -ECANCELED)
+            log_debug("event doorbell of client %llu: %s", (unsigned long long)s->id,
+                      strerror(-res));
+        if (s->wake_again)
+            ring_event_doorbell(d, s);
         break;
     case OP_CANCEL:
         break;
@@ -422,16 +455,17 @@ static void publish_all(struct l8d *d)
             l8d_session_close(s, L8_ERR_RING_VIOLATION, "protocol violation");
             continue;
         }
-        /* A plain non-blocking write, not an io_uring one: the client
-         * holds this eventfd too, and one that fills its counter would
-         * leave an io_uring write armed on it for every publish, for as
-         * long as the daemon runs (kernels that poll O_NONBLOCK eventfds).
-         * A full counter means the client is awake anyway. */
-        if ((s->dirty || s->bl_n) && l8d_session_publish(s) &&
-            write(s->eq_efd, &d->one, sizeof(d->one)) < 0 && errno != EAGAIN)
-            log_debug("event doorbell of client %llu: %s", (unsigned long long)s->id,
-                      strerror(errno));
+        if ((s->dirty || s->bl_n) && l8d_session_publish(s))
+            ring_event_doorbell(d, s);
     }
+}
+
+/* Cancel a closing session's operation that may never complete. */
+static void cancel_op(struct l8d *d, const struct l8d_session *s, enum op op)
+{
+    struct io_uring_sqe *sqe = get_sqe(d);
+    io_uring_prep_cancel64(sqe, ud(op, s->slot, s->gen), 0);
+    io_uring_sqe_set_data64(sqe, ud(OP_CANCEL, 0, 0));
 }
 
 static void reap_closed(struct l8d *d)
@@ -440,11 +474,13 @@ static void reap_closed(struct l8d *d)
         struct l8d_session *s = d->sessions[i];
         if (!s || s->state != L8D_SESS_CLOSING)
             continue;
-        if (s->doorbell_armed && !s->cancel_sent) {
-            /* The client may never ring again: cancel the read (once). */
-            struct io_uring_sqe *sqe = get_sqe(d);
-            io_uring_prep_cancel64(sqe, ud(OP_DOORBELL, s->slot, s->gen), 0);
-            io_uring_sqe_set_data64(sqe, ud(OP_CANCEL, 0, 0));
+        if (!s->cancel_sent) {
+            /* The client may never ring again, nor drain a full counter:
+             * cancel the read and the wake (once). */
+            if (s->doorbell_armed)
+                cancel_op(d, s, OP_DOORBELL);
+            if (s->wake_armed)
+                cancel_op(d, s, OP_WAKE);
             s->cancel_sent = true;
         }
         if (s->ops_pending == 0)

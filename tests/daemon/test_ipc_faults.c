@@ -387,15 +387,18 @@ int main(int argc, char **argv)
           "observer disturbed by bad input");
     CHECK(wait_quiet(probe, 2), "pages held after the bad-input clients left");
 
-    /* A client that fills its event doorbell's counter and asks to be woken
-     * for every event: the daemon's rings neither block nor pile up (an
-     * io_uring write armed on the full eventfd for each, kept after the
-     * client has gone). */
+    /* A client that makes its event doorbell blocking (the eventfd's file
+     * is shared, O_NONBLOCK with it), fills its counter and asks to be
+     * woken for every event: the daemon's loop does not block on it (a
+     * plain write would), its writes do not pile up (an io_uring write
+     * armed on the full eventfd for each, kept after the client has gone),
+     * and the one left armed is cancelled when the client goes. */
     {
         int polls0 = tdaemon_uring_polls(&d);
         struct raw r;
         struct l8_event ev;
         raw_connect(&r, sock);
+        REQUIRE(fcntl(r.eq_efd, F_SETFL, fcntl(r.eq_efd, F_GETFL) & ~O_NONBLOCK) == 0, "fcntl");
         uint64_t full = 0xfffffffffffffffeull;
         REQUIRE(write(r.eq_efd, &full, 8) == 8, "fill the event doorbell");
         uint32_t errors = 0;
@@ -406,6 +409,12 @@ int main(int argc, char **argv)
                       ev.code == L8_ERR_EMPTY_PROMPT;
         }
         CHECK(errors == 64, "full doorbell: %u of 64 error events", errors);
+        int polls_on = tdaemon_uring_polls(&d);
+        /* Its recv, its doorbell read, one wake; one more for another
+         * client's doorbell read being re-armed. Not one a publish. */
+        CHECK(polls_on <= polls0 + 4, "armed io_uring operations %d -> %d with a full doorbell",
+              polls0, polls_on);
+        CHECK(status_of(probe).clients == 3, "status with a full doorbell");
         raw_close(&r);
         CHECK(wait_quiet(probe, 2), "client with a full doorbell not freed");
         int polls1 = tdaemon_uring_polls(&d);
