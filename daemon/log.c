@@ -38,6 +38,51 @@ void l8_log_init(enum l8_log_level max_level)
 
 void l8_log_set_level(enum l8_log_level max_level) { log_max = max_level; }
 
+/* Length of the well-formed UTF-8 character at s[0, n) (Unicode table 3-7:
+ * no overlongs, surrogates or code points past U+10FFFF), or 0. */
+static size_t utf8_char(const unsigned char *s, size_t n)
+{
+    size_t len = s[0] < 0x80 ? 1 : s[0] >= 0xc2 && s[0] <= 0xdf ? 2
+               : s[0] >= 0xe0 && s[0] <= 0xef ? 3 : s[0] >= 0xf0 && s[0] <= 0xf4 ? 4 : 0;
+    if (!len || len > n)
+        return 0;
+    unsigned char lo = 0x80, hi = 0xbf;   /* the second byte's range */
+    if (s[0] == 0xe0) lo = 0xa0;
+    else if (s[0] == 0xed) hi = 0x9f;
+    else if (s[0] == 0xf0) lo = 0x90;
+    else if (s[0] == 0xf4) hi = 0x8f;
+    for (size_t i = 1; i < len; i++)
+        if (s[i] < (i == 1 ? lo : 0x80) || s[i] > (i == 1 ? hi : 0xbf))
+            return 0;
+    return len;
+}
+
+void l8_log_text(char *dst, size_t cap, const char *src, size_t n)
+{
+    const unsigned char *s = (const unsigned char *)src;
+    size_t o = 0;
+    if (!cap)
+        return;
+    for (size_t i = 0; i < n;) {
+        size_t len = utf8_char(s + i, n - i);
+        bool control = len == 1 ? s[i] < 0x20 || s[i] == 0x7f : len == 2 && s[i] == 0xc2 &&
+                                                                   s[i + 1] < 0xa0;
+        if (!len || control) {
+            len = len ? len : 1;   /* a control character: one '?' */
+            if (o + 1 >= cap)
+                break;
+            dst[o++] = '?';
+        } else {
+            if (o + len >= cap)
+                break;
+            memcpy(dst + o, s + i, len);
+            o += len;
+        }
+        i += len;
+    }
+    dst[o] = 0;
+}
+
 bool l8_log_enabled(enum l8_log_level level) { return level <= log_max; }
 
 int l8_log_parse_level(const char *s, enum l8_log_level *out)

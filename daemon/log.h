@@ -5,6 +5,7 @@
  * otherwise a readable "llama8d: warning: " prefix. */
 #pragma once
 #include <stdbool.h>
+#include <stddef.h>
 
 enum l8_log_level { L8_LOG_ERR = 3, L8_LOG_WARNING = 4, L8_LOG_NOTICE = 5,
                     L8_LOG_INFO = 6, L8_LOG_DEBUG = 7 };
@@ -16,6 +17,11 @@ bool l8_log_enabled(enum l8_log_level level);
 int l8_log_parse_level(const char *s, enum l8_log_level *out);
 void l8_log(enum l8_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* Text someone else chose (a client's name), made fit for a log line: at
+ * most cap - 1 bytes of src[0, n), valid UTF-8 characters kept whole, every
+ * byte of an ill-formed sequence and every control character (C0, DEL,
+ * C1) as '?'. journald shows a line that is not UTF-8 only as a blob. */
+void l8_log_text(char *dst, size_t cap, const char *src, size_t n);
 
 #define log_err(...)    l8_log(L8_LOG_ERR, __VA_ARGS__)
 #define log_warn(...)   l8_log(L8_LOG_WARNING, __VA_ARGS__)

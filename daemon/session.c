@@ -255,10 +255,9 @@ static void on_hello(struct l8d_session *s, const Llama8__Hello *h)
 {
     struct l8d *d = s->d;
     int rc;
-    snprintf(s->name, sizeof(s->name), "%s", h->client_name ? h->client_name : "");
-    for (char *p = s->name; *p; p++)
-        if ((unsigned char)*p < 32 || *p == 127)
-            *p = '?';   /* keep the logs one line per message */
+    /* Logged: one line per message, UTF-8 for journald. */
+    l8_log_text(s->name, sizeof(s->name), h->client_name ? h->client_name : "",
+                h->client_name ? strlen(h->client_name) : 0);
     if (h->protocol_version != L8_PROTO_VERSION) {
         char m[96];
         snprintf(m, sizeof(m), "protocol version %u not supported (daemon: %u)",

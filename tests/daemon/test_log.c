@@ -1,0 +1,43 @@
+/* test_log: l8_log_text, which makes a client's chosen text (its name) fit
+ * for a log line: valid UTF-8 kept whole, never cut inside a character,
+ * each byte of an ill-formed sequence and each control character as '?'. */
+#include <stdio.h>
+#include <string.h>
+
+#include "log.h"
+
+static int failures;
+
+static void expect(const char *src, size_t n, size_t cap, const char *want)
+{
+    char out[64];
+    memset(out, 'x', sizeof out);
+    l8_log_text(out, cap, src, n);
+    if (strcmp(out, want)) {
+        fprintf(stderr, "FAIL: cap %zu: got '%s', want '%s'\n", cap, out, want);
+        failures++;
+    }
+}
+#define EXPECT(src, cap, want) expect(src, sizeof(src) - 1, cap, want)
+
+int main(void)
+{
+    EXPECT("editor", 64, "editor");
+    EXPECT("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", 64, "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80");
+    EXPECT("a\nb\tc\x7f" "d", 64, "a?b?c?d");                 /* C0 and DEL */
+    EXPECT("a\xc2\x85" "b\xc2\xa0" "c", 64, "a?b\xc2\xa0" "c"); /* C1 NEL; NBSP stays */
+    EXPECT("\xff\xfe", 64, "??");                              /* never UTF-8 */
+    EXPECT("\xc0\xaf", 64, "??");                              /* overlong '/' */
+    EXPECT("\xed\xa0\x80", 64, "???");                         /* a surrogate */
+    EXPECT("\xf4\x90\x80\x80", 64, "????");                    /* past U+10FFFF */
+    EXPECT("ab\xe2\x82", 64, "ab??");                          /* cut character */
+    /* Truncation at a character boundary, never inside one. */
+    EXPECT("ab\xe2\x82\xac", 5, "ab");
+    EXPECT("ab\xe2\x82\xac", 6, "ab\xe2\x82\xac");
+    EXPECT("abcdef", 4, "abc");
+    EXPECT("abc", 1, "");
+    if (failures)
+        return 1;
+    printf("test_log: ok\n");
+    return 0;
+}
