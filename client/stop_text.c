@@ -15,7 +15,7 @@ struct l8tok_stop {
     char **stops;
     size_t *lens;
     size_t n;
-    char *held;          /* [held_len], + room for the caller's next piece */
+    char *held;          /* [held_len]: text not released yet */
     size_t held_len, held_cap;
     char *out;           /* what push/flush hand back, NUL-terminated */
     size_t out_cap;
@@ -118,6 +118,8 @@ int l8tok_stop_push(l8tok_stop *s, const char *piece, size_t n, const char **tex
         *len = 0;
         return 1;
     }
+    /* Room for the largest release first: once the piece is taken, the
+     * push cannot fail halfway. */
     if (grow(&s->held, &s->held_cap, s->held_len + n) < 0 ||
         grow(&s->out, &s->out_cap, s->held_len + n + 1) < 0)
         return -ENOMEM;
@@ -152,7 +154,5 @@ int l8tok_stop_push(l8tok_stop *s, const char *piece, size_t n, const char **tex
 
 int l8tok_stop_flush(l8tok_stop *s, const char **text, size_t *len)
 {
-    if (grow(&s->out, &s->out_cap, s->held_len + 1) < 0)
-        return -ENOMEM;
     return release(s, s->held_len, text, len);
 }

@@ -80,7 +80,6 @@ struct l8d_session {
     bool dirty;              /* events written, tail not yet published */
     bool violation;          /* broke the protocol: close after this pass */
     bool cancel_sent;        /* closing: the doorbell read's and wake's cancels are queued */
-    bool told;               /* closing with an Error sent: drop unread datagrams */
 };
 
 enum l8d_state { L8D_RUNNING = 0, L8D_DRAINING, L8D_STOPPED };

@@ -659,24 +659,24 @@ static void test_stop_text(void)
                             "--ignore-eos", "--json", "--stop-text", arg, prompt, NULL };
     run_ok(jargv, NULL, 0, &o);
     struct buf text = {0};
-    const char *last = NULL;
+    bool last_done = false;   /* the last event was a done */
     int64_t tokens = -1;
     for (char *line = strtok(o.p, "\n"); line; line = strtok(NULL, "\n")) {
         json_object *j = parse_json(line, "--json --stop-text");
         json_object *tx;
         if (json_object_object_get_ex(j, "text", &tx))
             buf_str(&text, json_object_get_string(tx));
-        last = json_object_get_string(get(j, "event", json_type_string, line));
-        if (!strcmp(last, "done")) {
+        last_done = !strcmp(json_object_get_string(get(j, "event", json_type_string, line)),
+                            "done");
+        if (last_done) {
             CHECK(!strcmp(json_object_get_string(get(j, "reason", json_type_string, line)),
                           "stop_text"), "done: %s", line);
             tokens = get_int(j, "tokens", line);
         }
-        last = !strcmp(last, "done") ? "done" : "other";
         json_object_put(j);
     }
-    CHECK(last && !strcmp(last, "done") && tokens >= 1 && tokens < 24,
-          "--json: last event %s, %" PRId64 " tokens", last ? last : "none", tokens);
+    CHECK(last_done && tokens >= 1 && tokens < 24, "--json: last event %s, %" PRId64 " tokens",
+          last_done ? "done" : "not done", tokens);
     CHECK(text.n == keep && !memcmp(text.p, full.p, keep), "--json text '%s', want %zu bytes",
           text.p ? text.p : "", keep);
     struct status s;

@@ -80,14 +80,31 @@ static void test_drain_timeout(void)
     CHECK(rc == 0, "exit status %d after a cut drain", rc);
 }
 
-/* Connect as uid/gid 65534 with the given supplementary groups; returns
- * l8c_connect's result from a child process. */
-static int connect_as_nobody(const char *sock, const gid_t *groups, int n)
+/* Fork a child running as uid/gid 65534 with the given supplementary
+ * groups (exit 255 if it cannot be); 0 in the child, its pid here. */
+static pid_t fork_as_nobody(const gid_t *groups, int n)
 {
     pid_t kid = fork();
+    if (kid == 0 &&
+        (setgroups((size_t)n, groups) < 0 || setgid(65534) < 0 || setuid(65534) < 0))
+        _exit(255);
+    return kid;
+}
+
+/* The child's exit status; -1 if it did not exit, or exited 255. */
+static int child_status(pid_t kid)
+{
+    int st;
+    waitpid(kid, &st, 0);
+    return WIFEXITED(st) && WEXITSTATUS(st) != 255 ? WEXITSTATUS(st) : -1;
+}
+
+/* l8c_connect as uid 65534 with the given supplementary groups: 0 connected,
+ * 1 refused with EPERM, 2 another error, -1 the child failed. */
+static int connect_as_nobody(const char *sock, const gid_t *groups, int n)
+{
+    pid_t kid = fork_as_nobody(groups, n);
     if (kid == 0) {
-        if (setgroups((size_t)n, groups) < 0 || setgid(65534) < 0 || setuid(65534) < 0)
-            _exit(100);
         struct l8c_client *c;
         char err[L8C_ERRLEN];
         int rc = l8c_connect(sock, "nobody", &c, err);
@@ -95,9 +112,7 @@ static int connect_as_nobody(const char *sock, const gid_t *groups, int n)
             l8c_close(c);
         _exit(rc == 0 ? 0 : rc == -EPERM ? 1 : 2);
     }
-    int st;
-    waitpid(kid, &st, 0);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 3;
+    return child_status(kid);
 }
 
 static void test_permissions(void)
@@ -151,16 +166,12 @@ static int cached_prompt_tokens(const char *sock)
 /* The same, as uid/gid 65534 with the supplementary group gid. */
 static int cached_prompt_tokens_as_nobody(const char *sock, gid_t gid)
 {
-    pid_t kid = fork();
+    pid_t kid = fork_as_nobody(&gid, 1);
     if (kid == 0) {
-        if (setgroups(1, &gid) < 0 || setgid(65534) < 0 || setuid(65534) < 0)
-            _exit(255);
         int n = cached_prompt_tokens(sock);
         _exit(n < 0 || n > 254 ? 255 : n);
     }
-    int st;
-    waitpid(kid, &st, 0);
-    return WIFEXITED(st) && WEXITSTATUS(st) != 255 ? WEXITSTATUS(st) : -1;
+    return child_status(kid);
 }
 
 /* prefix_cache: per uid by default, so a client cannot tell from its
