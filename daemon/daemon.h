@@ -79,6 +79,7 @@ struct l8d_session {
     bool kick;               /* doorbell rang or a message came: scan the SQ */
     bool dirty;              /* events written, tail not yet published */
     bool violation;          /* broke the protocol: close after this pass */
+    bool told;               /* closed with an Error sent: drop unread datagrams */
     bool cancel_sent;        /* closing: the doorbell read's and wake's cancels are queued */
 };
 

@@ -746,8 +746,10 @@ void l8d_session_close(struct l8d_session *s, int err_code, const char *why)
     struct l8d *d = s->d;
     if (s->state == L8D_SESS_CLOSING)
         return;
-    if (err_code)
+    if (err_code) {
         l8d_send_error(s->fd, err_code, 0, why);
+        s->told = true;
+    }
     uint32_t n = l8_sched_cancel_owner(d->sched, s->id);
     for (uint32_t i = 0; s->reqs && i < d->conf.max_requests_per_client; i++)
         s->reqs[i].live = false;
@@ -768,9 +770,10 @@ void l8d_session_free(struct l8d_session *s)
         munmap(s->map, s->map_size);
     if (s->fd >= 0) {
         /* Datagrams the client sent after the one that closed it would
-         * reset its connection before it read our Error (see refuse);
-         * l8d_session_close shut the socket for reading. */
-        if (s->state == L8D_SESS_CLOSING)
+         * reset its connection before it read our Error (see refuse). A
+         * session closed without one (a hang-up) skips the drain, whose
+         * end on a shut socket costs 64 empty reads. */
+        if (s->told)
             drop_unread(s->fd, s->rx, sizeof(s->rx));
         close(s->fd);
     }
