@@ -541,18 +541,9 @@ static int check_ctl(struct l8c_client *c)
     return rc;
 }
 
-int l8c_poll_events(struct l8c_client *c, struct l8_event *ev, int max)
+/* Copy up to max records off the event ring. */
+static int take_events(struct l8c_client *c, struct l8_event *ev, int max)
 {
-    if (!c || !ev || max <= 0)
-        return -EINVAL;
-    if (c->armed) {
-        uint64_t v;
-        atomic_store_explicit(&c->eq_ctl->flags, 0, memory_order_relaxed);
-        if (read(c->eq_efd, &v, sizeof(v)) < 0) {
-            /* EAGAIN: nobody rang */
-        }
-        c->armed = false;
-    }
     /* acquire: pairs with the daemon's release store of tail, so the
      * records below it are complete. */
     uint32_t t = atomic_load_explicit(&c->eq_ctl->tail, memory_order_acquire);
@@ -571,11 +562,35 @@ int l8c_poll_events(struct l8c_client *c, struct l8_event *ev, int max)
         /* release: our reads of the records happen before the daemon may
          * overwrite their slots. */
         atomic_store_explicit(&c->eq_ctl->head, c->eq_head, memory_order_release);
-        return n;
     }
+    return n;
+}
+
+int l8c_poll_events(struct l8c_client *c, struct l8_event *ev, int max)
+{
+    if (!c || !ev || max <= 0)
+        return -EINVAL;
+    if (c->armed) {
+        uint64_t v;
+        atomic_store_explicit(&c->eq_ctl->flags, 0, memory_order_relaxed);
+        if (read(c->eq_efd, &v, sizeof(v)) < 0) {
+            /* EAGAIN: nobody rang */
+        }
+        c->armed = false;
+    }
+    int n = take_events(c, ev, max);
+    if (n != 0)
+        return n;
     if (c->dead)
         return -ECONNRESET;
-    return 0;
+    /* The ring is empty: has the daemon said something on the control
+     * socket (an Error) or hung up? Then what it published before that
+     * comes first, and the error with the next call. */
+    int rc = check_ctl(c);
+    if (rc == 0 && !c->dead)
+        return 0;
+    n = take_events(c, ev, max);
+    return n != 0 ? n : rc < 0 ? rc : -ECONNRESET;
 }
 
 int l8c_prepare_wait(struct l8c_client *c)
@@ -605,17 +620,11 @@ int l8c_wait_events(struct l8c_client *c, struct l8_event *ev, int max, int time
                 return 0;
             wait = (int)((deadline - now + 999999) / 1000000);
         }
+        /* The control socket too: an Error or a hang-up there is read by
+         * l8c_poll_events. */
         struct pollfd p[2] = { { c->eq_efd, POLLIN, 0 }, { c->sock, POLLIN, 0 } };
-        int pr = poll(p, 2, wait);
-        if (pr < 0 && errno != EINTR)
+        if (poll(p, 2, wait) < 0 && errno != EINTR)
             return -errno;
-        if (pr > 0 && p[1].revents) {
-            int rc = check_ctl(c);
-            if (rc < 0) {
-                n = l8c_poll_events(c, ev, max);
-                return n != 0 ? n : rc;
-            }
-        }
     }
 }
 

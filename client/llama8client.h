@@ -108,8 +108,10 @@ int l8c_submit_id(struct l8c_client *c, uint64_t id, const uint32_t *prompt,
  * (or an ERROR UNKNOWN_REQUEST) follows. */
 int l8c_cancel(struct l8c_client *c, uint64_t id);
 
-/* Take up to max events without waiting. Returns the number taken, or
- * -ECONNRESET once the daemon is gone and the ring is empty. */
+/* Take up to max events without waiting. When the ring is empty it also
+ * reads the control socket (no wait). Returns the number taken, or, once
+ * the ring is empty and the daemon hung up or sent an Error there, a
+ * negative errno (-ECONNRESET, or the Error's, as listed above). */
 int l8c_poll_events(struct l8c_client *c, struct l8_event *ev, int max);
 /* Wait up to timeout_ms (-1: forever) for events, then take up to max.
  * Sleeps on the event doorbell (a plain poll + read), telling the daemon

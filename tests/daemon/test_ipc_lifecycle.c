@@ -4,6 +4,7 @@
  *  - SIGTERM drains: a running request finishes, a new one is refused with
  *    SHUTTING_DOWN, exit 0; past the grace period running requests are cut
  *    with SHUTTING_DOWN;
+ *  - a client's own event loop learns that the daemon died (SIGKILL);
  *  - permissions: a uid outside the allowed group is refused, one with the
  *    group as a supplementary group is let in (needs root, else skipped);
  *  - prefix_cache: user (the default) keeps each uid's cached pages to it,
@@ -13,6 +14,7 @@
 #include "ipc_helper.h"
 
 #include <grp.h>
+#include <poll.h>
 
 static const char *bin, *model;
 
@@ -78,6 +80,51 @@ static void test_drain_timeout(void)
     l8c_close(c);
     int rc = tdaemon_stop(&d);
     CHECK(rc == 0, "exit status %d after a cut drain", rc);
+}
+
+/* A client with its own event loop (l8c_event_fd, l8c_ctl_fd, as
+ * llama8ctl pipe and bench have): when the daemon dies, l8c_poll_events
+ * hands over every event published before, then fails, instead of
+ * returning 0 forever while the hung-up control socket wakes the loop. */
+static void test_own_loop_hangup(void)
+{
+    struct tdaemon d;
+    tdaemon_start(&d, bin, model, NULL);
+    struct l8c_client *c;
+    char err[L8C_ERRLEN];
+    REQUIRE(l8c_connect(d.sock, "own loop", &c, err) == 0, "%s", err);
+    uint32_t prompt[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
+    struct l8c_params p;
+    l8c_params_init(&p);
+    p.max_new_tokens = 100000;
+    p.ignore_eos = true;
+    REQUIRE(l8c_submit_id(c, 1, prompt, 8, &p) == 0, "submit");
+    struct l8_event ev[64];
+    int rc = 0, tokens = 0, wakeups = 0, after_empty = 0;
+    bool killed = false;
+    uint64_t end = t_now_ms() + 20000;
+    while (t_now_ms() < end) {
+        rc = l8c_poll_events(c, ev, 64);
+        if (rc < 0)
+            break;
+        for (int i = 0; i < rc; i++)
+            tokens += ev[i].kind == L8_EV_TOKEN;
+        if (!killed && tokens >= 3) {
+            kill(d.pid, SIGKILL);
+            killed = true;
+        }
+        if (rc > 0 || l8c_prepare_wait(c))
+            continue;
+        struct pollfd pf[2] = { { l8c_event_fd(c), POLLIN, 0 }, { l8c_ctl_fd(c), POLLIN, 0 } };
+        poll(pf, 2, 1000);
+        wakeups++;
+        after_empty += killed;
+    }
+    CHECK(killed && rc == -ECONNRESET, "after SIGKILL: l8c_poll_events returned %d (%d tokens, "
+          "%d wake-ups)", rc, tokens, wakeups);
+    CHECK(after_empty <= 3, "%d empty wake-ups after the daemon died", after_empty);
+    l8c_close(c);
+    tdaemon_stop(&d);
 }
 
 /* Fork a child running as uid/gid 65534 with the given supplementary
@@ -271,6 +318,7 @@ int main(int argc, char **argv)
     model = argv[2];
     test_notify_and_drain();
     test_drain_timeout();
+    test_own_loop_hangup();
     test_permissions();
     test_prefix_cache_scope();
     test_socket_activation();
