@@ -8,6 +8,10 @@
 
 #include <stddef.h>
 
+#include <json-c/json.h>
+
+#include "llama8_tokenizer.h"
+
 enum { CTL_OK = 0, CTL_FAIL = 1, CTL_USAGE = 2 };
 
 struct ctl_cmd {
@@ -25,5 +29,13 @@ int ctl_read_stdin(char **buf, size_t *len);
 /* The tokenizer path: the option's value, else $LLAMA8_TOKENIZER, else $LLAMA8_MODEL
  * (a model directory); NULL if none is set. */
 const char *ctl_tokenizer_path(const char *opt);
+
+/* Messages from a JSON array of {"role": "system"|"user"|"assistant", "content": TEXT}
+ * (at most CTL_MAX_MESSAGES): *msgs is malloc'd, the contents borrowed from root.
+ * -EINVAL (why says what is wrong), -ENOMEM. */
+#define CTL_MAX_MESSAGES 4096
+#define CTL_WHY_LEN 160
+int ctl_parse_messages(json_object *root, struct l8chat_msg **msgs, size_t *n,
+                       char why[CTL_WHY_LEN]);
 
 #endif /* LLAMA8_CTL_H */

@@ -199,30 +199,14 @@ int ctl_parse_ids(const char *s, l8tok_ids *out)
 
 /* ---------------------------------------------------------------- streaming */
 
+/* generate's and chat's request: the reply, printed or as --json events. */
 struct stream_ctx {
-    const l8tok *tok;        /* NULL: print ids */
-    l8tok_stream *st;
-    l8tok_stop *stop;        /* --stop-text (with tok), or NULL */
-    char *end_text;          /* the last event's text through both (see reply_text) */
-    size_t end_cap;
+    struct ctl_stream s;
     bool json;
-    const struct l8c_info *info;
-    const struct l8c_params *p;
     char *text;              /* the reply, collected for chat (may be NULL) */
     size_t text_len, text_cap;
     bool collect;
 };
-
-static bool is_stop(const struct stream_ctx *x, uint32_t t)
-{
-    for (uint32_t i = 0; !x->p->ignore_eos && i < x->info->n_eos; i++)
-        if (x->info->eos_ids[i] == t)
-            return true;
-    for (uint32_t i = 0; i < x->p->n_stop_ids; i++)
-        if (x->p->stop_ids[i] == t)
-            return true;
-    return false;
-}
 
 static void emit_text(struct stream_ctx *x, const char *s, size_t n)
 {
@@ -245,104 +229,18 @@ static void emit_text(struct stream_ctx *x, const char *s, size_t n)
     }
 }
 
-static void print_json_event(const struct l8_event *e, uint64_t t_recv, const char *text)
-{
-    static const char *const kinds[] = { "?", "token", "done", "error", "started" };
-    json_object *o = json_object_new_object();
-    json_object_object_add(o, "event", json_object_new_string(e->kind <= 4 ? kinds[e->kind] : "?"));
-    json_object_object_add(o, "request", json_object_new_uint64(e->request_id));
-    if (e->kind == L8_EV_TOKEN) {
-        json_object_object_add(o, "token", json_object_new_int64(e->token));
-        json_object_object_add(o, "index", json_object_new_int64(e->index));
-        if (!isnan(e->logprob))
-            json_object_object_add(o, "logprob", json_object_new_double(e->logprob));
-        if (text)
-            json_object_object_add(o, "text", json_object_new_string(text));
-    } else if (e->kind == L8_EV_DONE) {
-        json_object_object_add(o, "reason", json_object_new_string(l8c_done_name(e->reason)));
-        json_object_object_add(o, "tokens", json_object_new_int64(e->index));
-        if (text)
-            json_object_object_add(o, "text", json_object_new_string(text));
-    } else if (e->kind == L8_EV_ERROR) {
-        json_object_object_add(o, "error", json_object_new_string(l8c_err_name(e->code)));
-    } else if (e->kind == L8_EV_STARTED) {
-        json_object_object_add(o, "prompt_tokens", json_object_new_int64(e->token));
-        json_object_object_add(o, "cached_tokens", json_object_new_int64(e->index));
-    }
-    json_object_object_add(o, "t_ns", json_object_new_uint64(e->t_ns));
-    json_object_object_add(o, "t_recv_ns", json_object_new_uint64(t_recv));
-    puts(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
-    fflush(stdout);
-    json_object_put(o);
-}
-
-/* Append n bytes to x->end_text (kept NUL-terminated) at *len. */
-static int end_text_add(struct stream_ctx *x, size_t *len, const char *s, size_t n)
-{
-    if (*len + n + 1 > x->end_cap) {
-        char *nb = realloc(x->end_text, *len + n + 1);
-        if (!nb)
-            return -ENOMEM;
-        x->end_text = nb;
-        x->end_cap = *len + n + 1;
-    }
-    if (n)
-        memcpy(x->end_text + *len, s, n);
-    *len += n;
-    x->end_text[*len] = 0;
-    return 0;
-}
-
-/* The text a TOKEN (or, with end, the DONE) event adds to the reply: the
- * streaming decoder's, through the stop strings; at the end, what either
- * still holds. *t is NULL when there is none. Returns 1 when a stop string
- * ended the reply, 0, or -ENOMEM. */
-static int reply_text(struct stream_ctx *x, uint32_t token, bool end, const char **t, size_t *tl)
-{
-    *t = NULL;
-    *tl = 0;
-    if (!x->tok)
-        return 0;
-    const char *a = NULL;
-    size_t al = 0, len = 0;
-    int rc = 0;
-    if (end ? l8tok_stream_flush(x->st, &a, &al) < 0
-            : l8tok_stream_push(x->st, token, &a, &al) < 0)
-        al = 0;
-    /* Each piece is borrowed until its owner's next call: copied at once. */
-    if (x->stop && (rc = l8tok_stop_push(x->stop, a ? a : "", al, &a, &al)) < 0)
-        return rc;
-    if (end_text_add(x, &len, a, al) < 0)
-        return -ENOMEM;
-    if (x->stop && end && rc == 0 &&
-        (l8tok_stop_flush(x->stop, &a, &al) < 0 || end_text_add(x, &len, a, al) < 0))
-        return -ENOMEM;
-    if (len) {
-        *t = x->end_text;
-        *tl = len;
-    }
-    return rc;
-}
-
 /* A stop string ended the reply at event e: cancel the request, wait for
  * the daemon to confirm (its events are not shown), and report the end
  * as --json's done event. */
 static int end_at_stop_text(struct l8c_client *c, struct stream_ctx *x, const struct l8_event *e)
 {
     if (x->json) {
-        json_object *o = json_object_new_object();
-        json_object_object_add(o, "event", json_object_new_string("done"));
-        json_object_object_add(o, "request", json_object_new_uint64(e->request_id));
-        json_object_object_add(o, "reason", json_object_new_string("stop_text"));
-        json_object_object_add(o, "tokens", json_object_new_int64((int64_t)e->index + 1));
-        json_object_object_add(o, "t_ns", json_object_new_uint64(e->t_ns));
-        json_object_object_add(o, "t_recv_ns", json_object_new_uint64(l8c_now_ns()));
-        puts(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
-        json_object_put(o);
+        ctl_print_json(ctl_stop_text_done_json(e, "request",
+                                               json_object_new_uint64(e->request_id)));
     } else {
         putchar('\n');
+        fflush(stdout);
     }
-    fflush(stdout);
     int rc = l8c_cancel(c, e->request_id);
     struct l8_event ev[64];
     while (rc == 0) {
@@ -361,15 +259,12 @@ static int end_at_stop_text(struct l8c_client *c, struct stream_ctx *x, const st
 static int run_one(struct l8c_client *c, struct stream_ctx *x, const uint32_t *ids, size_t n)
 {
     uint64_t id;
-    int rc = l8c_submit(c, ids, (uint32_t)n, x->p, &id);
+    int rc = l8c_submit(c, ids, (uint32_t)n, x->s.p, &id);
     if (rc < 0) {
         fprintf(stderr, "llama8ctl: submit: %s\n", rc == -EINVAL ? "bad arguments" : strerror(-rc));
         return CTL_FAIL;
     }
-    if (x->tok)
-        l8tok_stream_reset(x->st);
-    if (x->stop)
-        l8tok_stop_reset(x->stop);
+    ctl_stream_reset(&x->s);
     struct l8_event ev[64];
     for (;;) {
         int k = l8c_wait_events(c, ev, 64, -1);
@@ -386,9 +281,9 @@ static int run_one(struct l8c_client *c, struct stream_ctx *x, const uint32_t *i
             const char *t = NULL;
             size_t tl = 0;
             int stopped = 0;
-            if (e->kind == L8_EV_TOKEN && !is_stop(x, e->token)) {
-                if (x->tok) {
-                    stopped = reply_text(x, e->token, false, &t, &tl);
+            if (e->kind == L8_EV_TOKEN && !ctl_stream_is_stop(&x->s, e->token)) {
+                if (x->s.tok) {
+                    stopped = ctl_stream_text(&x->s, e->token, false, &t, &tl);
                 } else if (!x->json) {
                     printf("%s%u", e->index ? " " : "", e->token);
                     fflush(stdout);
@@ -398,13 +293,14 @@ static int run_one(struct l8c_client *c, struct stream_ctx *x, const uint32_t *i
              * (as U+FFFD), and text held for a stop string that did not
              * come, in the done event's text with --json. */
             if (e->kind == L8_EV_DONE)
-                stopped = reply_text(x, 0, true, &t, &tl);
+                stopped = ctl_stream_text(&x->s, 0, true, &t, &tl);
             if (stopped < 0) {
                 fprintf(stderr, "\nllama8ctl: out of memory\n");
                 return CTL_FAIL;
             }
             if (x->json)
-                print_json_event(e, now, t);
+                ctl_print_json(ctl_event_json(e, "request", json_object_new_uint64(e->request_id),
+                                              now, t));
             else if (t)
                 emit_text(x, t, tl);
             if (stopped && e->kind == L8_EV_TOKEN)
@@ -438,6 +334,8 @@ static void generate_usage(FILE *f)
         "  --raw                  no chat format: <|begin_of_text|> + the text's tokens\n"
         "  --ids IDS              the prompt as token ids (\"1 2 3\"); prints ids back\n"
         "  --system TEXT          a system message (chat format)\n"
+        "  --messages             stdin is the conversation, a JSON array of\n"
+        "                         {\"role\": \"system\"|\"user\"|\"assistant\", \"content\": TEXT}\n"
         "  --json                 one JSON object per line per event, instead of text:\n"
         "      {\"event\":\"started\",\"request\":ID,\"prompt_tokens\":P,\"cached_tokens\":N,...}\n"
         "                         prefill began; N of the P prompt positions came from the\n"
@@ -460,15 +358,15 @@ static void generate_usage(FILE *f)
 
 int ctl_generate(int argc, char **argv)
 {
-    enum { O_RAW = 1, O_IDS, O_SYSTEM, O_JSON };
+    enum { O_RAW = 1, O_IDS, O_SYSTEM, O_JSON, O_MESSAGES };
     static const struct option lo[] = {
         CTL_COMMON_LONGOPTS,
         {"raw", no_argument, 0, O_RAW}, {"ids", required_argument, 0, O_IDS},
         {"system", required_argument, 0, O_SYSTEM}, {"json", no_argument, 0, O_JSON},
-        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
+        {"messages", no_argument, 0, O_MESSAGES}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
     };
     struct ctl_req_opts o;
-    bool raw = false, json = false;
+    bool raw = false, json = false, messages = false;
     const char *ids_arg = NULL, *system = NULL;
     int opt, rc;
     ctl_req_opts_init(&o);
@@ -486,12 +384,20 @@ int ctl_generate(int argc, char **argv)
         case O_IDS: ids_arg = optarg; break;
         case O_SYSTEM: system = optarg; break;
         case O_JSON: json = true; break;
+        case O_MESSAGES: messages = true; break;
         case 'h': ctl_req_opts_free(&o); generate_usage(stdout); return CTL_OK;
         default: ctl_req_opts_free(&o); generate_usage(stderr); return CTL_USAGE;
         }
     }
-    if (ids_arg && (optind < argc || o.n_stop_text)) {
-        fprintf(stderr, "llama8ctl: --ids excludes %s\n", optind < argc ? "TEXT" : "--stop-text");
+    if (ids_arg && (optind < argc || o.n_stop_text || messages)) {
+        fprintf(stderr, "llama8ctl: --ids excludes %s\n", optind < argc ? "TEXT"
+                : messages ? "--messages" : "--stop-text");
+        ctl_req_opts_free(&o);
+        return CTL_USAGE;
+    }
+    if (messages && (optind < argc || raw || system)) {
+        fprintf(stderr, "llama8ctl: --messages reads every message from stdin: it excludes %s\n",
+                optind < argc ? "TEXT" : raw ? "--raw" : "--system");
         ctl_req_opts_free(&o);
         return CTL_USAGE;
     }
@@ -536,7 +442,21 @@ int ctl_generate(int argc, char **argv)
             goto out;
         }
         int erc;
-        if (raw) {
+        if (messages) {
+            json_object *root = json_tokener_parse(text);
+            struct l8chat_msg *m = NULL;
+            size_t nm = 0;
+            char why[CTL_WHY_LEN] = "not JSON";
+            if (!root || (erc = ctl_parse_messages(root, &m, &nm, why)) < 0) {
+                fprintf(stderr, "llama8ctl: --messages: stdin must be a JSON array of "
+                                "{\"role\": ..., \"content\": ...}: %s\n", why);
+                json_object_put(root);
+                goto out;
+            }
+            erc = l8chat_encode(tok, m, nm, NULL, &ids);
+            free(m);
+            json_object_put(root);
+        } else if (raw) {
             const struct l8c_info *in = l8c_info(c);
             if (in->bos_id >= 0)
                 l8tok_ids_push(&ids, (uint32_t)in->bos_id);
@@ -555,10 +475,10 @@ int ctl_generate(int argc, char **argv)
             goto out;
         }
     }
-    struct stream_ctx x = { .tok = tok, .st = st, .stop = stop, .json = json,
-                            .info = l8c_info(c), .p = &o.params };
+    struct stream_ctx x = { .s = { .tok = tok, .st = st, .stop = stop, .info = l8c_info(c),
+                                   .p = &o.params }, .json = json };
     rc = run_one(c, &x, ids.ids, ids.n);
-    free(x.end_text);
+    ctl_stream_free(&x.s);
 out:
     l8tok_stop_free(stop);
     ctl_req_opts_free(&o);
@@ -664,10 +584,10 @@ int ctl_chat(int argc, char **argv)
             l8tok_ids_free(&ids);
             continue;
         }
-        struct stream_ctx x = { .tok = tok, .st = st, .stop = stop, .info = l8c_info(c),
-                                .p = &o.params, .collect = true };
+        struct stream_ctx x = { .s = { .tok = tok, .st = st, .stop = stop, .info = l8c_info(c),
+                                       .p = &o.params }, .collect = true };
         int r = run_one(c, &x, ids.ids, ids.n);
-        free(x.end_text);
+        ctl_stream_free(&x.s);
         l8tok_ids_free(&ids);
         if (r != CTL_OK) {
             free(x.text);

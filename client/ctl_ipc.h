@@ -1,9 +1,12 @@
 /* ctl_ipc.h: what llama8ctl's daemon commands (generate, chat, status,
- * bench) share: connecting, the sampling flags, event printing. */
+ * bench, pipe) share: connecting, the sampling flags, reply text and
+ * event printing. */
 #pragma once
 #include <getopt.h>
 #include <stdbool.h>
 #include <stdint.h>
+
+#include <json-c/json.h>
 
 #include "ctl.h"
 #include "llama8client.h"
@@ -76,3 +79,42 @@ int ctl_generate(int argc, char **argv);
 int ctl_chat(int argc, char **argv);
 int ctl_status(int argc, char **argv);
 int ctl_bench(int argc, char **argv);
+
+/* One request's reply (ctl_stream.c): its tokens through the streaming
+ * decoder and the stop strings to the text shown. */
+struct ctl_stream {
+    const l8tok *tok;        /* NULL: ids only, no text */
+    l8tok_stream *st;
+    l8tok_stop *stop;        /* stop strings, or NULL */
+    char *end_text;          /* the last event's text (see ctl_stream_text) */
+    size_t end_cap;
+    const struct l8c_info *info;
+    const struct l8c_params *p;
+};
+/* Whether token ends the reply as a stop id (the model's eos unless
+ * ignore_eos, or one of the request's): it adds no text. */
+bool ctl_stream_is_stop(const struct ctl_stream *x, uint32_t token);
+/* For a new request. */
+void ctl_stream_reset(struct ctl_stream *x);
+/* Frees end_text (tok, st, stop are the caller's). */
+void ctl_stream_free(struct ctl_stream *x);
+/* The text a TOKEN (or, with end, the DONE) event adds to the reply: the
+ * streaming decoder's, through the stop strings; at the end, what either
+ * still holds. *t (valid until the next call) is NULL when there is none.
+ * Returns 1 when a stop string ended the reply, 0, or -ENOMEM. */
+int ctl_stream_text(struct ctl_stream *x, uint32_t token, bool end, const char **t, size_t *tl);
+
+/* Events as --json lines: {"event": ..., id_key: id, ...}. Each takes
+ * ownership of id; ctl_print_json prints one line, flushes, and frees o. */
+json_object *ctl_event_json(const struct l8_event *e, const char *id_key, json_object *id,
+                            uint64_t t_recv, const char *text);
+/* The done event of a reply a stop string ended at token event e. */
+json_object *ctl_stop_text_done_json(const struct l8_event *e, const char *id_key,
+                                     json_object *id);
+/* An error of ours (not the daemon's): {"event":"error", ..., "error": error,
+ * "message": message}. */
+json_object *ctl_error_json(const char *id_key, json_object *id, const char *error,
+                            const char *message);
+void ctl_print_json(json_object *o);
+
+int ctl_pipe(int argc, char **argv);

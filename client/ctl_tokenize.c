@@ -13,8 +13,6 @@
 
 #include "llama8_tokenizer.h"
 
-/* Most messages --messages accepts. */
-#define CTL_MAX_MESSAGES 4096
 
 static void tokenize_usage(FILE *f)
 {
@@ -105,36 +103,6 @@ static void report_encode_error(int rc, const char *text, size_t len)
         fprintf(stderr, "llama8ctl: input is not valid UTF-8 (byte offset %zu)\n", off);
     else
         fprintf(stderr, "llama8ctl: encode failed: %s\n", strerror(-rc));
-}
-
-/* Messages from a JSON array; contents are borrowed from root. */
-static int parse_messages(json_object *root, struct l8chat_msg **msgs, size_t *n)
-{
-    if (!json_object_is_type(root, json_type_array))
-        return -EINVAL;
-    size_t k = json_object_array_length(root);
-    if (k > CTL_MAX_MESSAGES)
-        return -E2BIG;
-    struct l8chat_msg *m = calloc(k ? k : 1, sizeof(*m));
-    if (!m)
-        return -ENOMEM;
-    for (size_t i = 0; i < k; i++) {
-        json_object *o = json_object_array_get_idx(root, i), *role, *content;
-        if (!json_object_is_type(o, json_type_object) ||
-            !json_object_object_get_ex(o, "role", &role) ||
-            !json_object_object_get_ex(o, "content", &content) ||
-            !json_object_is_type(role, json_type_string) ||
-            !json_object_is_type(content, json_type_string) ||
-            l8chat_role_parse(json_object_get_string(role), &m[i].role) < 0) {
-            free(m);
-            return -EINVAL;
-        }
-        m[i].content = json_object_get_string(content);
-        m[i].len = (size_t)json_object_get_string_len(content);
-    }
-    *msgs = m;
-    *n = k;
-    return 0;
 }
 
 static void print_ids(const l8tok_ids *ids, bool json)
@@ -230,9 +198,10 @@ int ctl_tokenize(int argc, char **argv)
             root = jt ? json_tokener_parse_ex(jt, text, (int)len) : NULL;
             bool ok = root && json_tokener_get_error(jt) == json_tokener_success;
             json_tokener_free(jt);
-            if (!ok || parse_messages(root, &msgs, &n) < 0) {
+            char why[CTL_WHY_LEN] = "not JSON";
+            if (!ok || ctl_parse_messages(root, &msgs, &n, why) < 0) {
                 fprintf(stderr, "llama8ctl: --messages: stdin must be a JSON array of "
-                                "{\"role\": ..., \"content\": ...}\n");
+                                "{\"role\": ..., \"content\": ...}: %s\n", why);
                 st = CTL_FAIL;
                 goto out;
             }

@@ -18,6 +18,7 @@ static const struct ctl_cmd commands[] = {
     {"chat", ctl_chat, "interactive conversation with llama8d"},
     {"status", ctl_status, "what llama8d is doing"},
     {"bench", ctl_bench, "latency and throughput of llama8d"},
+    {"pipe", ctl_pipe, "JSON-lines requests on stdin, events on stdout (for editors)"},
 };
 
 #define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))
@@ -60,6 +61,47 @@ int ctl_read_stdin(char **buf, size_t *len)
     b[n] = 0;
     *buf = b;
     *len = n;
+    return 0;
+}
+
+int ctl_parse_messages(json_object *root, struct l8chat_msg **msgs, size_t *n,
+                       char why[CTL_WHY_LEN])
+{
+    if (!json_object_is_type(root, json_type_array)) {
+        snprintf(why, CTL_WHY_LEN, "not an array");
+        return -EINVAL;
+    }
+    size_t k = json_object_array_length(root);
+    if (k > CTL_MAX_MESSAGES) {
+        snprintf(why, CTL_WHY_LEN, "%zu messages (at most %d)", k, CTL_MAX_MESSAGES);
+        return -EINVAL;
+    }
+    struct l8chat_msg *m = calloc(k ? k : 1, sizeof(*m));
+    if (!m)
+        return -ENOMEM;
+    for (size_t i = 0; i < k; i++) {
+        json_object *o = json_object_array_get_idx(root, i), *role, *content;
+        if (!json_object_is_type(o, json_type_object) ||
+            !json_object_object_get_ex(o, "role", &role) ||
+            !json_object_object_get_ex(o, "content", &content) ||
+            !json_object_is_type(role, json_type_string) ||
+            !json_object_is_type(content, json_type_string)) {
+            snprintf(why, CTL_WHY_LEN, "message %zu is not {\"role\": STRING, \"content\": "
+                     "STRING}", i);
+            free(m);
+            return -EINVAL;
+        }
+        if (l8chat_role_parse(json_object_get_string(role), &m[i].role) < 0) {
+            snprintf(why, CTL_WHY_LEN, "message %zu: role \"%.40s\" is not system, user or "
+                     "assistant", i, json_object_get_string(role));
+            free(m);
+            return -EINVAL;
+        }
+        m[i].content = json_object_get_string(content);
+        m[i].len = (size_t)json_object_get_string_len(content);
+    }
+    *msgs = m;
+    *n = k;
     return 0;
 }
 

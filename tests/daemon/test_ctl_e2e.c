@@ -1,4 +1,4 @@
-/* test_ctl_e2e: llama8ctl's daemon commands (generate, chat, status, bench)
+/* test_ctl_e2e: llama8ctl's daemon commands (generate, chat, pipe, status, bench)
  * run as programs against the real llama8d on a synthetic checkpoint with
  * the real Llama 3.1 vocabulary, checked against llama8-run in-process.
  *
@@ -850,10 +850,311 @@ static void test_chat(void)
           s2.generated - s1.generated, r1.gen.n, r2.gen.n);
     fprintf(stderr, "chat: turn 1 %zu prompt ids, turn 2 %zu (%" PRId64 " from the cache)\n",
             p1.n, p2.n, s2.cached - s1.cached);
+
+    /* The same conversation through generate --messages: turn 2's reply. */
+    const char *gm[] = { bin_ctl, "generate", "--socket", dmn.sock, "--messages", "--max-new",
+                         "12", NULL };
+    run_ok(gm, mj.p, mj.n, &got);
+    CHECK(got.n == r2.text.n + 1 && !memcmp(got.p, r2.text.p, r2.text.n),
+          "generate --messages:\n  got: %s\n  want: %s", got.p, r2.text.p);
     free(got.p);
     free(mj.p);
     free(r1.text.p);
     free(r2.text.p);
+}
+
+/* ---------------------------------------------------------------- pipe */
+
+/* One id's events from `llama8ctl pipe`'s stdout. */
+struct pev {
+    char id[40];                /* the id as JSON text */
+    struct ids toks;
+    struct buf text;            /* the token and done events' text fields */
+    bool started, done;
+    char reason[16];
+    int64_t done_tokens;
+    char errors[4][32];         /* error names, in order */
+    int n_errors;
+    bool order_ok;              /* started first, tokens by index, nothing after the end */
+};
+
+#define PIPE_IDS 96
+static struct pev pevs[PIPE_IDS];
+static int n_pevs;
+
+static struct pev *pev_of(const char *id)
+{
+    for (int i = 0; i < n_pevs; i++)
+        if (!strcmp(pevs[i].id, id))
+            return &pevs[i];
+    REQUIRE(n_pevs < PIPE_IDS, "pipe: too many ids");
+    struct pev *e = &pevs[n_pevs++];
+    memset(e, 0, sizeof(*e));
+    snprintf(e->id, sizeof e->id, "%s", id);
+    e->order_ok = true;
+    buf_str(&e->text, "");
+    return e;
+}
+
+static void pev_reset(void)
+{
+    for (int i = 0; i < n_pevs; i++)
+        free(pevs[i].text.p);
+    n_pevs = 0;
+}
+
+/* One line from fd (without its newline) within timeout_ms. */
+static bool read_line(int fd, struct buf *line, int timeout_ms)
+{
+    uint64_t end = t_now_ms() + (uint64_t)timeout_ms;
+    buf_clear(line);
+    for (;;) {
+        uint64_t now = t_now_ms();
+        struct pollfd p = { fd, POLLIN, 0 };
+        char ch;
+        if (now >= end || poll(&p, 1, (int)(end - now)) <= 0 || read(fd, &ch, 1) != 1)
+            return false;
+        if (ch == '\n')
+            return true;
+        buf_add(line, &ch, 1);
+    }
+}
+
+/* One line of pipe's output into pevs; returns the event's name (static). */
+static const char *pev_line(const char *line)
+{
+    static char ev[16];
+    json_object *j = parse_json(line, "pipe");
+    snprintf(ev, sizeof ev, "%s", json_object_get_string(get(j, "event", json_type_string, line)));
+    if (!strcmp(ev, "ready")) {
+        CHECK(get_int(j, "max_requests", line) == 64 && get_int(j, "context_length", line) > 0,
+              "pipe ready: %s", line);
+        json_object_put(j);
+        return ev;
+    }
+    json_object *id;
+    REQUIRE(json_object_object_get_ex(j, "id", &id), "pipe: no id: %s", line);
+    struct pev *e = pev_of(json_object_to_json_string(id));
+    bool ended = e->done || (e->n_errors && strcmp(e->errors[0], "DUPLICATE_REQUEST"));
+    if (!strcmp(ev, "started")) {
+        e->order_ok &= !e->started && !e->toks.n && !ended;
+        e->started = true;
+    } else if (!strcmp(ev, "token")) {
+        e->order_ok &= e->started && !ended && get_int(j, "index", line) == (int64_t)e->toks.n;
+        REQUIRE(e->toks.n < MAX_IDS, "pipe: too many tokens");
+        e->toks.v[e->toks.n++] = (uint32_t)get_int(j, "token", line);
+    } else if (!strcmp(ev, "done")) {
+        e->order_ok &= !ended;
+        e->done = true;
+        snprintf(e->reason, sizeof e->reason, "%s",
+                 json_object_get_string(get(j, "reason", json_type_string, line)));
+        e->done_tokens = get_int(j, "tokens", line);
+    } else if (!strcmp(ev, "error")) {
+        if (e->n_errors < 4)
+            snprintf(e->errors[e->n_errors++], sizeof e->errors[0], "%s",
+                     json_object_get_string(get(j, "error", json_type_string, line)));
+    } else {
+        CHECK(0, "pipe: unexpected event %s", line);
+    }
+    json_object *t;
+    if (json_object_object_get_ex(j, "text", &t))
+        buf_str(&e->text, json_object_get_string(t));
+    json_object_put(j);
+    return ev;
+}
+
+/* A pipe request line: {"id":ID, KEY:VALUE (JSON text), EXTRA...}. */
+static void pipe_req(struct buf *in, const char *id, const char *key, const char *value,
+                     const char *extra)
+{
+    char head[256];
+    snprintf(head, sizeof head, "{\"id\":%s,\"%s\":", id, key);
+    buf_str(in, head);
+    buf_str(in, value);
+    buf_str(in, extra);
+    buf_str(in, "}\n");
+}
+
+/* The reply of id equals r; n_errors: error events about lines with the
+ * same id (a duplicate). */
+static void check_pipe_reply(const char *id, const struct ref *r, int n_errors, const char *what)
+{
+    struct pev *e = pev_of(id);
+    CHECK(e->order_ok && e->started && e->done && e->n_errors == n_errors, "pipe %s: order %d "
+          "started %d done %d errors %d", what, e->order_ok, e->started, e->done, e->n_errors);
+    bool same = e->toks.n == r->gen.n && !memcmp(e->toks.v, r->gen.v, r->gen.n * sizeof(uint32_t));
+    CHECK(same && e->done_tokens == (int64_t)r->gen.n, "pipe %s: %zu tokens (done says %" PRId64
+          "), llama8-run made %zu%s", what, e->toks.n, e->done_tokens, r->gen.n,
+          same ? "" : ", and they differ");
+    CHECK(e->text.n == r->text.n && !memcmp(e->text.p, r->text.p, r->text.n),
+          "pipe %s: text\n  got: %s\n  want: %s", what, e->text.p, r->text.p);
+    CHECK(r->stopped ? !strcmp(e->reason, "stop") || !strcmp(e->reason, "eos")
+                     : !strcmp(e->reason, "length"), "pipe %s: reason %s", what, e->reason);
+}
+
+/* `llama8ctl pipe`: many requests of every prompt kind in flight on one
+ * connection, each reply equal to llama8-run's; more requests than the
+ * daemon's per-client limit (the rest wait in llama8ctl); a stop string;
+ * a bad line of each kind answered by an error event while the others
+ * run; then, interactively, a cancel. */
+static void test_pipe(void)
+{
+    static const char *const prompt = "Write a haiku about shared memory.";
+    static const char *const raw_text = "The quick brown fox";
+    const char *chat[] = { "--chat", NULL }, *msgs_flag[] = { "--chat", "--messages", NULL };
+    const char *greedy[] = { "--max-new", "20", NULL }, *short_g[] = { "--max-new", "12", NULL };
+    const char *seeded[] = { "--max-new", "16", "--temperature", "1.2", "--min-p", "0.02",
+                             "--repetition-penalty", "1.3", "--seed", "7", NULL };
+    static const char *const conv = "[{\"role\":\"system\",\"content\":\"Be brief.\"},"
+                                    "{\"role\":\"user\",\"content\":\"Hi\"},"
+                                    "{\"role\":\"assistant\",\"content\":\"Hello.\"},"
+                                    "{\"role\":\"user\",\"content\":\"Name a river.\"}]";
+    struct ids p, pm, pr, t;
+    struct ref rg = {0}, rm = {0}, rr = {0}, rs = {0};
+    tokenize(chat, prompt, NULL, &p);
+    reference(&p, greedy, 0, &rg);
+    tokenize(msgs_flag, NULL, conv, &pm);
+    reference(&pm, short_g, 0, &rm);
+    tokenize(NULL, raw_text, NULL, &t);
+    pr.v[0] = 128000;
+    memcpy(pr.v + 1, t.v, t.n * sizeof(uint32_t));
+    pr.n = t.n + 1;
+    reference(&pr, short_g, 0, &rr);
+    reference(&p, seeded, 0, &rs);
+    REQUIRE(rg.text.n > 12, "greedy reply too short: '%s'", rg.text.p);
+    /* A stop string from the middle of the greedy reply, 4 bytes from a
+     * character's start. */
+    size_t at = rg.text.n / 2;
+    while (at > 0 && ((unsigned char)rg.text.p[at] & 0xc0) == 0x80)
+        at--;
+    char stop[8];
+    snprintf(stop, sizeof stop, "%.4s", rg.text.p + at);
+    size_t keep = (size_t)(strstr(rg.text.p, stop) - rg.text.p);
+    json_object *sj = json_object_new_string(stop);
+    char stop_extra[64];
+    snprintf(stop_extra, sizeof stop_extra, ",\"max_new\":20,\"stop_text\":[%s]",
+             json_object_to_json_string(sj));
+    json_object_put(sj);
+
+    struct buf in = {0}, o = {0};
+    json_object *pj = json_object_new_string(prompt);
+    const char *pjs = json_object_to_json_string(pj);
+    pipe_req(&in, "\"greedy\"", "text", pjs, ",\"max_new\":20,\"temperature\":0");
+    pipe_req(&in, "\"greedy\"", "text", "\"again\"", "");          /* still running */
+    pipe_req(&in, "7", "messages", conv, ",\"max_new\":12");
+    pipe_req(&in, "\"raw\"", "raw", "\"The quick brown fox\"", ",\"max_new\":12");
+    char ids[MAX_IDS * 8];
+    ids_str(&p, p.n, ids, sizeof ids);
+    char idv[MAX_IDS * 8 + 2];
+    snprintf(idv, sizeof idv, "[%s]", ids);
+    pipe_req(&in, "\"seeded\"", "ids", idv, ",\"max_new\":16,\"temperature\":1.2,\"min_p\":0.02,"
+             "\"repetition_penalty\":1.3,\"seed\":7");
+    pipe_req(&in, "\"stop\"", "text", pjs, stop_extra);
+    json_object_put(pj);
+    buf_str(&in, "not json\n\n{\"text\":\"no id\"}\n");
+    pipe_req(&in, "\"k\"", "text", "\"x\"", ",\"bogus\":1");
+    pipe_req(&in, "\"z\"", "text", "\"x\"", ",\"max_new\":0");
+    pipe_req(&in, "\"z2\"", "text", "\"x\"", ",\"stop_text\":[]");
+    pipe_req(&in, "\"z3\"", "text", "\"x\"", ",\"raw\":\"y\"");
+    pipe_req(&in, "\"z4\"", "ids", "[128000,999999]", "");
+    buf_str(&in, "{\"cancel\":\"nope\"}\n");
+    for (int i = 0; i < 70; i++) {
+        char id[16], v[32];
+        snprintf(id, sizeof id, "\"m%d\"", i);
+        snprintf(v, sizeof v, "[128000,%d]", 100 + i);
+        pipe_req(&in, id, "ids", v, ",\"max_new\":1");
+    }
+    const char *argv[] = { bin_ctl, "pipe", "--socket", dmn.sock, NULL };
+    struct status s0, s1;
+    status_settled(&s0);
+    run_ok(argv, in.p, in.n, &o);
+    pev_reset();
+    int lines = 0;
+    for (char *line = strtok(o.p, "\n"); line; line = strtok(NULL, "\n")) {
+        const char *ev = pev_line(line);
+        CHECK(lines++ || !strcmp(ev, "ready"), "pipe: the first line is %s", line);
+    }
+    CHECK(lines > 70, "pipe: %d lines", lines);
+    check_pipe_reply("\"greedy\"", &rg, 1, "text");
+    check_pipe_reply("7", &rm, 0, "messages");
+    check_pipe_reply("\"raw\"", &rr, 0, "raw");
+    check_pipe_reply("\"seeded\"", &rs, 0, "ids, seeded");
+    struct pev *e = pev_of("\"stop\"");
+    CHECK(e->done && !strcmp(e->reason, "stop_text") && e->text.n == keep &&
+          !memcmp(e->text.p, rg.text.p, keep), "pipe stop_text '%s': reason %s, text '%s', want "
+          "%zu bytes of '%s'", stop, e->reason, e->text.p, keep, rg.text.p);
+    static const struct { const char *id, *error; } bad[] = {
+        { "null", "BAD_MESSAGE" }, { "\"k\"", "BAD_MESSAGE" }, { "\"z\"", "BAD_PARAMS" },
+        { "\"z2\"", "BAD_PARAMS" }, { "\"z3\"", "BAD_MESSAGE" }, { "\"z4\"", "BAD_TOKEN" },
+        { "\"nope\"", "UNKNOWN_REQUEST" }, { "\"greedy\"", "DUPLICATE_REQUEST" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        e = pev_of(bad[i].id);
+        int want = !strcmp(bad[i].id, "null") ? 2 : 1;     /* not JSON; no id */
+        CHECK(e->n_errors == want && !strcmp(e->errors[0], bad[i].error) &&
+              !strcmp(e->errors[want - 1], bad[i].error) && (e->toks.n == 0 || i == 7),
+              "pipe %s: %d errors, the first %s, want %d %s", bad[i].id, e->n_errors,
+              e->n_errors ? e->errors[0] : "-", want, bad[i].error);
+    }
+    int many = 0;
+    for (int i = 0; i < 70; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "\"m%d\"", i);
+        e = pev_of(id);
+        many += e->order_ok && e->done && e->done_tokens == 1 && e->toks.n == 1 && !e->n_errors;
+    }
+    CHECK(many == 70, "pipe: %d of 70 requests past the per-client limit done", many);
+    status_settled(&s1);
+    CHECK(s1.running == 0 && s1.waiting == 0 && s1.done - s0.done >= 70 + 4,
+          "after pipe: %" PRId64 " running, %" PRId64 " waiting, %" PRId64 " done", s1.running,
+          s1.waiting, s1.done - s0.done);
+
+    /* Interactively: cancel a long request after its first token. */
+    int pin[2], pout[2];
+    REQUIRE(pipe2(pin, O_CLOEXEC) == 0 && pipe2(pout, O_CLOEXEC) == 0, "pipe");
+    pid_t pid = chat_pid = fork();
+    REQUIRE(pid >= 0, "fork");
+    if (pid == 0) {
+        dup2(pin[0], 0);
+        dup2(pout[1], 1);
+        execv(bin_ctl, (char *const *)argv);
+        _exit(127);
+    }
+    close(pin[0]);
+    close(pout[1]);
+    expect_clients = 2;
+    CHECK(dprintf(pin[1], "{\"id\":\"c\",\"text\":\"go\",\"max_new\":100000,\"ignore_eos\":true}\n")
+          > 0, "write");
+    pev_reset();
+    struct buf line = {0};
+    bool cancelled = false, done = false;
+    while (!done && read_line(pout[0], &line, CMD_TIMEOUT_MS)) {
+        const char *ev = pev_line(line.p);
+        if (!strcmp(ev, "token") && !cancelled) {
+            CHECK(dprintf(pin[1], "{\"cancel\":\"c\"}\n") > 0, "write cancel");
+            cancelled = true;
+        }
+        done = !strcmp(ev, "done");
+    }
+    struct pev *c = pev_of("\"c\"");
+    CHECK(done && !strcmp(c->reason, "cancelled") && c->toks.n >= 1 && c->order_ok &&
+          c->done_tokens == (int64_t)c->toks.n, "pipe cancel: done %d reason %s, %zu tokens",
+          done, c->reason, c->toks.n);
+    close(pin[1]);      /* EOF: nothing left running, so it exits */
+    int st;
+    waitpid(pid, &st, 0);
+    chat_pid = -1;
+    expect_clients = 1;
+    close(pout[0]);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "pipe exit status %d", st);
+    pev_reset();
+    free(line.p);
+    free(in.p);
+    free(o.p);
+    free(rg.text.p);
+    free(rm.text.p);
+    free(rr.text.p);
+    free(rs.text.p);
 }
 
 /* ---------------------------------------------------------------- bench */
@@ -979,6 +1280,8 @@ static void test_errors(void)
         expect_exit(s, NULL, 3, "llama8d");
         const char *b[] = { bin_ctl, "bench", "--socket", paths[i], "-n", "1", NULL };
         expect_exit(b, NULL, 3, "llama8d");
+        const char *pp[] = { bin_ctl, "pipe", "--socket", paths[i], NULL };
+        expect_exit(pp, "{\"id\":1,\"text\":\"hi\"}\n", 3, "llama8d");
     }
     unlink(stale);
 
@@ -996,6 +1299,10 @@ static void test_errors(void)
         { bin_ctl, "chat", "--bogus", NULL },
         { bin_ctl, "status", "--bogus", NULL },
         { bin_ctl, "status", "extra", NULL },
+        { bin_ctl, "generate", "--messages", "x", NULL },
+        { bin_ctl, "generate", "--messages", "--system", "s", NULL },
+        { bin_ctl, "pipe", "--bogus", NULL },
+        { bin_ctl, "pipe", "extra", NULL },
         { bin_ctl, "bench", "--bogus", NULL },
         { bin_ctl, "bench", "-n", "0", NULL },
         { bin_ctl, "bench", "--prompt-min", "9", "--prompt-max", "8", NULL },
@@ -1022,8 +1329,8 @@ static void test_errors(void)
                           NULL };
     expect_exit(ids, NULL, 1, "BAD_TOKEN");
     /* --help: 0 everywhere. */
-    static const char *const cmds[] = { "generate", "chat", "status", "bench", "tokenize",
-                                        "detokenize" };
+    static const char *const cmds[] = { "generate", "chat", "pipe", "status", "bench",
+                                        "tokenize", "detokenize" };
     for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
         const char *h[] = { bin_ctl, cmds[i], "--help", NULL };
         expect_exit(h, NULL, 0, NULL);
@@ -1090,6 +1397,7 @@ int main(int argc, char **argv)
     test_generate();
     test_stop_text();
     test_chat();
+    test_pipe();
     test_bench();
     test_errors();
 

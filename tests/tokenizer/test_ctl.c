@@ -146,7 +146,8 @@ int main(int argc, char **argv)
     RUN(&r, "ok \xe2\x28\xa1", "tokenize");
     CHECK(r.status == 1 && strstr(r.err, "byte offset 3"), "invalid UTF-8: %d %s", r.status, r.err);
     RUN(&r, "[{\"role\":\"robot\",\"content\":\"x\"}]", "tokenize", "--chat", "--messages");
-    CHECK(r.status == 1, "bad role: %d", r.status);
+    CHECK(r.status == 1 && strstr(r.err, "message 0: role \"robot\""), "bad role: %d %s", r.status,
+          r.err);
     RUN(&r, "", "tokenize", "--bogus");
     CHECK(r.status == 2, "unknown option: %d", r.status);
     RUN(&r, "", "tokenize", "--system", "x", "y");
