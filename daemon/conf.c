@@ -26,7 +26,7 @@ static const struct key keys[] = {
     { "model", K_STR, F(model), "DIR checkpoint directory (config.json, safetensors)" },
     { "socket", K_STR, F(socket), "PATH listening socket (default $RUNTIME_DIRECTORY/llama8d.sock)" },
     { "kv_pages", K_U32, F(kv_pages), "N KV pool pages" },
-    { "kv_mib", K_U64, F(kv_mib), "MIB KV pool size when kv_pages is 0" },
+    { "kv_mib", K_U64, F(kv_mib), "MIB KV pool size when kv_pages is 0 (0: cuda one full context, cpu 1 GiB)" },
     { "page_size", K_U32, F(page_size), "N positions per KV page" },
     { "max_batch", K_U32, F(max_batch), "N sequences per step" },
     { "max_step_tokens", K_U32, F(max_step_tokens), "N tokens per step (chunked prefill budget)" },
@@ -130,7 +130,7 @@ int l8d_conf_set(struct l8d_conf *c, const char *key, const char *value,
         *(uint32_t *)p = (uint32_t)u;
         return 0;
     case K_U64:
-        if (parse_u64(value, UINT64_MAX / 2, &u) < 0)
+        if (parse_u64(value, UINT64_MAX >> 20, &u) < 0)     /* MiB whose bytes fit */
             goto bad;
         *(uint64_t *)p = u;
         return 0;

@@ -369,10 +369,14 @@ static int probe_paths(struct l8k_blas *b, cudaStream_t st)
         cudaMalloc((void **)&dws, sizeof hws) || cudaMalloc((void **)&dxs, sizeof hxs) ||
         cudaMalloc((void **)&dy, sizeof ref))
         goto out;
-    if (cudaMemcpy(dw, hw, sizeof hw, cudaMemcpyHostToDevice) ||
-        cudaMemcpy(dx, hx, sizeof hx, cudaMemcpyHostToDevice) ||
-        cudaMemcpy(dws, hws, sizeof hws, cudaMemcpyHostToDevice) ||
-        cudaMemcpy(dxs, hxs, sizeof hxs, cudaMemcpyHostToDevice))
+    /* On st, and waited for: a plain cudaMemcpy from pageable memory may
+     * return before its DMA lands, and st does not wait for the legacy
+     * default stream. */
+    if (cudaMemcpyAsync(dw, hw, sizeof hw, cudaMemcpyHostToDevice, st) ||
+        cudaMemcpyAsync(dx, hx, sizeof hx, cudaMemcpyHostToDevice, st) ||
+        cudaMemcpyAsync(dws, hws, sizeof hws, cudaMemcpyHostToDevice, st) ||
+        cudaMemcpyAsync(dxs, hxs, sizeof hxs, cudaMemcpyHostToDevice, st) ||
+        cudaStreamSynchronize(st))
         goto out;
     if (l8k_gemv(dw, L8K_FP8, dws, dx, L8K_FP8, dxs, PM, PN, PK, dy, PN, st) ||
         cudaMemcpyAsync(ref, dy, sizeof ref, cudaMemcpyDeviceToHost, st) ||

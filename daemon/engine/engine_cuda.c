@@ -42,8 +42,7 @@
 #include "sampler.h"
 #include "../model/numerics.h"
 
-#define DEFAULT_KV_BYTES (1ull << 30)     /* pool when opts give no size */
-#define FREE_MEM_RESERVE (512ull << 20)   /* left free for cuBLASLt and the driver */
+#define FREE_MEM_RESERVE (1ull << 30)     /* left free: cuBLASLt's kernels load lazily */
 #define ATTN_MAX_ROWS 65535u              /* l8k_attention: rows are grid.y */
 #define GRAPH_MAX 64u                     /* captured decode graphs kept */
 #define GRAPH_MIN_KV 1024u                /* smallest kv bucket of a decode graph */
@@ -620,9 +619,9 @@ static int cuda_create(const struct l8_model *m, const struct l8_engine_opts *o,
 
     /* Activations: max_tokens rows, and in fp8 at least the rows the
      * crossover is measured at (so its tune file line suits any budget). */
+    const uint32_t T = e->num == L8_NUMERICS_FP8 && e->max_tokens < L8_TUNE_MAX_M
+                           ? L8_TUNE_MAX_M : e->max_tokens;
     {
-        const uint32_t T = e->num == L8_NUMERICS_FP8 && e->max_tokens < L8_TUNE_MAX_M
-                               ? L8_TUNE_MAX_M : e->max_tokens;
         e->in_max = H > I ? H : I;
         if (nh * D > e->in_max)
             e->in_max = nh * D;
@@ -672,6 +671,22 @@ static int cuda_create(const struct l8_model *m, const struct l8_engine_opts *o,
         }
     }
 
+    /* The bf16 decode path (no FP8 tensor cores: sm_80) converts each
+     * product's operands into a scratch that grows with the shape, and
+     * captured decode graphs keep its address: it gets its largest size
+     * now, before any capture. */
+    if (e->num == L8_NUMERICS_FP8 && (l8k_blas_fp8_path(e->blas, L8K_F32) == L8K_FP8_BF16 ||
+                                      l8k_blas_fp8_path(e->blas, L8K_BF16) == L8K_FP8_BF16)) {
+        const uint32_t shape[4][2] = { { QKV, H }, { H, nh * D }, { 2 * I, H }, { H, I } };
+        rc = 0;
+        for (int i = 0; i < 4 && !rc; i++)
+            rc = l8k_blas_reserve(e->blas, T, shape[i][0], shape[i][1]);
+        if (rc) {
+            snprintf(err, L8_ERRLEN, "out of GPU memory for the bf16 GEMM scratch (%d)", rc);
+            goto err;
+        }
+    }
+
     /* KV pool. */
     {
         e->kv_dt = e->num == L8_NUMERICS_EXACT ? L8K_F32 : L8K_BF16;
@@ -685,11 +700,14 @@ static int cuda_create(const struct l8_model *m, const struct l8_engine_opts *o,
         else if (o->kv_bytes)
             want = o->kv_bytes;
         else {
-            want = DEFAULT_KV_BYTES;
+            /* One full context of the model (16 GiB for Llama 3.1 8B's
+             * 131,072 positions), so any request fits, within free memory. */
+            want = (uint64_t)((c->max_pos + e->ps - 1) / e->ps) * page_bytes;
             if (free_b > FREE_MEM_RESERVE && want > free_b - FREE_MEM_RESERVE)
                 want = free_b - FREE_MEM_RESERVE;
         }
-        e->n_pages = (uint32_t)(want / page_bytes);
+        /* Clamped, not truncated: a huge request must fail the check below. */
+        e->n_pages = want / page_bytes > UINT32_MAX ? UINT32_MAX : (uint32_t)(want / page_bytes);
         if (e->n_pages == 0 || (uint64_t)e->n_pages * page_bytes + FREE_MEM_RESERVE > free_b) {
             rc = -ENOMEM;
             snprintf(err, L8_ERRLEN, "KV pool of %u pages (%.1f MiB) does not fit in %.1f MiB free",

@@ -31,6 +31,11 @@ int main(void)
     CHECK(l8d_conf_parse_text(&c, "max_batch = \f-18446744073709551615\n", "x.conf", err) ==
           -EINVAL, "a sign behind a form feed");
     CHECK(l8d_conf_parse_text(&c, "kv_mib = +5\n", "x.conf", err) == -EINVAL, "a plus sign");
+    /* kv_mib's bytes must fit 64 bits (2^44 MiB would wrap to 0 bytes). */
+    CHECK(l8d_conf_parse_text(&c, "kv_mib = 17592186044415\n", "x.conf", err) == 0 &&
+          c.kv_mib == 17592186044415ull, "kv_mib 2^44 - 1: %s", err);
+    CHECK(l8d_conf_parse_text(&c, "kv_mib = 17592186044416\n", "x.conf", err) == -EINVAL,
+          "kv_mib 2^44");
     CHECK(l8d_conf_parse_text(&c, "max_batch\n", "x.conf", err) == -EINVAL, "no '='");
     CHECK(!strcmp(err, "x.conf:1: expected 'key = value'"), "message: %s", err);
     CHECK(l8d_conf_parse_text(&c, "numerics = fast\n", "x.conf", err) == -EINVAL, "bad enum");

@@ -14,6 +14,9 @@
  *   exact, decode graphs: 3 sequences at different lengths per decode step
  *     (padded to a graph of 4), eager warm-up, capture, replays: case3's
  *     logits, and graphs on vs off (L8_CUDA_GRAPHS=0) within 1e-5;
+ *   fp8, decode graphs over cuBLASLt at batches 1-3 with a prefill chunk
+ *     between replays: graphs on vs off within 1e-2 (--graph-paths runs only
+ *     this: the emulated sm_80's bf16 path, test emu_engine_sm80);
  *   sampling: the same seed gives the same tokens, run to run;
  *   the step profile (L8_PROFILE): every phase counted once per layer or
  *     step, and profiling changes no logit.
@@ -31,7 +34,8 @@
  *     error <= 1.5 x the cpu fp8's + 0.01, argmax agreement >= the cpu
  *     fp8's - 0.25 (44 positions, ~3 standard deviations: a coarse band,
  *     printed in full).
- * usage: test_engine GOLDEN_DIR [MODEL_DIR]. Exits 77 without a CUDA device. */
+ * usage: test_engine GOLDEN_DIR [MODEL_DIR | --graph-paths]. Exits 77 without a
+ * CUDA device. */
 #include <errno.h>
 #include <json-c/json.h>
 #include <stdbool.h>
@@ -39,6 +43,7 @@
 #include <unistd.h>
 
 #include "gpu_util.h"
+#include "l8_kernels.h"
 #include "engine.h"
 #include "model.h"
 #include "safetensors.h"
@@ -54,6 +59,8 @@
 #define FP8_ARGMAX_MIN 0.80
 #define N_CASES 5
 #define GRAPH_EAGER_TOL 1e-5
+/* The same in fp8 numerics: a split plan's rounding can move an FP8 code. */
+#define GRAPH_FP8_TOL 1e-2
 
 /* Every fp8 engine of a run keeps its measured crossover here, so all take
  * the same paths (as llama8d's restarts do through its tune_file). */
@@ -968,6 +975,85 @@ static void run_graph_batch(const struct l8_model *m, const struct l8_tensor_set
     free(x);
 }
 
+/* Decode graphs over cuBLASLt's FP8 path (L8_GEMV_MAX_M=0: every product
+ * there, and nothing measured at creation), at batch sizes that come and
+ * go (a shape's graph is captured the second time it is seen), then a
+ * prefill chunk longer than the prompts before, then replays: the path's
+ * buffers must stay where the captured graphs point. On the emulated sm_80 (CUEMU_SM=80,
+ * test emu_engine_sm80) that path converts the codes to bf16 in a scratch
+ * that grows with the shape. Graphs on must give the logits of graphs off
+ * (within the FP8 rounding the attention's split plan can move). */
+#define GP_SEQS 3u
+static const uint32_t gp_batch[] = { 1, 1, 3, 3, 0, 1, 3, 2 };   /* 0: a prefill chunk */
+#define GP_STEPS (sizeof gp_batch / sizeof gp_batch[0])
+static void graph_paths_run(const struct l8_model *m, const struct l8_tensor_set *ref,
+                            bool graphs, float *out)
+{
+    const uint32_t V = m->cfg.vocab, n_pages = 96;
+    char *saved = env_pin("L8_GEMV_MAX_M", "0");
+    if (!graphs)
+        setenv("L8_CUDA_GRAPHS", "0", 1);
+    struct l8_engine *e = make(m, L8_NUMERICS_FP8, n_pages, 4);
+    unsetenv("L8_CUDA_GRAPHS");
+    uint32_t tok[300], S, pos[GP_SEQS] = { 40, 60, 80 };
+    load_tokens(ref, 3, tok, &S);
+    uint32_t pages[GP_SEQS + 1][24];
+    for (uint32_t q = 0; q <= GP_SEQS; q++)
+        for (uint32_t i = 0; i < 24; i++)
+            pages[q][i] = q * 24 + i;
+    for (uint32_t q = 0; q < GP_SEQS; q++) {
+        struct l8_seq s = { .tokens = tok, .n_tokens = pos[q], .pos = 0, .pages = pages[q],
+                            .n_pages = 24 };
+        CHECK(l8_engine_step(e, &s, 1) == 0, "graph paths: prefill %u failed", q);
+    }
+    for (uint32_t k = 0; k < GP_STEPS; k++) {
+        struct l8_seq s[GP_SEQS];
+        const uint32_t b = gp_batch[k] ? gp_batch[k] : 1;
+        for (uint32_t q = 0; q < b; q++)
+            s[q] = gp_batch[k]
+                       ? (struct l8_seq){ .tokens = &tok[pos[q]], .n_tokens = 1, .pos = pos[q],
+                                          .pages = pages[q], .n_pages = 24,
+                                          .logits = L8_LOGITS_LAST,
+                                          .logits_out = out + ((size_t)k * GP_SEQS + q) * V }
+                       : (struct l8_seq){ .tokens = tok, .n_tokens = S < CHUNK ? S : CHUNK,
+                                          .pos = 0, .pages = pages[GP_SEQS], .n_pages = 24,
+                                          .logits = L8_LOGITS_LAST,
+                                          .logits_out = out + (size_t)k * GP_SEQS * V };
+        int r = l8_engine_step(e, s, b);
+        CHECK(r == 0, "graph paths: step %u (batch %u) failed %d", k, gp_batch[k], r);
+        for (uint32_t q = 0; gp_batch[k] && q < b; q++)
+            pos[q]++;
+    }
+    l8_engine_destroy(e);
+    env_restore("L8_GEMV_MAX_M", saved);
+}
+
+static void run_graph_paths(const struct l8_model *m, const struct l8_tensor_set *ref)
+{
+    const uint32_t V = m->cfg.vocab;
+    const size_t n = (size_t)GP_STEPS * GP_SEQS * V;
+    float *g = malloc(n * 4), *x = malloc(n * 4);
+    for (size_t i = 0; i < n; i++)
+        g[i] = x[i] = NAN;
+    graph_paths_run(m, ref, true, g);
+    graph_paths_run(m, ref, false, x);
+    double md = 0;
+    for (uint32_t k = 0; k < GP_STEPS; k++)
+        for (uint32_t q = 0; q < (gp_batch[k] ? gp_batch[k] : 1); q++) {
+            const size_t o = ((size_t)k * GP_SEQS + q) * V;
+            double d = ref_rel_l2(g + o, x + o, V);
+            md = d > md || d != d ? d : md;
+        }
+    struct l8k_blas *b = NULL;
+    const int path = l8k_blas_create(0, &b) == 0 ? (int)l8k_blas_fp8_path(b, L8K_F32) : -1;
+    l8k_blas_destroy(b);
+    printf("fp8 decode graphs over cuBLASLt path %d, batches 1-3 and a prefill chunk between "
+           "replays: graphs on vs off max_rel %.3g\n", path, md);
+    CHECK(md <= GRAPH_FP8_TOL, "graph paths: graphs on vs off differ by %.3g", md);
+    free(g);
+    free(x);
+}
+
 /* Sampled generation twice with one seed: identical tokens. */
 static void run_determinism(const struct l8_model *m, const struct l8_tensor_set *ref)
 {
@@ -1008,9 +1094,10 @@ static void run_determinism(const struct l8_model *m, const struct l8_tensor_set
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: %s GOLDEN_DIR [MODEL_DIR]\n", argv[0]);
+        fprintf(stderr, "usage: %s GOLDEN_DIR [MODEL_DIR | --graph-paths]\n", argv[0]);
         return 2;
     }
+    const bool only_graph_paths = argc > 2 && !strcmp(argv[2], "--graph-paths");
     require_gpu();
     char tdir[] = "/tmp/l8-tune-XXXXXX";
     if (!mkdtemp(tdir)) {
@@ -1024,7 +1111,7 @@ int main(int argc, char **argv)
      * a GPU takes at these sizes. run_tune measures all the same. */
     setenv("L8_GEMV_MAX_M", "8", 0);
 #endif
-    if (argc > 2) {
+    if (argc > 2 && !only_graph_paths) {
         run_big(argv[2]);
         unlink(g_tune);
         rmdir(tdir);
@@ -1044,9 +1131,14 @@ int main(int argc, char **argv)
         printf("FAIL: %s: %s\n", path, err);
         return 1;
     }
+    if (only_graph_paths) {
+        run_graph_paths(m, ref);
+        goto done;
+    }
     run_golden(m, ref, L8_NUMERICS_EXACT);
     run_decode_and_batch(m, ref);
     run_graph_batch(m, ref);
+    run_graph_paths(m, ref);
     run_golden(m, ref, L8_NUMERICS_FP8);
     run_mixed_step(m, ref);
     run_determinism(m, ref);
@@ -1054,6 +1146,7 @@ int main(int argc, char **argv)
     run_tune(m, ref);
     run_tune_rule();
     run_tune_algo_rule();
+done:
     unlink(g_tune);
     rmdir(tdir);
     l8_st_close(ref);

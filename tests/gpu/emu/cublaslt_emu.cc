@@ -2,7 +2,8 @@
  * the CPU, for the emulated engine tests (see cuemu.h).
  *
  * It keeps the real library's rules where a mistake of ours would show:
- * FP8 operands only as "TN" (A transposed, B not), 16-byte aligned pointers
+ * FP8 operands only as "TN" (A transposed, B not) and only from sm_89 on
+ * (CUEMU_SM), 16-byte aligned pointers
  * and leading dimensions for FP8, scale modes per operand (a scalar or,
  * CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F, one f32 per row of op(A) and
  * per column of op(B)), f32 or bf16 outputs (C of D's type), operands in
@@ -120,6 +121,8 @@ cublasStatus_t check(const Desc *d, const Layout *a, const Layout *b, const Layo
     if ((uint64_t)a->ld < a->rows || (uint64_t)b->ld < b->rows || (uint64_t)dd->ld < dd->rows)
         return CUBLAS_STATUS_INVALID_VALUE;
     if (fp8(a)) {
+        if (cuemu::sm() < 89)
+            return CUBLAS_STATUS_NOT_SUPPORTED;   /* no FP8 tensor cores before Ada */
         if (d->trans[0] != CUBLAS_OP_T || d->trans[1] != CUBLAS_OP_N)
             return CUBLAS_STATUS_NOT_SUPPORTED;   /* FP8 tensor cores take TN only */
         if (a->ld % 16 || b->ld % 16 || (dd->ld * elt_size(dd->type)) % 16)

@@ -666,6 +666,16 @@ void submit(cudaStream_t st, std::function<void()> op)
     w();
 }
 
+int sm()
+{
+    static int v;
+    if (!v) {
+        const char *e = getenv("CUEMU_SM");
+        v = e && (atoi(e) == 80 || atoi(e) == 89) ? atoi(e) : 90;
+    }
+    return v;
+}
+
 }  // namespace cuemu
 
 using namespace cuemu;
@@ -698,7 +708,12 @@ cudaError_t cudaFree(void *p)
     auto it = g_allocs.find((uintptr_t)p);
     if (it == g_allocs.end())
         return g_last_error = cudaErrorInvalidValue;
-    munmap(it->second.map, it->second.map_len);
+    /* Kept reserved and inaccessible, never handed out again: a kernel or
+     * a captured graph still using the memory faults here, where on a GPU
+     * it would read or overwrite whatever was allocated there next. */
+    if (mmap(it->second.map, it->second.map_len, PROT_NONE,
+             MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) == MAP_FAILED)
+        munmap(it->second.map, it->second.map_len);
     g_allocs.erase(it);
     return cudaSuccess;
 }
@@ -962,8 +977,8 @@ cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int)
 {
     switch (a) {
     case cudaDevAttrMultiProcessorCount: *v = 132; return cudaSuccess;
-    case cudaDevAttrComputeCapabilityMajor: *v = 9; return cudaSuccess;
-    case cudaDevAttrComputeCapabilityMinor: *v = 0; return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMajor: *v = sm() / 10; return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMinor: *v = sm() % 10; return cudaSuccess;
     case cudaDevAttrMaxThreadsPerBlock: *v = MAX_THREADS; return cudaSuccess;
     case cudaDevAttrWarpSize: *v = WARP; return cudaSuccess;
     default: return g_last_error = cudaErrorInvalidValue;
@@ -977,8 +992,8 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d)
         return g_last_error = cudaErrorInvalidDevice;
     memset(p, 0, sizeof *p);
     snprintf(p->name, sizeof p->name, "cuemu (CPU emulation)");
-    p->major = 9;
-    p->minor = 0;
+    p->major = sm() / 10;
+    p->minor = sm() % 10;
     p->multiProcessorCount = 132;
     size_t free_b, total_b;
     cudaMemGetInfo(&free_b, &total_b);

@@ -93,6 +93,9 @@ void submit(cudaStream_t st, std::function<void()> op);
 void run_grid(const Cfg &cfg, const char *name, const std::function<void()> &body);
 /* Whether [p, p + bytes) lies inside one device allocation. */
 bool device_range(const void *p, size_t bytes);
+/* The emulated device's compute capability, major * 10 + minor: 90 (an
+ * H100/H200), or CUEMU_SM (80: an A100, no FP8 tensor cores; 89: Ada). */
+int sm();
 /* Aborts, naming the kernel and the argument, if p is not in device memory. */
 void check_device_ptr(const char *kernel, int arg, const void *p);
 
