@@ -185,6 +185,27 @@ static void run_ok(const char *const *argv, const char *in, size_t in_len, struc
     free(err.p);
 }
 
+/* Start argv as an interactive client (chat, pipe): *in is its stdin, *out
+ * its stdout; chat_pid holds it until the caller reaps it. */
+static pid_t spawn_interactive(const char *const *argv, int *in, int *out)
+{
+    int pin[2], pout[2];
+    REQUIRE(pipe2(pin, O_CLOEXEC) == 0 && pipe2(pout, O_CLOEXEC) == 0, "pipe");
+    pid_t pid = chat_pid = fork();
+    REQUIRE(pid >= 0, "fork");
+    if (pid == 0) {
+        dup2(pin[0], 0);
+        dup2(pout[1], 1);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    close(pin[0]);
+    close(pout[1]);
+    *in = pin[1];
+    *out = pout[0];
+    return pid;
+}
+
 /* ---------------------------------------------------------------- UTF-8, JSON, ids */
 
 /* Lossy UTF-8 decoding (Unicode's "maximal subpart" practice, as WHATWG's
@@ -794,39 +815,30 @@ static void test_chat(void)
 
     struct status s0, s1, s2;
     status_settled(&s0);
-    int pin[2], pout[2];
-    REQUIRE(pipe2(pin, O_CLOEXEC) == 0 && pipe2(pout, O_CLOEXEC) == 0, "pipe");
-    pid_t pid = chat_pid = fork();
-    REQUIRE(pid >= 0, "fork");
-    if (pid == 0) {
-        dup2(pin[0], 0);
-        dup2(pout[1], 1);
-        execl(bin_ctl, bin_ctl, "chat", "--socket", dmn.sock, "--max-new", "12", (char *)NULL);
-        _exit(127);
-    }
-    close(pin[0]);
-    close(pout[1]);
+    const char *chat_argv[] = { bin_ctl, "chat", "--socket", dmn.sock, "--max-new", "12", NULL };
+    int pin, pout;
+    pid_t pid = spawn_interactive(chat_argv, &pin, &pout);
     struct buf got = {0};
     expect_clients = 2;
-    CHECK(dprintf(pin[1], "%s\n", u1) > 0, "write turn 1");
-    bool ok = read_exact(pout[0], &got, r1.text.n + 1, CMD_TIMEOUT_MS);
+    CHECK(dprintf(pin, "%s\n", u1) > 0, "write turn 1");
+    bool ok = read_exact(pout, &got, r1.text.n + 1, CMD_TIMEOUT_MS);
     CHECK(ok && !memcmp(got.p, r1.text.p, r1.text.n) && got.p[r1.text.n] == '\n',
           "chat turn 1:\n  got: %s\n  want: %s", got.p, r1.text.p);
     /* The chat client is connected too, and idle between turns. */
     status_settled(&s1);
-    CHECK(dprintf(pin[1], "%s\n", u2) > 0, "write turn 2");
-    ok = read_exact(pout[0], &got, r2.text.n + 1, CMD_TIMEOUT_MS);
+    CHECK(dprintf(pin, "%s\n", u2) > 0, "write turn 2");
+    ok = read_exact(pout, &got, r2.text.n + 1, CMD_TIMEOUT_MS);
     CHECK(ok && !memcmp(got.p, r2.text.p, r2.text.n) && got.p[r2.text.n] == '\n',
           "chat turn 2:\n  got: %s\n  want: %s", got.p, r2.text.p);
-    close(pin[1]);      /* EOF ends the chat */
+    close(pin);      /* EOF ends the chat */
     int st;
     waitpid(pid, &st, 0);
     chat_pid = -1;
     expect_clients = 1;
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "chat exit status %d", st);
     char rest;
-    CHECK(read(pout[0], &rest, 1) == 0, "chat printed more than the two replies");
-    close(pout[0]);
+    CHECK(read(pout, &rest, 1) == 0, "chat printed more than the two replies");
+    close(pout);
     status_settled(&s2);
 
     /* Prompt positions computed plus those taken from the cache = the
@@ -1110,28 +1122,18 @@ static void test_pipe(void)
           s1.waiting, s1.done - s0.done);
 
     /* Interactively: cancel a long request after its first token. */
-    int pin[2], pout[2];
-    REQUIRE(pipe2(pin, O_CLOEXEC) == 0 && pipe2(pout, O_CLOEXEC) == 0, "pipe");
-    pid_t pid = chat_pid = fork();
-    REQUIRE(pid >= 0, "fork");
-    if (pid == 0) {
-        dup2(pin[0], 0);
-        dup2(pout[1], 1);
-        execv(bin_ctl, (char *const *)argv);
-        _exit(127);
-    }
-    close(pin[0]);
-    close(pout[1]);
+    int pin, pout;
+    pid_t pid = spawn_interactive(argv, &pin, &pout);
     expect_clients = 2;
-    CHECK(dprintf(pin[1], "{\"id\":\"c\",\"text\":\"go\",\"max_new\":100000,\"ignore_eos\":true}\n")
+    CHECK(dprintf(pin, "{\"id\":\"c\",\"text\":\"go\",\"max_new\":100000,\"ignore_eos\":true}\n")
           > 0, "write");
     pev_reset();
     struct buf line = {0};
     bool cancelled = false, done = false;
-    while (!done && read_line(pout[0], &line, CMD_TIMEOUT_MS)) {
+    while (!done && read_line(pout, &line, CMD_TIMEOUT_MS)) {
         const char *ev = pev_line(line.p);
         if (!strcmp(ev, "token") && !cancelled) {
-            CHECK(dprintf(pin[1], "{\"cancel\":\"c\"}\n") > 0, "write cancel");
+            CHECK(dprintf(pin, "{\"cancel\":\"c\"}\n") > 0, "write cancel");
             cancelled = true;
         }
         done = !strcmp(ev, "done");
@@ -1140,12 +1142,12 @@ static void test_pipe(void)
     CHECK(done && !strcmp(c->reason, "cancelled") && c->toks.n >= 1 && c->order_ok &&
           c->done_tokens == (int64_t)c->toks.n, "pipe cancel: done %d reason %s, %zu tokens",
           done, c->reason, c->toks.n);
-    close(pin[1]);      /* EOF: nothing left running, so it exits */
+    close(pin);      /* EOF: nothing left running, so it exits */
     int st;
     waitpid(pid, &st, 0);
     chat_pid = -1;
     expect_clients = 1;
-    close(pout[0]);
+    close(pout);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "pipe exit status %d", st);
     pev_reset();
     free(line.p);

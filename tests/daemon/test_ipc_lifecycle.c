@@ -53,20 +53,27 @@ static void test_notify_and_drain(void)
     CHECK(rc == 0, "exit status %d after drain", rc);
 }
 
-static void test_drain_timeout(void)
+/* A client whose request 1 runs until the daemon stops it. */
+static struct l8c_client *connect_endless(const char *sock, const char *name)
 {
-    struct tdaemon d;
-    const char *extra[] = { "--drain-timeout-ms", "300", NULL };
-    tdaemon_start(&d, bin, model, extra);
     struct l8c_client *c;
     char err[L8C_ERRLEN];
-    REQUIRE(l8c_connect(d.sock, "cut", &c, err) == 0, "%s", err);
+    REQUIRE(l8c_connect(sock, name, &c, err) == 0, "%s", err);
     uint32_t prompt[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
     struct l8c_params p;
     l8c_params_init(&p);
     p.max_new_tokens = 100000;
     p.ignore_eos = true;
     REQUIRE(l8c_submit_id(c, 1, prompt, 8, &p) == 0, "submit");
+    return c;
+}
+
+static void test_drain_timeout(void)
+{
+    struct tdaemon d;
+    const char *extra[] = { "--drain-timeout-ms", "300", NULL };
+    tdaemon_start(&d, bin, model, extra);
+    struct l8c_client *c = connect_endless(d.sock, "cut");
     struct l8_event ev;
     while (l8c_wait_events(c, &ev, 1, 10000) == 1 && ev.kind != L8_EV_TOKEN)
         ;
@@ -90,15 +97,7 @@ static void test_own_loop_hangup(void)
 {
     struct tdaemon d;
     tdaemon_start(&d, bin, model, NULL);
-    struct l8c_client *c;
-    char err[L8C_ERRLEN];
-    REQUIRE(l8c_connect(d.sock, "own loop", &c, err) == 0, "%s", err);
-    uint32_t prompt[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
-    struct l8c_params p;
-    l8c_params_init(&p);
-    p.max_new_tokens = 100000;
-    p.ignore_eos = true;
-    REQUIRE(l8c_submit_id(c, 1, prompt, 8, &p) == 0, "submit");
+    struct l8c_client *c = connect_endless(d.sock, "own loop");
     struct l8_event ev[64];
     int rc = 0, tokens = 0, wakeups = 0, after_empty = 0;
     bool killed = false;
