@@ -26,6 +26,9 @@
 /* Candidates a product may be pinned to (l8k_gemm_fp8_pin), and pins kept. */
 #define BLAS_MAX_ALGOS 8
 #define BLAS_PINS 32
+/* Scratch buffers outgrown while a captured graph points at them, kept until
+ * destroy (a growth at least doubles, so 16 cover any size). */
+#define BLAS_RETIRED 16
 /* Probe acceptance, relative L2 error against l8k_gemv (exact products, f32
  * sums). Hopper's FP8 tensor cores add within an instruction at reduced
  * precision (about 14 bits before cuBLASLt promotes the partial sums), so an
@@ -45,6 +48,7 @@ struct algo_entry {
     uint32_t align[3];   /* of A, B, C/D: an algo chosen for 256 may need 256 */
     cublasLtMatmulAlgo_t algo;
     bool valid;
+    bool refused;   /* the heuristic offered nothing for this key */
 };
 
 /* A shape pinned to the heuristic's index-th algorithm instead of its
@@ -65,10 +69,14 @@ struct l8k_blas {
     double probe_err[3][2];
     uint16_t *scr;       /* bf16 scratch for the decode path: W then x */
     size_t scr_elems;
+    bool scr_captured;   /* a stream capture has recorded scr's address */
+    void *retired[BLAS_RETIRED];
+    uint32_t n_retired;
     struct algo_entry cache[BLAS_CACHE];
     uint32_t cache_used;
     struct algo_pin pins[BLAS_PINS];
     uint32_t n_pins;
+    uint32_t n_refused;   /* keys the heuristic refused (l8k_blas_refused) */
 };
 
 /* y *= x_scale[m] * w_scale[n], in place, y f32 or bf16 (then rounded
@@ -187,12 +195,15 @@ err:
     return -EIO;
 }
 
-/* The heuristic's first n algorithms for d (found of them), best first. */
+/* The heuristic's first n algorithms for d (found of them), best first;
+ * -ENOTSUP when it has none for this shape (the library's refusal, which a
+ * caller may answer with another path), -EIO on any other failure. */
 static int heuristic(struct l8k_blas *b, const struct lt_desc *d, int n,
                      cublasLtMatmulHeuristicResult_t *res, int *found)
 {
     cublasLtMatmulPreference_t pref = NULL;
     size_t wsb = BLAS_WORKSPACE;
+    cublasStatus_t s;
     int rc = -EIO;
     *found = 0;
     if (cublasLtMatmulPreferenceCreate(&pref) ||
@@ -207,9 +218,12 @@ static int heuristic(struct l8k_blas *b, const struct lt_desc *d, int n,
         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                              &d->al[2], sizeof d->al[2]))
         goto out;
-    if (cublasLtMatmulAlgoGetHeuristic(b->h, d->op, d->la, d->lb, d->lc, d->lc, pref, n, res,
-                                       found) == CUBLAS_STATUS_SUCCESS && *found >= 1)
+    s = cublasLtMatmulAlgoGetHeuristic(b->h, d->op, d->la, d->lb, d->lc, d->lc, pref, n, res,
+                                       found);
+    if (s == CUBLAS_STATUS_SUCCESS && *found >= 1)
         rc = 0;
+    else if (s == CUBLAS_STATUS_NOT_SUPPORTED || s == CUBLAS_STATUS_SUCCESS)
+        rc = -ENOTSUP;
 out:
     if (pref)
         cublasLtMatmulPreferenceDestroy(pref);
@@ -229,7 +243,9 @@ static struct algo_pin *find_pin(struct l8k_blas *b, int kind, enum l8k_dtype ou
     return NULL;
 }
 
-/* One product through cuBLASLt, with the cached (or pinned) algorithm. */
+/* One product through cuBLASLt, with the cached (or pinned) algorithm;
+ * -ENOTSUP for a shape the heuristic refuses (remembered, so the next call
+ * goes to the caller's fallback without asking again). */
 static int lt_matmul(struct l8k_blas *b, int kind, const void *w, const void *x, const float *ws,
                      const float *xs, uint32_t M, uint32_t N, uint32_t K, enum l8k_dtype y_dt,
                      void *y, cudaStream_t st)
@@ -251,7 +267,9 @@ static int lt_matmul(struct l8k_blas *b, int kind, const void *w, const void *x,
         const struct algo_pin *pin = find_pin(b, kind, y_dt, M, N, K, d.al);
         const uint32_t i = pin ? pin->index : 0;
         rc = heuristic(b, &d, i ? BLAS_MAX_ALGOS : 1, res, &found);
-        if (rc || found <= (int)i) {
+        if (rc == -ENOTSUP && !i) {
+            b->n_refused++;
+        } else if (rc || found <= (int)i) {
             desc_free(&d);
             return -EIO;
         }
@@ -260,8 +278,14 @@ static int lt_matmul(struct l8k_blas *b, int kind, const void *w, const void *x,
         e->out = y_dt;
         e->M = M; e->N = N; e->K = K;
         memcpy(e->align, d.al, sizeof d.al);
-        e->algo = res[i].algo;
+        e->refused = rc == -ENOTSUP;
+        if (!e->refused)
+            e->algo = res[i].algo;
         e->valid = true;
+    }
+    if (e->refused) {
+        desc_free(&d);
+        return -ENOTSUP;
     }
     rc = lt_status(cublasLtMatmul(b->h, d.op, &alpha, w, d.la, x, d.lb, &beta, y, d.lc, y, d.lc,
                                   &e->algo, b->ws, BLAS_WORKSPACE, st));
@@ -296,17 +320,37 @@ extern "C" int l8k_blas_reserve(struct l8k_blas *b, uint32_t M, uint32_t N, uint
     if (need <= b->scr_elems)
         return 0;
     /* Grows only (cudaMalloc cannot be captured in a graph): the engine
-     * reserves its largest shape before any capture. */
-    if (b->scr && cudaFree(b->scr) != cudaSuccess)
+     * reserves its largest shape before any capture where this is its path.
+     * Where it is only a refused shape's fallback, a graph captured earlier
+     * may point at the buffer: that one is kept, not freed. */
+    if (b->scr && b->scr_captured) {
+        if (b->n_retired == BLAS_RETIRED)
+            return -ENOMEM;
+        b->retired[b->n_retired++] = b->scr;
+        need = need > 2 * b->scr_elems ? need : 2 * b->scr_elems;
+    } else if (b->scr && cudaFree(b->scr) != cudaSuccess) {
         return -EIO;
+    }
     b->scr = NULL;
     b->scr_elems = 0;
+    b->scr_captured = false;
     if (cudaMalloc((void **)&b->scr, need * 2) != cudaSuccess) {
         cudaGetLastError();
         return -ENOMEM;
     }
     b->scr_elems = need;
     return 0;
+}
+
+/* Whether st is being captured (an error counts as yes: the safe answer). */
+static bool capturing(cudaStream_t st)
+{
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(st, &cs) != cudaSuccess) {
+        cudaGetLastError();
+        return true;
+    }
+    return cs != cudaStreamCaptureStatusNone;
 }
 
 static int gemm_fp8_path(struct l8k_blas *b, enum l8k_fp8_path p, const uint8_t *wq,
@@ -323,6 +367,7 @@ static int gemm_fp8_path(struct l8k_blas *b, enum l8k_fp8_path p, const uint8_t 
     case L8K_FP8_BF16: {
         if ((rc = l8k_blas_reserve(b, M, N, K)))
             return rc;
+        b->scr_captured |= capturing(st);
         uint16_t *wb = b->scr, *xb = b->scr + scr_x_off(N, K);
         size_t nw = (size_t)N * K, nx = (size_t)M * K;
         if ((rc = l8k_launch("fp8_to_bf16_kernel", fp8_to_bf16_kernel,
@@ -437,6 +482,7 @@ extern "C" int l8k_blas_create(cudaStream_t st, struct l8k_blas **out)
     }
     if ((rc = probe_paths(b, st)))
         goto err;
+    b->n_refused = 0;   /* the probe's refusals only chose the paths */
     /* The first that passed, in order of speed; f32 out is required. */
     for (int o = 0; o < 2; o++) {
         b->path[o] = L8K_FP8_NONE;
@@ -461,6 +507,8 @@ extern "C" void l8k_blas_destroy(struct l8k_blas *b)
         return;
     if (b->scr)
         cudaFree(b->scr);
+    for (uint32_t i = 0; i < b->n_retired; i++)
+        cudaFree(b->retired[i]);
     if (b->ws)
         cudaFree(b->ws);
     if (b->h)
@@ -513,6 +561,23 @@ static int gemm_fp8_check(const struct l8k_blas *b, const uint8_t *wq, const flo
     return b->path[o] == L8K_FP8_NONE ? -ENOTSUP : 0;
 }
 
+extern "C" uint32_t l8k_blas_refused(const struct l8k_blas *b)
+{
+    return b ? b->n_refused : 0;
+}
+
+/* The paths a product of output o tries, in order: the chosen one, then
+ * the slower ones whose probe passed. The probe runs at one small shape;
+ * the library may still refuse a real one (a mode's kernels need not cover
+ * every M, N, K), and the same product on the next path is only slower. */
+static bool next_path(const struct l8k_blas *b, int o, int *p)
+{
+    for (*p = *p < 0 ? (int)b->path[o] : *p + 1; *p <= L8K_FP8_BF16; (*p)++)
+        if (b->path_ok[*p][o])
+            return true;
+    return false;
+}
+
 extern "C" int l8k_gemm_fp8(struct l8k_blas *b, const uint8_t *wq, const float *w_scale,
                             const uint8_t *xq, const float *x_scale, uint32_t M, uint32_t N,
                             uint32_t K, enum l8k_dtype y_dt, void *y, cudaStream_t st)
@@ -520,12 +585,16 @@ extern "C" int l8k_gemm_fp8(struct l8k_blas *b, const uint8_t *wq, const float *
     int rc = gemm_fp8_check(b, wq, w_scale, xq, x_scale, N, K, y_dt, y);
     if (rc || M == 0)
         return rc;
-    return gemm_fp8_path(b, b->path[out_index(y_dt)], wq, w_scale, xq, x_scale, M, N, K, y_dt,
-                         y, st);
+    for (int p = -1; next_path(b, out_index(y_dt), &p);)
+        if ((rc = gemm_fp8_path(b, (enum l8k_fp8_path)p, wq, w_scale, xq, x_scale, M, N, K, y_dt,
+                                y, st)) != -ENOTSUP)
+            return rc;
+    return -EIO;   /* every path refused this shape */
 }
 
-/* The candidates for this product on its path (FP8 tensor-core paths only:
- * the bf16 decode path's operands are the scratch's): in res, n of them. */
+/* The candidates for this product on the path l8k_gemm_fp8 takes for it
+ * (FP8 tensor-core paths only: the bf16 decode path's operands are the
+ * scratch's): in res, n of them. */
 static int gemm_fp8_candidates(struct l8k_blas *b, const uint8_t *wq, const float *w_scale,
                                const uint8_t *xq, const float *x_scale, uint32_t M, uint32_t N,
                                uint32_t K, enum l8k_dtype y_dt, const void *y, int *kind,
@@ -534,21 +603,24 @@ static int gemm_fp8_candidates(struct l8k_blas *b, const uint8_t *wq, const floa
     int rc = gemm_fp8_check(b, wq, w_scale, xq, x_scale, N, K, y_dt, y);
     if (rc)
         return rc;
-    const enum l8k_fp8_path p = b->path[out_index(y_dt)];
     if (M == 0)
         return -EINVAL;
-    if (p == L8K_FP8_BF16)
-        return -ENOTSUP;
-    *kind = p == L8K_FP8_OUTER_VEC ? GK_FP8_OUTER : GK_FP8_UNIT;
-    const bool outer = *kind == GK_FP8_OUTER;
-    struct lt_desc d;
-    if ((rc = desc_make(&d, *kind, wq, xq, outer ? w_scale : NULL, outer ? x_scale : NULL, M, N,
-                        K, y_dt, y)))
-        return rc;
-    memcpy(al, d.al, sizeof d.al);
-    rc = heuristic(b, &d, *n, res, n);
-    desc_free(&d);
-    return rc;
+    const int want = *n;
+    for (int p = -1; next_path(b, out_index(y_dt), &p) && p != L8K_FP8_BF16;) {
+        *kind = p == L8K_FP8_OUTER_VEC ? GK_FP8_OUTER : GK_FP8_UNIT;
+        const bool outer = *kind == GK_FP8_OUTER;
+        struct lt_desc d;
+        if ((rc = desc_make(&d, *kind, wq, xq, outer ? w_scale : NULL, outer ? x_scale : NULL, M,
+                            N, K, y_dt, y)))
+            return rc;
+        memcpy(al, d.al, sizeof d.al);
+        *n = want;
+        rc = heuristic(b, &d, *n, res, n);
+        desc_free(&d);
+        if (rc != -ENOTSUP)
+            return rc;
+    }
+    return -ENOTSUP;
 }
 
 extern "C" int l8k_gemm_fp8_algos(struct l8k_blas *b, const uint8_t *wq, const float *w_scale,

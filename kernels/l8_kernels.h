@@ -103,15 +103,21 @@ int  l8k_blas_set_fp8_path(struct l8k_blas *b, enum l8k_dtype y_dt, enum l8k_fp8
 /* The probe's relative error for path p with output y_dt, F32 or BF16
  * (-1: the library refused it). */
 double l8k_blas_probe_err(const struct l8k_blas *b, enum l8k_fp8_path p, enum l8k_dtype y_dt);
+/* How many product shapes cuBLASLt refused on the path chosen for them
+ * (each then ran on the next path whose probe passed; see l8k_gemm_fp8). */
+uint32_t l8k_blas_refused(const struct l8k_blas *b);
 /* Make l8k_gemm_fp8 of up to [M, N, K] allocation-free on every path (the
- * bf16 decode path's scratch), so it can be captured in a CUDA graph. */
+ * bf16 decode path's scratch), so it can be captured in a CUDA graph. A
+ * scratch a capture has used is kept until l8k_blas_destroy when it grows. */
 int  l8k_blas_reserve(struct l8k_blas *b, uint32_t M, uint32_t N, uint32_t K);
 
 /* y [M, N] = x_scale[m] * w_scale[n] * (xq [M, K] . wq [N, K]^T), FP8 codes;
  * y_dt F32, or BF16 (nearest even; half the bytes to write and read back,
  * for a product whose output is large: prefill's gate/up; -ENOTSUP where
  * l8k_blas_fp8_path(b, L8K_BF16) is L8K_FP8_NONE).
- * K % 16 == 0, and 16-byte output rows (N % 4 in f32, N % 8 in bf16). The
+ * K % 16 == 0, and 16-byte output rows (N % 4 in f32, N % 8 in bf16). A
+ * shape the library refuses on the chosen path takes the next path whose
+ * probe passed (counted by l8k_blas_refused); -EIO if all refuse it. The
  * BF16 path grows a scratch buffer (not graph-capturable on first use at a
  * new size: see l8k_blas_reserve). */
 int l8k_gemm_fp8(struct l8k_blas *b, const uint8_t *wq, const float *w_scale,
@@ -123,8 +129,9 @@ int l8k_gemm_fp8(struct l8k_blas *b, const uint8_t *wq, const float *w_scale,
  * l8k_gemm_fp8_pin: from now on the index-th of them for this shape, output
  * and operand alignment (0 restores the default; at most 32 shapes pinned,
  * then -ENOSPC; -ENOENT: fewer candidates). The engine times the candidates
- * and keeps the fastest. FP8 tensor-core paths only (-ENOTSUP on the bf16
- * decode path); nothing is enqueued. */
+ * and keeps the fastest. On the path l8k_gemm_fp8 takes for the shape, FP8
+ * tensor-core paths only (-ENOTSUP on the bf16 decode path); nothing is
+ * enqueued. */
 int l8k_gemm_fp8_algos(struct l8k_blas *b, const uint8_t *wq, const float *w_scale,
                        const uint8_t *xq, const float *x_scale, uint32_t M, uint32_t N, uint32_t K,
                        enum l8k_dtype y_dt, const void *y);

@@ -91,6 +91,7 @@ struct cuda_engine {
     float *inv_freq;              /* [head_dim / 2] */
     int32_t *tune_rope;           /* while measuring the crossover: [64] of -1 */
     uint32_t tune_pinned[L8_TUNE_FP8]; /* while timing candidates: rank + 1 pinned */
+    uint32_t refused_seen;        /* l8k_blas_refused when last logged */
 
     void *kv;                     /* pool[layer][kv][page][kv_head][slot][head_dim] */
     enum l8k_dtype kv_dt;
@@ -353,6 +354,21 @@ static int fill_tune_inputs(struct cuda_engine *e, size_t M, bool lm_head)
  * full step (cuda_tune.h), from the line or measured, and at the line's
  * other row counts up to a full step. What was measured is kept in
  * tune_file when there is one. Says which on stderr. */
+/* Says when cuBLASLt has refused new product shapes on the chosen FP8
+ * path (they ran on a slower one: l8k_gemm_fp8), so a slow run shows why. */
+static void log_refusals(struct cuda_engine *e)
+{
+    const uint32_t n = l8k_blas_refused(e->blas);
+    if (n == e->refused_seen)
+        return;
+    fprintf(stderr, "llama8 cuda: cuBLASLt refused %u product shape%s on FP8 path %d (bf16 out "
+            "%d); %s on the next path whose probe passed\n", n - e->refused_seen,
+            n - e->refused_seen == 1 ? "" : "s", (int)l8k_blas_fp8_path(e->blas, L8K_F32),
+            (int)l8k_blas_fp8_path(e->blas, L8K_BF16), n - e->refused_seen == 1 ? "it runs" :
+            "they run");
+    e->refused_seen = n;
+}
+
 static int choose_tuning(struct cuda_engine *e, const char *tune_file, char err[L8_ERRLEN])
 {
     const struct l8_config *c = e->c;
@@ -767,6 +783,7 @@ static int cuda_create(const struct l8_model *m, const struct l8_engine_opts *o,
     }
     if ((rc = choose_tuning(e, o->tune_file, err)))
         goto err;
+    log_refusals(e);
     {
         size_t free_b = 0, total_b = 0;
         CK(cudaMemGetInfo(&free_b, &total_b));
@@ -1390,6 +1407,7 @@ out:
             rc = -EIO;
     }
     l8_prof_end(e->prof, rc == 0);
+    log_refusals(e);
     return rc;
 }
 

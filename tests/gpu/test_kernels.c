@@ -493,6 +493,43 @@ static void test_gemm(struct l8k_blas *b)
         cudaFree(dx16);
         cudaFree(dy16);
     }
+#ifdef L8_CUEMU
+    /* A shape the library refuses on the chosen path runs on the next path
+     * whose probe passed, and the refusal is remembered (asked once). The
+     * emulated heuristic refuses on request (CUEMU_LT_REFUSE); first rows
+     * counts not yet cached, since a cached shape is not asked again. */
+    if (chosen == L8K_FP8_OUTER_VEC) {
+        static const struct { const char *refuse; uint32_t m; enum l8k_fp8_path runs; } cases[] = {
+            { "outer:30", 33, L8K_FP8_EPILOGUE },   /* the scaling mode refused */
+            { "fp8:30", 34, L8K_FP8_BF16 },         /* every FP8 product refused */
+        };
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            const uint32_t m = cases[c].m, before = l8k_blas_refused(b);
+            if (l8k_blas_probe_err(b, cases[c].runs, L8K_F32) < 0)
+                continue;
+            setenv("CUEMU_LT_REFUSE", cases[c].refuse, 1);
+            for (int rep = 0; rep < 2; rep++) {
+                poison(dy, (size_t)m * N * 4);
+                KOK(l8k_gemm_fp8(b, dw, dws, dx, dxs, m, N, K, L8K_F32, dy, 0));
+                to_host(y, dy, (size_t)m * N * 4);
+                double e = rel_err(y, ref, (size_t)m * N);
+                CHECK(e <= (cases[c].runs == L8K_FP8_BF16 ? TOL_TC : TOL_FP8_TC),
+                      "gemm fp8, %s at %u rows: rel err %.3g", cases[c].refuse, m, e);
+            }
+            const uint32_t got = l8k_blas_refused(b) - before, want =
+                cases[c].runs == L8K_FP8_BF16 ? 2 : 1;   /* a refusal per path tried */
+            printf("  %s at %u rows: ran on path %d, %u refusals\n", cases[c].refuse, m,
+                   (int)cases[c].runs, got);
+            CHECK(got == want, "gemm fp8, %s: %u refusals counted, want %u", cases[c].refuse,
+                  got, want);
+            /* the candidates are the fallback's (none on the bf16 path) */
+            const int n = l8k_gemm_fp8_algos(b, dw, dws, dx, dxs, m, N, K, L8K_F32, dy);
+            CHECK(cases[c].runs == L8K_FP8_BF16 ? n == -ENOTSUP : n >= 1,
+                  "gemm fp8, %s: candidates %d", cases[c].refuse, n);
+            unsetenv("CUEMU_LT_REFUSE");
+        }
+    }
+#endif
     /* bf16 x bf16 -> f32 */
     uint16_t *wb = malloc((size_t)N * K * 2), *xb = malloc((size_t)M * K * 2);
     for (size_t i = 0; i < (size_t)N * K; i++)
@@ -1066,6 +1103,82 @@ static void test_attention_all(void)
     test_attention_prefill(64, 6, 2, c2, 3);            /* G = 3: 21 tokens, rows unused */
 }
 
+/* The bf16 path's scratch outgrown after a graph captured it: the graph
+ * must still replay into memory it owns (cudaFree'd memory is reused by the
+ * next allocation on the device; cuemu leaves it unmapped). A fresh blas on
+ * the bf16 path, a product of M1 rows captured, one of M2 > M1 rows run
+ * eagerly (the scratch grows), then the graph replayed. */
+static void test_gemm_scratch_graph(void)
+{
+    const uint32_t M1 = 10, M2 = 96, N = 64, K = 256;
+    struct l8k_blas *b = NULL;
+    KOK(l8k_blas_create(0, &b));
+    if (l8k_blas_set_fp8_path(b, L8K_F32, L8K_FP8_BF16) != 0) {
+        printf("  bf16 scratch under a graph: the bf16 path is not available here\n");
+        l8k_blas_destroy(b);
+        return;
+    }
+    uint8_t *w = malloc((size_t)N * K), *x = malloc((size_t)M2 * K);
+    float *ws = malloc(N * 4), *xs = malloc(M2 * 4), *y = malloc((size_t)M2 * N * 4);
+    double *ref = malloc((size_t)M2 * N * 8);
+    for (size_t i = 0; i < (size_t)N * K; i++)
+        w[i] = rnd_fp8();
+    for (size_t i = 0; i < (size_t)M2 * K; i++)
+        x[i] = rnd_fp8();
+    for (uint32_t i = 0; i < N; i++)
+        ws[i] = 1e-3f * (1.0f + rnd_f());
+    for (uint32_t i = 0; i < M2; i++)
+        xs[i] = 0.02f * (1.0f + rnd_f());
+    for (uint32_t m = 0; m < M2; m++)
+        for (uint32_t n = 0; n < N; n++) {
+            double a = 0;
+            for (uint32_t k = 0; k < K; k++)
+                a += (double)l8_e4m3_lut[x[(size_t)m * K + k]] * l8_e4m3_lut[w[(size_t)n * K + k]];
+            ref[(size_t)m * N + n] = a * ws[n] * xs[m];
+        }
+    void *dw = dup_to_dev(w, (size_t)N * K), *dx = dup_to_dev(x, (size_t)M2 * K);
+    float *dws = dup_to_dev(ws, N * 4), *dxs = dup_to_dev(xs, M2 * 4);
+    float *dy = dalloc((size_t)M2 * N * 4);
+    cudaStream_t st;
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    CU(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    KOK(l8k_gemm_fp8(b, dw, dws, dx, dxs, M1, N, K, L8K_F32, dy, st));   /* sized eagerly */
+    CU(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    int rc = l8k_gemm_fp8(b, dw, dws, dx, dxs, M1, N, K, L8K_F32, dy, st);
+    CU(cudaStreamEndCapture(st, &graph));
+    KOK(rc);
+    CU(cudaGraphInstantiate(&exec, graph, 0));
+    KOK(l8k_gemm_fp8(b, dw, dws, dx, dxs, M2, N, K, L8K_F32, dy, st));   /* grows */
+    CU(cudaStreamSynchronize(st));
+    to_host(y, dy, (size_t)M2 * N * 4);
+    double e2 = rel_err(y, ref, (size_t)M2 * N);
+    poison(dy, (size_t)M1 * N * 4);
+    CU(cudaGraphLaunch(exec, st));
+    CU(cudaStreamSynchronize(st));
+    to_host(y, dy, (size_t)M1 * N * 4);
+    double e1 = rel_err(y, ref, (size_t)M1 * N);
+    printf("  bf16 scratch under a graph: %u rows eager after the capture %.3g, the graph's %u "
+           "rows replayed %.3g\n", M2, e2, M1, e1);
+    CHECK(e2 <= TOL_TC && e1 <= TOL_TC, "bf16 scratch under a graph: rel err %.3g / %.3g", e2,
+          e1);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(st);
+    l8k_blas_destroy(b);
+    cudaFree(dw);
+    cudaFree(dx);
+    cudaFree(dws);
+    cudaFree(dxs);
+    cudaFree(dy);
+    free(w);
+    free(x);
+    free(ws);
+    free(xs);
+    free(y);
+    free(ref);
+}
+
 int main(int argc, char **argv)
 {
     require_gpu();
@@ -1096,6 +1209,7 @@ int main(int argc, char **argv)
     test_gemv_dense(3, 1000, 512);
     if (b)
         test_gemm(b);
+    test_gemm_scratch_graph();
     test_rope_kv(L8K_F32);
     test_rope_kv(L8K_BF16);
     test_gemv_qkv_rope(1, 32, 8, 128, L8K_FP8, L8K_BF16);   /* the 8B's heads, decode */

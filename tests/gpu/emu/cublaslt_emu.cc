@@ -12,7 +12,10 @@
  * as the tensor cores promote them (without their reduced-precision partial
  * sums inside an instruction). The heuristic's candidates differ as the real
  * ones do, by rounding only: candidate r splits K into r + 1 slices (split-K),
- * so a pinned candidate shows in the bits of what it computes. */
+ * so a pinned candidate shows in the bits of what it computes.
+ * CUEMU_LT_REFUSE=outer:M (or fp8:M) makes the heuristic refuse, as the
+ * real one may for a shape its kernels do not cover, every outer-vector
+ * scaled (or every FP8) product with at least M columns of op(B). */
 #include "cuemu.h"
 
 #include <cublasLt.h>
@@ -263,6 +266,25 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p
     }
 }
 
+/* CUEMU_LT_REFUSE (see the top), read at each query so a test can change it. */
+static bool refused(const Desc *d, const Layout *a, const Layout *b)
+{
+    const char *e = getenv("CUEMU_LT_REFUSE");
+    unsigned long m;
+    if (!e || !*e)
+        return false;
+    if (!strncmp(e, "outer:", 6))
+        m = strtoul(e + 6, NULL, 10);
+    else if (!strncmp(e, "fp8:", 4))
+        m = strtoul(e + 4, NULL, 10);
+    else {
+        fprintf(stderr, "cublaslt_emu: CUEMU_LT_REFUSE=%s: want outer:M or fp8:M\n", e);
+        abort();
+    }
+    const bool outer = d->scale_mode[0] == CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+    return fp8(a) && (e[0] == 'f' || outer) && b->cols >= m;
+}
+
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t desc,
                                               cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
                                               cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d,
@@ -277,6 +299,8 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
         return st;
     const Pref *p = (const Pref *)pref;
     if (fp8((Layout *)a) && (p->align[0] < 16 || p->align[1] < 16 || p->align[3] < 16))
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (refused((const Desc *)desc, (const Layout *)a, (const Layout *)b))
         return CUBLAS_STATUS_NOT_SUPPORTED;
     /* Up to 4 candidates, equal up to rounding; each remembers the alignment
      * it was chosen for, and its rank (its split of K). */

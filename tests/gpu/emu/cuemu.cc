@@ -832,6 +832,13 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t st, cudaStreamCaptureMode)
     return cudaSuccess;
 }
 
+cudaError_t cudaStreamIsCapturing(cudaStream_t st, cudaStreamCaptureStatus *status)
+{
+    *status = g_capture && st == g_capturing ? cudaStreamCaptureStatusActive
+                                             : cudaStreamCaptureStatusNone;
+    return cudaSuccess;
+}
+
 cudaError_t cudaStreamEndCapture(cudaStream_t st, cudaGraph_t *graph)
 {
     if (!g_capture || st != g_capturing)
