@@ -154,7 +154,7 @@ timeout "$(tmo 150 240)" "$W/bin/test_gpu_engine" tests/golden >"$OUT/test_engin
 say "test_gpu_engine (golden tiny) rc=$? $(tail -1 "$OUT/test_engine.log")"
 head -60 "$OUT/test_engine.log"
 
-grep -h "graph capture" "$OUT"/test_*.log 2>/dev/null | head -3 | tee -a "$SUMMARY"
+grep -h -E "graph capture|cuBLASLt refused" "$OUT"/test_*.log 2>/dev/null | head -3 | tee -a "$SUMMARY"
 
 # Races and bad accesses in the attention kernels (shared-memory tiles, the
 # one thing the CPU emulation cannot show): compute-sanitizer where the
@@ -206,7 +206,7 @@ if [ -f "$MODEL/config.json" ]; then
     grep -h -A6 "crossover measured" "$W/bench/single1.log" 2>/dev/null >>"$SUMMARY"
     grep -h -A1 "^steps:" "$W/bench/status_after.txt" 2>/dev/null >>"$SUMMARY"
     grep -h -E "^(memory|gpu):" "$W/bench/status.txt" 2>/dev/null >>"$SUMMARY"
-    grep -h "graph capture" "$W"/bench/*.log 2>/dev/null | head -3 | tee -a "$SUMMARY"
+    grep -h -E "graph capture|cuBLASLt refused" "$W"/bench/*.log 2>/dev/null | head -3 | tee -a "$SUMMARY"
 else
     say "benchmarks skipped: no checkpoint"
 fi
