@@ -19,15 +19,29 @@
  *                     share of the wall time, and the mean gap between a step
  *                     and the next while requests were left (the daemon's own
  *                     cost per step: delivery, scheduling, the hand-off)
+ *   wake-up floor     after the run, in this process: a thread stamps the
+ *                     time and writes an eventfd, a second blocked in read
+ *                     wakes and writes another, the main thread blocked in
+ *                     poll wakes and reads the clock; repeated at the run's
+ *                     inter-token p50 (how long the waiters sleep matters on
+ *                     a virtual machine). A token's delivery has the same
+ *                     two hops (engine thread -> the daemon's loop -> the
+ *                     client), so this is its floor on this machine, and
+ *                     delivery / floor what the daemon adds.
  * Prompts are random token ids (seeded), greedy, with --ignore-eos so every
  * request makes exactly --new tokens. */
 #include "ctl_ipc.h"
 
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <json-c/json.h>
 
@@ -84,13 +98,98 @@ static uint64_t rng_next(uint64_t *s)
     return z ^ (z >> 31);
 }
 
+/* ---- the wake-up floor (see the top) ------------------------------------ */
+
+struct floor_chain {
+    int efd[2];                 /* stamp -> relay, relay -> main */
+    uint64_t rounds, pause_ns;
+    _Atomic uint64_t t_stamp;
+    _Atomic bool fail;
+};
+
+static void *floor_stamp(void *arg)
+{
+    struct floor_chain *c = arg;
+    const uint64_t one = 1;
+    for (uint64_t i = 0; i < c->rounds; i++) {
+        /* a step's pause: both waiters are asleep when it comes */
+        struct timespec ts = { (time_t)(c->pause_ns / 1000000000u),
+                               (long)(c->pause_ns % 1000000000u) };
+        nanosleep(&ts, NULL);
+        atomic_store_explicit(&c->t_stamp, l8c_now_ns(), memory_order_release);
+        if (write(c->efd[0], &one, sizeof one) != sizeof one)
+            c->fail = true;
+    }
+    return NULL;
+}
+
+static void *floor_relay(void *arg)
+{
+    struct floor_chain *c = arg;
+    /* Counts what it reads (an eventfd adds up stamps it was too late for)
+     * and passes the count on, so no side waits for a stamp already taken. */
+    for (uint64_t got = 0, v = 0; got < c->rounds; got += v)
+        if (read(c->efd[0], &v, sizeof v) != sizeof v ||
+            write(c->efd[1], &v, sizeof v) != sizeof v) {
+            c->fail = true;
+            break;
+        }
+    return NULL;
+}
+
+/* Fills out with two-hop wake-ups pause_ns apart, about 0.5 s of them;
+ * -1 if the machine refused a thread or an eventfd, or a wake-up took over
+ * 5 s (no floor reported). */
+static int wake_floor(struct lat *out, uint64_t pause_ns)
+{
+    pause_ns = pause_ns < 100000 ? 100000 : pause_ns > 20000000 ? 20000000 : pause_ns;
+    struct floor_chain c = { .efd = { eventfd(0, EFD_CLOEXEC), eventfd(0, EFD_CLOEXEC) },
+                             .pause_ns = pause_ns };
+    c.rounds = 500000000 / pause_ns < 50 ? 50 : 500000000 / pause_ns > 400 ? 400
+                                                : 500000000 / pause_ns;
+    pthread_t ts, tr;
+    int rc = -1;
+    if (c.efd[0] < 0 || c.efd[1] < 0)
+        goto out;
+    if (pthread_create(&tr, NULL, floor_relay, &c))
+        goto out;
+    if (pthread_create(&ts, NULL, floor_stamp, &c)) {
+        /* the relay's reads, all at once: it runs out and ends */
+        for (uint64_t i = 0; i < c.rounds; i++) {
+            const uint64_t one = 1;
+            if (write(c.efd[0], &one, sizeof one) != sizeof one)
+                break;
+        }
+        pthread_join(tr, NULL);
+        goto out;
+    }
+    for (uint64_t got = 0, v = 0; got < c.rounds; got += v) {
+        struct pollfd pf = { c.efd[1], POLLIN, 0 };
+        if (poll(&pf, 1, 5000) != 1 || read(c.efd[1], &v, sizeof v) != sizeof v) {
+            c.fail = true;
+            break;
+        }
+        uint64_t now = l8c_now_ns();
+        lat_add(out, now - atomic_load_explicit(&c.t_stamp, memory_order_acquire));
+    }
+    pthread_join(ts, NULL);
+    pthread_join(tr, NULL);
+    rc = c.fail ? -1 : 0;
+out:
+    for (int i = 0; i < 2; i++)
+        if (c.efd[i] >= 0)
+            close(c.efd[i]);
+    return rc;
+}
+
 static void bench_usage(FILE *f)
 {
     fprintf(f,
         "usage: llama8ctl bench [OPTIONS]\n"
         "Run N greedy requests of random prompts against llama8d and report time to first\n"
         "token, submit -> prefill start, per-token delivery latency, inter-token latency,\n"
-        "time per output token (p50/p99) and tokens/s.\n\n"
+        "time per output token (p50/p99) and tokens/s; then this machine's floor for a\n"
+        "token's delivery (two eventfd wake-ups between threads, at the same pace).\n\n"
         "  -n, --requests N       requests in all (default 64)\n"
         "  -c, --concurrency C    requests in flight (default 8)\n"
         "      --clients K        connections to spread them over (default 1)\n"
@@ -154,7 +253,7 @@ int ctl_bench(int argc, char **argv)
     struct l8c_client *cl[MAX_CLIENTS] = {0};
     struct breq *rq = calloc(n_req, sizeof(*rq));
     uint32_t *prompt = malloc(pmax * sizeof(uint32_t));
-    struct lat ttft = {0}, start = {0}, deliver = {0}, itl = {0}, tpot = {0};
+    struct lat ttft = {0}, start = {0}, deliver = {0}, itl = {0}, tpot = {0}, floor = {0};
     int rc = CTL_FAIL;
     if (!rq || !prompt)
         goto out;
@@ -299,6 +398,8 @@ int ctl_bench(int argc, char **argv)
     double d50 = pct_us(&deliver, 50), d99 = pct_us(&deliver, 99);
     double i50 = pct_us(&itl, 50), i99 = pct_us(&itl, 99);
     double o50 = pct_us(&tpot, 50), o99 = pct_us(&tpot, 99);
+    const bool have_floor = wake_floor(&floor, (uint64_t)(i50 * 1000)) == 0;
+    double f50 = have_floor ? pct_us(&floor, 50) : 0, f99 = have_floor ? pct_us(&floor, 99) : 0;
     if (json) {
         json_object *o = json_object_new_object();
         json_object_object_add(o, "requests", json_object_new_int64((int64_t)n_req));
@@ -314,6 +415,10 @@ int ctl_bench(int argc, char **argv)
         json_object_object_add(o, "submit_to_start_p99_us", json_object_new_double(s99));
         json_object_object_add(o, "delivery_p50_us", json_object_new_double(d50));
         json_object_object_add(o, "delivery_p99_us", json_object_new_double(d99));
+        if (have_floor) {
+            json_object_object_add(o, "wake_floor_p50_us", json_object_new_double(f50));
+            json_object_object_add(o, "wake_floor_p99_us", json_object_new_double(f99));
+        }
         json_object_object_add(o, "itl_p50_us", json_object_new_double(i50));
         json_object_object_add(o, "itl_p99_us", json_object_new_double(i99));
         json_object_object_add(o, "tpot_p50_us", json_object_new_double(o50));
@@ -341,6 +446,11 @@ int ctl_bench(int argc, char **argv)
         printf("submit -> prefill start: p50 %9.1f us  p99 %9.1f us\n", s50, s99);
         printf("token delivery:          p50 %9.1f us  p99 %9.1f us (daemon timestamp -> client)\n",
                d50, d99);
+        if (have_floor)
+            printf("wake-up floor:           p50 %9.1f us  p99 %9.1f us (two eventfd hops between "
+                   "threads; delivery p50 %.1fx)\n", f50, f99, f50 > 0 ? d50 / f50 : 0);
+        else
+            printf("wake-up floor:           not measured (no thread or eventfd)\n");
         printf("inter-token latency:     p50 %9.1f us  p99 %9.1f us (daemon timestamps)\n", i50,
                i99);
         printf("time per output token:   p50 %9.1f us  p99 %9.1f us (each request's mean)\n", o50,
@@ -364,5 +474,6 @@ out:
     free(deliver.v);
     free(itl.v);
     free(tpot.v);
+    free(floor.v);
     return rc;
 }

@@ -71,11 +71,16 @@ static void *run(void *arg)
         t->t_start = t0;
         t->t_end = t1;
         t->finished = true;
+        pthread_mutex_unlock(&t->mu);
+        /* The wake-up after the unlock (the mutex has published the result):
+         * the loop, woken on another core, takes the mutex at once instead
+         * of sleeping on it until this thread waits again (a second
+         * wake-up on every token's way out). */
         uint64_t one = 1;
-        /* The mutex orders the result before the wake-up reaches the loop. */
         if (write(t->done_fd, &one, sizeof(one)) < 0) {
             /* cannot fail: the loop reads the counter after every step */
         }
+        pthread_mutex_lock(&t->mu);
     }
     pthread_mutex_unlock(&t->mu);
     return NULL;
@@ -151,8 +156,10 @@ int l8d_et_submit(struct l8d_engine_thread *t, struct l8_seq *seqs, uint32_t n)
     t->busy = true;
     t->pending = true;
     t->finished = false;
-    pthread_cond_signal(&t->cv);
     pthread_mutex_unlock(&t->mu);
+    /* Signalled after the unlock, so the engine thread does not wake only
+     * to sleep on the mutex this thread still holds. */
+    pthread_cond_signal(&t->cv);
     return 0;
 }
 
