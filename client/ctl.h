@@ -30,6 +30,11 @@ int ctl_read_stdin(char **buf, size_t *len);
  * (a model directory); NULL if none is set. */
 const char *ctl_tokenizer_path(const char *opt);
 
+/* s[0..n) as one JSON value, strictly (no comments or trailing commas),
+ * in valid UTF-8 (so whatever is echoed back is too), with nothing after it
+ * but white space; NULL with *why set (json-c's reason) otherwise. */
+json_object *ctl_parse_json(const char *s, size_t n, const char **why);
+
 /* Messages from a JSON array of {"role": "system"|"user"|"assistant", "content": TEXT}
  * (at most CTL_MAX_MESSAGES): *msgs is malloc'd, the contents borrowed from root.
  * -EINVAL (why says what is wrong), -ENOMEM. */

@@ -443,10 +443,13 @@ int ctl_generate(int argc, char **argv)
         }
         int erc;
         if (messages) {
-            json_object *root = json_tokener_parse(text);
+            const char *bad;
+            json_object *root = ctl_parse_json(text, tlen, &bad);
             struct l8chat_msg *m = NULL;
             size_t nm = 0;
-            char why[CTL_WHY_LEN] = "not JSON";
+            char why[CTL_WHY_LEN];
+            if (!root)
+                snprintf(why, sizeof why, "not JSON: %s", bad);
             if (!root || (erc = ctl_parse_messages(root, &m, &nm, why)) < 0) {
                 fprintf(stderr, "llama8ctl: --messages: stdin must be a JSON array of "
                                 "{\"role\": ..., \"content\": ...}: %s\n", why);

@@ -367,6 +367,10 @@ static void take_request(struct pipe *P, json_object *root)
  * daemon confirms. */
 static void take_cancel(struct pipe *P, json_object *root, json_object *id)
 {
+    if (!json_object_is_type(id, json_type_string) && !json_object_is_type(id, json_type_int)) {
+        say_error(NULL, "BAD_MESSAGE", "\"cancel\": the id of a request, a string or an integer");
+        return;
+    }
     if (json_object_object_length(root) != 1) {
         say_error(id, "BAD_MESSAGE", "a cancel line has only \"cancel\"");
         return;
@@ -393,17 +397,10 @@ static void take_line(struct pipe *P, const char *s, size_t n)
         i++;
     if (i == n)
         return;     /* blank lines are allowed */
-    json_tokener *jt = json_tokener_new_ex(64);
-    json_object *root = jt ? json_tokener_parse_ex(jt, s, (int)n) : NULL;
-    bool whole = root && json_tokener_get_error(jt) == json_tokener_success;
-    if (whole)
-        for (size_t k = json_tokener_get_parse_end(jt); k < n; k++)
-            if (s[k] != ' ' && s[k] != '\t' && s[k] != '\r')
-                whole = false;
-    const char *why = jt && !root ? json_tokener_error_desc(json_tokener_get_error(jt)) : NULL;
-    json_tokener_free(jt);
+    const char *why;
+    json_object *root = ctl_parse_json(s, n, &why);
     json_object *cancel;
-    if (!whole || !json_object_is_type(root, json_type_object)) {
+    if (!root || !json_object_is_type(root, json_type_object)) {
         say_error(NULL, "BAD_MESSAGE", "a line must be one JSON object%s%s", why ? ": " : "",
                   why ? why : "");
     } else if (json_object_object_get_ex(root, "cancel", &cancel)) {

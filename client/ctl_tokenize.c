@@ -194,12 +194,12 @@ int ctl_tokenize(int argc, char **argv)
         size_t n = 0;
         struct l8chat_msg two[2];
         if (messages) {
-            json_tokener *jt = json_tokener_new();
-            root = jt ? json_tokener_parse_ex(jt, text, (int)len) : NULL;
-            bool ok = root && json_tokener_get_error(jt) == json_tokener_success;
-            json_tokener_free(jt);
-            char why[CTL_WHY_LEN] = "not JSON";
-            if (!ok || ctl_parse_messages(root, &msgs, &n, why) < 0) {
+            const char *bad;
+            root = ctl_parse_json(text, len, &bad);
+            char why[CTL_WHY_LEN];
+            if (!root)
+                snprintf(why, sizeof why, "not JSON: %s", bad);
+            if (!root || ctl_parse_messages(root, &msgs, &n, why) < 0) {
                 fprintf(stderr, "llama8ctl: --messages: stdin must be a JSON array of "
                                 "{\"role\": ..., \"content\": ...}: %s\n", why);
                 st = CTL_FAIL;
@@ -255,13 +255,9 @@ static int parse_id_list(const char *s, l8tok_ids *ids)
 
 static int parse_id_json(const char *text, size_t len, l8tok_ids *ids)
 {
-    json_tokener *jt = json_tokener_new();
-    if (!jt)
-        return -ENOMEM;
-    json_object *root = json_tokener_parse_ex(jt, text, (int)len);
-    int rc = (root && json_tokener_get_error(jt) == json_tokener_success &&
-              json_object_is_type(root, json_type_array)) ? 0 : -EINVAL;
-    json_tokener_free(jt);
+    const char *why;
+    json_object *root = ctl_parse_json(text, len, &why);
+    int rc = root && json_object_is_type(root, json_type_array) ? 0 : -EINVAL;
     for (size_t i = 0; rc == 0 && i < json_object_array_length(root); i++) {
         json_object *v = json_object_array_get_idx(root, i);
         int64_t x = json_object_get_int64(v);

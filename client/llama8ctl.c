@@ -4,6 +4,7 @@
 #include "ctl_ipc.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,6 +63,35 @@ int ctl_read_stdin(char **buf, size_t *len)
     *buf = b;
     *len = n;
     return 0;
+}
+
+json_object *ctl_parse_json(const char *s, size_t n, const char **why)
+{
+    json_tokener *jt = n <= INT_MAX ? json_tokener_new_ex(64) : NULL;
+    if (!jt) {
+        *why = n <= INT_MAX ? "out of memory" : "too long";
+        return NULL;
+    }
+    json_tokener_set_flags(jt, JSON_TOKENER_STRICT | JSON_TOKENER_VALIDATE_UTF8);
+    json_object *root = json_tokener_parse_ex(jt, s, (int)n);
+    enum json_tokener_error e = json_tokener_get_error(jt);
+    size_t end = root ? json_tokener_get_parse_end(jt) : n;
+    /* the whole input: a value that ends early (an object, say) leaves the
+     * rest unread, and a number or literal at the end waits for more */
+    if (!root && e == json_tokener_continue) {
+        root = json_tokener_parse_ex(jt, "", 1);
+        e = json_tokener_get_error(jt);
+    }
+    json_tokener_free(jt);
+    *why = root ? NULL : e == json_tokener_continue ? "it ends too early"
+                                                     : json_tokener_error_desc(e);
+    for (size_t k = end; root && k < n; k++)
+        if (s[k] != ' ' && s[k] != '\t' && s[k] != '\r' && s[k] != '\n') {
+            json_object_put(root);
+            root = NULL;
+            *why = "more after the value";
+        }
+    return root;
 }
 
 int ctl_parse_messages(json_object *root, struct l8chat_msg **msgs, size_t *n,

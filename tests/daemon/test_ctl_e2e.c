@@ -256,10 +256,15 @@ static void utf8_lossy(const unsigned char *s, size_t n, struct buf *out)
     }
 }
 
+/* What llama8ctl writes is strict JSON in valid UTF-8, one value a line. */
 static json_object *parse_json(const char *s, const char *what)
 {
-    enum json_tokener_error e;
-    json_object *o = json_tokener_parse_verbose(s, &e);
+    json_tokener *jt = json_tokener_new();
+    REQUIRE(jt, "out of memory");
+    json_tokener_set_flags(jt, JSON_TOKENER_STRICT | JSON_TOKENER_VALIDATE_UTF8);
+    json_object *o = json_tokener_parse_ex(jt, s, (int)strlen(s) + 1);
+    enum json_tokener_error e = json_tokener_get_error(jt);
+    json_tokener_free(jt);
     REQUIRE(o, "%s: not JSON (%s): %s", what, json_tokener_error_desc(e), s);
     return o;
 }
@@ -885,7 +890,7 @@ struct pev {
     bool started, done;
     char reason[16];
     int64_t done_tokens;
-    char errors[4][32];         /* error names, in order */
+    char errors[8][32];         /* error names, in order */
     int n_errors;
     bool order_ok;              /* started first, tokens by index, nothing after the end */
 };
@@ -962,7 +967,7 @@ static const char *pev_line(const char *line)
                  json_object_get_string(get(j, "reason", json_type_string, line)));
         e->done_tokens = get_int(j, "tokens", line);
     } else if (!strcmp(ev, "error")) {
-        if (e->n_errors < 4)
+        if (e->n_errors < 8)
             snprintf(e->errors[e->n_errors++], sizeof e->errors[0], "%s",
                      json_object_get_string(get(j, "error", json_type_string, line)));
     } else {
@@ -1064,6 +1069,10 @@ static void test_pipe(void)
     pipe_req(&in, "\"stop\"", "text", pjs, stop_extra);
     json_object_put(pj);
     buf_str(&in, "not json\n\n{\"text\":\"no id\"}\n");
+    /* answered without an id: a cancel of a non-id, and lines that are not
+     * strict JSON in UTF-8 (the bad key would be echoed) */
+    buf_str(&in, "{\"cancel\":1.}\n{\"id\":\"u\",\"text\":\"x\",\"b\xff\":1}\n"
+                 "{\"id\":\"c\",/*x*/\"text\":\"x\"}\n{\"id\":\"t\",\"text\":\"x\",}\n");
     pipe_req(&in, "\"k\"", "text", "\"x\"", ",\"bogus\":1");
     pipe_req(&in, "\"z\"", "text", "\"x\"", ",\"max_new\":0");
     pipe_req(&in, "\"z2\"", "text", "\"x\"", ",\"stop_text\":[]");
@@ -1102,7 +1111,7 @@ static void test_pipe(void)
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         e = pev_of(bad[i].id);
-        int want = !strcmp(bad[i].id, "null") ? 2 : 1;     /* not JSON; no id */
+        int want = !strcmp(bad[i].id, "null") ? 6 : 1;     /* not JSON; no id; the 4 above */
         CHECK(e->n_errors == want && !strcmp(e->errors[0], bad[i].error) &&
               !strcmp(e->errors[want - 1], bad[i].error) && (e->toks.n == 0 || i == 7),
               "pipe %s: %d errors, the first %s, want %d %s", bad[i].id, e->n_errors,

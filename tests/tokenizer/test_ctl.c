@@ -148,6 +148,19 @@ int main(int argc, char **argv)
     RUN(&r, "[{\"role\":\"robot\",\"content\":\"x\"}]", "tokenize", "--chat", "--messages");
     CHECK(r.status == 1 && strstr(r.err, "message 0: role \"robot\""), "bad role: %d %s", r.status,
           r.err);
+    /* --messages takes one strict JSON value and nothing after it */
+    static const char *const not_json[][2] = {
+        { "[{\"role\":\"user\",\"content\":\"x\"}] x", "unexpected character" },
+        { "[{\"role\":\"user\",\"content\":\"x\"},]", "unexpected character" },
+        { "[{\"role\":\"user\",/*c*/\"content\":\"x\"}]", "quoted object property" },
+        { "[{\"role\":\"user\",\"content\":\"\xff\"}]", "invalid utf-8" },
+        { "[{\"role\":\"user\"", "unexpected end of data" },
+    };
+    for (size_t i = 0; i < sizeof not_json / sizeof not_json[0]; i++) {
+        RUN(&r, not_json[i][0], "tokenize", "--chat", "--messages");
+        CHECK(r.status == 1 && strstr(r.err, "not JSON") && strstr(r.err, not_json[i][1]),
+              "--messages %s: %d %s", not_json[i][0], r.status, r.err);
+    }
     RUN(&r, "", "tokenize", "--bogus");
     CHECK(r.status == 2, "unknown option: %d", r.status);
     RUN(&r, "", "tokenize", "--system", "x", "y");
