@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -471,12 +472,55 @@ static int submit_msg(struct l8c_client *c, uint8_t kind, const ProtobufCMessage
         return rc;
     if (g) {
         g->prompt_offset = off;
-        memcpy(c->arena + off, prompt, (size_t)n * 4);
+        if (n)   /* an empty prompt may be NULL: the daemon answers EMPTY_PROMPT */
+            memcpy(c->arena + off, prompt, (size_t)n * 4);
     }
     size_t len = protobuf_c_message_pack(m, c->arena + off + tok_bytes);
     publish(c, off + (uint32_t)tok_bytes, (uint32_t)len, kind);
     return 0;
 }
+
+#define CHECK_FAIL(code, ...) do { snprintf(why, L8C_ERRLEN, __VA_ARGS__); return code; } while (0)
+
+int l8c_check_request(const struct l8c_client *c, const uint32_t *prompt, uint32_t n,
+                      const struct l8c_params *p, char why[L8C_ERRLEN])
+{
+    const struct l8c_info *in = &c->info;
+    if (n == 0)
+        CHECK_FAIL(L8_ERR_EMPTY_PROMPT, "the prompt is empty");
+    if (n > in->max_prompt_tokens)
+        CHECK_FAIL(L8_ERR_PROMPT_TOO_LONG, "the prompt has %u tokens, the daemon takes at most %u",
+                n, in->max_prompt_tokens);
+    if (p->max_new_tokens == 0 || p->max_new_tokens > in->max_new_tokens)
+        CHECK_FAIL(L8_ERR_BAD_PARAMS, "max_new_tokens %u: the daemon takes 1 to %u",
+                p->max_new_tokens, in->max_new_tokens);
+    if ((uint64_t)n + p->max_new_tokens > in->context_length)
+        CHECK_FAIL(L8_ERR_PROMPT_TOO_LONG, "%u prompt tokens + max_new_tokens %u exceed the "
+                "context length %u", n, p->max_new_tokens, in->context_length);
+    for (uint32_t i = 0; i < n; i++)
+        if (prompt[i] >= in->vocab_size)
+            CHECK_FAIL(L8_ERR_BAD_TOKEN, "prompt token %u is %u, outside the vocabulary (%u)",
+                    i, prompt[i], in->vocab_size);
+    if (p->n_stop_ids > in->max_stop_ids)
+        CHECK_FAIL(L8_ERR_BAD_PARAMS, "%u stop ids: the daemon takes at most %u", p->n_stop_ids,
+                in->max_stop_ids);
+    for (uint32_t i = 0; i < p->n_stop_ids; i++)
+        if (p->stop_ids[i] >= in->vocab_size)
+            CHECK_FAIL(L8_ERR_BAD_TOKEN, "stop id %u is outside the vocabulary (%u)",
+                    p->stop_ids[i], in->vocab_size);
+    /* the scheduler's ranges (l8_sched_submit) */
+    const char *bad = !isfinite(p->temperature) ? "temperature: a finite number"
+                      : !(p->top_p > 0 && p->top_p <= 1) ? "top_p: above 0, at most 1"
+                      : !(p->min_p >= 0 && p->min_p <= 1) ? "min_p: 0 to 1"
+                      : !(isfinite(p->repetition_penalty) && p->repetition_penalty > 0)
+                          ? "repetition_penalty: a finite number above 0"
+                          : NULL;
+    if (bad)
+        CHECK_FAIL(L8_ERR_BAD_PARAMS, "%s", bad);
+    why[0] = 0;
+    return 0;
+}
+#undef CHECK_FAIL
 
 int l8c_submit_id(struct l8c_client *c, uint64_t id, const uint32_t *prompt,
                   uint32_t n, const struct l8c_params *p)

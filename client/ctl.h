@@ -30,6 +30,10 @@ int ctl_read_stdin(char **buf, size_t *len);
  * (a model directory); NULL if none is set. */
 const char *ctl_tokenizer_path(const char *opt);
 
+/* How many bytes of s (at most max) to quote in a message without cutting
+ * a UTF-8 character in two: for "%.*s". */
+int ctl_quote_len(const char *s, int max);
+
 /* s[0..n) as one JSON value, strictly (no comments or trailing commas),
  * in valid UTF-8 (so whatever is echoed back is too), with nothing after it
  * but white space; NULL with *why set (json-c's reason) otherwise. */

@@ -18,7 +18,14 @@ void ctl_req_opts_init(struct ctl_req_opts *o)
 {
     memset(o, 0, sizeof(*o));
     l8c_params_init(&o->params);
+    o->params.max_new_tokens = 0;   /* ctl_default_max_new, once connected */
     o->params.stop_ids = o->stop;
+}
+
+void ctl_default_max_new(struct l8c_params *p, const struct l8c_info *in)
+{
+    if (!p->max_new_tokens)
+        p->max_new_tokens = in->max_new_tokens < 256 ? in->max_new_tokens : 256;
 }
 
 void ctl_req_opts_free(struct ctl_req_opts *o)
@@ -259,6 +266,13 @@ static int end_at_stop_text(struct l8c_client *c, struct stream_ctx *x, const st
 static int run_one(struct l8c_client *c, struct stream_ctx *x, const uint32_t *ids, size_t n)
 {
     uint64_t id;
+    char why[L8C_ERRLEN];
+    int code = l8c_check_request(c, ids, (uint32_t)n, x->s.p, why);
+    if (code) {
+        fprintf(stderr, "llama8ctl: the daemon would refuse this request (%s): %s\n",
+                l8c_err_name(code), why);
+        return CTL_FAIL;
+    }
     int rc = l8c_submit(c, ids, (uint32_t)n, x->s.p, &id);
     if (rc < 0) {
         fprintf(stderr, "llama8ctl: submit: %s\n", rc == -EINVAL ? "bad arguments" : strerror(-rc));
@@ -300,7 +314,7 @@ static int run_one(struct l8c_client *c, struct stream_ctx *x, const uint32_t *i
             }
             if (x->json)
                 ctl_print_json(ctl_event_json(e, "request", json_object_new_uint64(e->request_id),
-                                              now, t));
+                                              now, t, tl));
             else if (t)
                 emit_text(x, t, tl);
             if (stopped && e->kind == L8_EV_TOKEN)
@@ -421,6 +435,7 @@ int ctl_generate(int argc, char **argv)
     }
     if ((rc = ctl_connect(o.socket, "llama8ctl generate", &c)) != CTL_OK)
         goto out;
+    ctl_default_max_new(&o.params, l8c_info(c));
     rc = CTL_FAIL;
     if (!ids_arg) {
         if (ctl_load_tokenizer(o.tokenizer, c, &tok) < 0 || l8tok_stream_new(tok, &st) < 0)
@@ -546,6 +561,7 @@ int ctl_chat(int argc, char **argv)
     size_t cap = 0;
     if ((rc = ctl_connect(o.socket, "llama8ctl chat", &c)) != CTL_OK)
         goto out;
+    ctl_default_max_new(&o.params, l8c_info(c));
     rc = CTL_FAIL;
     if (ctl_load_tokenizer(o.tokenizer, c, &tok) < 0 || l8tok_stream_new(tok, &st) < 0 ||
         (o.n_stop_text &&

@@ -44,7 +44,7 @@ enum {
     "  --tokenizer FILE       tokenizer.json or model dir (default: the served model's)\n" \
     "  --temperature T        0 = greedy (default)\n" \
     "  --top-k K  --top-p P  --min-p P  --repetition-penalty R  --seed S\n" \
-    "  --max-new N            new tokens (default 256)\n" \
+    "  --max-new N            new tokens (default 256, or the daemon's limit if lower)\n" \
     "  --stop ID              extra stop token id (repeatable)\n" \
     "  --stop-text TEXT       end the reply where TEXT appears, TEXT not printed\n" \
     "                         (repeatable; the escapes \\n \\t \\r \\\\ are read)\n" \
@@ -68,6 +68,9 @@ void ctl_req_opts_free(struct ctl_req_opts *o);
 /* Handle one of the common options: 1 handled, 0 not ours, -1 bad value
  * (message printed). */
 int ctl_req_opt(struct ctl_req_opts *o, int opt, const char *arg);
+/* max_new_tokens left at 0 (the options' default): 256, or the daemon's
+ * max_new_tokens where that is lower. */
+void ctl_default_max_new(struct l8c_params *p, const struct l8c_info *in);
 /* Connect; prints why not. Returns CTL_OK, CTL_NOCONN or CTL_FAIL. */
 int ctl_connect(const char *socket, const char *name, struct l8c_client **out);
 /* Load the tokenizer: --tokenizer, else the served model's directory. */
@@ -107,7 +110,7 @@ int ctl_stream_text(struct ctl_stream *x, uint32_t token, bool end, const char *
 /* Events as --json lines: {"event": ..., id_key: id, ...}. Each takes
  * ownership of id; ctl_print_json prints one line, flushes, and frees o. */
 json_object *ctl_event_json(const struct l8_event *e, const char *id_key, json_object *id,
-                            uint64_t t_recv, const char *text);
+                            uint64_t t_recv, const char *text, size_t text_len);
 /* The done event of a reply a stop string ended at token event e. */
 json_object *ctl_stop_text_done_json(const struct l8_event *e, const char *id_key,
                                      json_object *id);

@@ -333,6 +333,7 @@ static void take_request(struct pipe *P, json_object *root)
     }
     q->id = json_object_get(id);
     l8c_params_init(&q->params);
+    q->params.max_new_tokens = 0;   /* "max_new", else ctl_default_max_new */
     q->params.stop_ids = q->stop_ids;
     json_object_object_foreach(root, key, v) {
         int r = 0;
@@ -344,13 +345,23 @@ static void take_request(struct pipe *P, json_object *root)
         else
             r = take_param(q, id, key, v);
         if (r == 0)
-            say_error(id, "BAD_MESSAGE", "unknown key \"%.64s\"", key);
+            say_error(id, "BAD_MESSAGE", "unknown key \"%.*s\"", ctl_quote_len(key, 64), key);
         if (r <= 0) {
             preq_free(q);
             return;
         }
     }
     if (take_prompt(P, q, id, root) < 0 || l8tok_stream_new(P->tok, &q->s.st) < 0) {
+        preq_free(q);
+        return;
+    }
+    /* What the daemon would refuse with a bare error code, refused here with
+     * the limit it breaks. */
+    ctl_default_max_new(&q->params, P->info);
+    char why[L8C_ERRLEN];
+    int code = l8c_check_request(P->c, q->prompt.ids, (uint32_t)q->prompt.n, &q->params, why);
+    if (code) {
+        say_error(id, l8c_err_name(code), "%s", why);
         preq_free(q);
         return;
     }
@@ -383,7 +394,7 @@ static void take_cancel(struct pipe *P, json_object *root, json_object *id)
     if ((*pp)->state == PQ_WAITING) {
         uint64_t now = l8c_now_ns();
         struct l8_event e = { .kind = L8_EV_DONE, .reason = L8_DONE_CANCELLED, .t_ns = now };
-        ctl_print_json(ctl_event_json(&e, "id", json_object_get((*pp)->id), now, NULL));
+        ctl_print_json(ctl_event_json(&e, "id", json_object_get((*pp)->id), now, NULL, 0));
         preq_end(P, pp);
         return;
     }
@@ -514,7 +525,7 @@ static int on_event(struct pipe *P, const struct l8_event *e, uint64_t now)
         stopped = ctl_stream_text(&q->s, 0, true, &t, &tl);
     if (stopped < 0)
         return stopped;
-    ctl_print_json(ctl_event_json(e, "id", json_object_get(q->id), now, t));
+    ctl_print_json(ctl_event_json(e, "id", json_object_get(q->id), now, t, tl));
     if (stopped && e->kind == L8_EV_TOKEN) {
         ctl_print_json(ctl_stop_text_done_json(e, "id", json_object_get(q->id)));
         q->state = PQ_ENDING;

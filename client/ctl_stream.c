@@ -88,7 +88,7 @@ static json_object *event_head(const char *kind, const char *id_key, json_object
 }
 
 json_object *ctl_event_json(const struct l8_event *e, const char *id_key, json_object *id,
-                            uint64_t t_recv, const char *text)
+                            uint64_t t_recv, const char *text, size_t text_len)
 {
     static const char *const kinds[] = { "?", "token", "done", "error", "started" };
     json_object *o = event_head(e->kind <= 4 ? kinds[e->kind] : "?", id_key, id);
@@ -98,12 +98,12 @@ json_object *ctl_event_json(const struct l8_event *e, const char *id_key, json_o
         if (!isnan(e->logprob))
             json_object_object_add(o, "logprob", json_object_new_double(e->logprob));
         if (text)
-            json_object_object_add(o, "text", json_object_new_string(text));
+            json_object_object_add(o, "text", json_object_new_string_len(text, (int)text_len));
     } else if (e->kind == L8_EV_DONE) {
         json_object_object_add(o, "reason", json_object_new_string(l8c_done_name(e->reason)));
         json_object_object_add(o, "tokens", json_object_new_int64(e->index));
         if (text)
-            json_object_object_add(o, "text", json_object_new_string(text));
+            json_object_object_add(o, "text", json_object_new_string_len(text, (int)text_len));
     } else if (e->kind == L8_EV_ERROR) {
         json_object_object_add(o, "error", json_object_new_string(l8c_err_name(e->code)));
     } else if (e->kind == L8_EV_STARTED) {

@@ -101,6 +101,13 @@ const char *l8c_last_error(const struct l8c_client *c, int *code);
  * limits happens in the daemon, which answers with an ERROR event. */
 int l8c_submit(struct l8c_client *c, const uint32_t *prompt, uint32_t n,
                const struct l8c_params *p, uint64_t *id);
+/* Whether the daemon behind c takes p with prompt[n]: 0, or the code the
+ * daemon would answer in an ERROR event (L8_ERR_EMPTY_PROMPT,
+ * L8_ERR_PROMPT_TOO_LONG, L8_ERR_BAD_TOKEN, L8_ERR_BAD_PARAMS), with why
+ * saying which limit of l8c_info and by how much. Nothing is sent;
+ * l8c_submit does not call it (the daemon checks again). */
+int l8c_check_request(const struct l8c_client *c, const uint32_t *prompt, uint32_t n,
+                      const struct l8c_params *p, char why[L8C_ERRLEN]);
 /* Submit with a caller-chosen id (for tests of the daemon's checks). */
 int l8c_submit_id(struct l8c_client *c, uint64_t id, const uint32_t *prompt,
                   uint32_t n, const struct l8c_params *p);

@@ -65,6 +65,16 @@ int ctl_read_stdin(char **buf, size_t *len)
     return 0;
 }
 
+int ctl_quote_len(const char *s, int max)
+{
+    int n = (int)strnlen(s, (size_t)max + 1);
+    if (n <= max)
+        return n;
+    while (max > 0 && ((unsigned char)s[max] & 0xc0) == 0x80)   /* s[max]: the first left out */
+        max--;
+    return max;
+}
+
 json_object *ctl_parse_json(const char *s, size_t n, const char **why)
 {
     json_tokener *jt = n <= INT_MAX ? json_tokener_new_ex(64) : NULL;
@@ -122,8 +132,9 @@ int ctl_parse_messages(json_object *root, struct l8chat_msg **msgs, size_t *n,
             return -EINVAL;
         }
         if (l8chat_role_parse(json_object_get_string(role), &m[i].role) < 0) {
-            snprintf(why, CTL_WHY_LEN, "message %zu: role \"%.40s\" is not system, user or "
-                     "assistant", i, json_object_get_string(role));
+            const char *r = json_object_get_string(role);
+            snprintf(why, CTL_WHY_LEN, "message %zu: role \"%.*s\" is not system, user or "
+                     "assistant", i, ctl_quote_len(r, 40), r);
             free(m);
             return -EINVAL;
         }
