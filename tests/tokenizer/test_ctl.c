@@ -1,6 +1,7 @@
 /* `llama8ctl tokenize` / `detokenize` as a user runs them: output, exit codes, errors.
  * argv[1]: the llama8ctl executable; argv[2]: the real tokenizer.json. */
 #include <errno.h>
+#include <signal.h>
 #include <spawn.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -77,16 +78,26 @@ static void run(struct result *r, const char *input, size_t input_len, char **en
     posix_spawn_file_actions_addclose(&fa, out[0]);
     posix_spawn_file_actions_addclose(&fa, err[0]);
     static char *no_env[] = {NULL};
+    posix_spawnattr_t at;   /* the child gets SIGPIPE back as it would from a shell */
+    sigset_t def;
+    sigemptyset(&def);
+    sigaddset(&def, SIGPIPE);
+    posix_spawnattr_init(&at);
+    posix_spawnattr_setsigdefault(&at, &def);
+    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGDEF);
     pid_t pid;
-    if (posix_spawn(&pid, ctl, &fa, NULL, argv, env ? env : no_env) != 0) {
+    if (posix_spawn(&pid, ctl, &fa, &at, argv, env ? env : no_env) != 0) {
         perror("posix_spawn");
         exit(1);
     }
     posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&at);
     close(in[0]);
     close(out[1]);
     close(err[1]);
-    if (input_len && write(in[1], input, input_len) != (ssize_t)input_len)
+    /* A child that fails before reading its stdin closes the pipe: EPIPE
+     * (SIGPIPE is ignored in main), not a failure of the test. */
+    if (input_len && write(in[1], input, input_len) != (ssize_t)input_len && errno != EPIPE)
         perror("write");
     close(in[1]);
     drain(out[0], r->out, sizeof(r->out), &r->out_len);
@@ -104,6 +115,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: %s LLAMA8CTL TOKENIZER_JSON\n", argv[0]);
         return 1;
     }
+    signal(SIGPIPE, SIG_IGN);
     ctl = argv[1];
     tokjson = argv[2];
     char envvar[4096];
