@@ -369,27 +369,41 @@ static void test_gemv_dense(uint32_t M, uint32_t N, uint32_t K)
     cudaFree(dw); cudaFree(dx); cudaFree(dy);
 }
 
-static void test_gemm(struct l8k_blas *b)
+/* A random FP8 product problem: codes w [N, K] and x [M, K], per-row
+ * scales ws and xs, and its f64 reference ref [M, N] (all malloc'd). */
+static void fp8_gemm_problem(uint32_t M, uint32_t N, uint32_t K, uint8_t **w, uint8_t **x,
+                             float **ws, float **xs, double **ref)
 {
-    const uint32_t M = 37, N = 200, K = 512;
-    uint8_t *w = malloc((size_t)N * K), *x = malloc((size_t)M * K);
-    float *ws = malloc(N * 4), *xs = malloc(M * 4);
+    *w = malloc((size_t)N * K);
+    *x = malloc((size_t)M * K);
+    *ws = malloc(N * 4);
+    *xs = malloc(M * 4);
+    *ref = malloc((size_t)M * N * 8);
     for (size_t i = 0; i < (size_t)N * K; i++)
-        w[i] = rnd_fp8();
+        (*w)[i] = rnd_fp8();
     for (size_t i = 0; i < (size_t)M * K; i++)
-        x[i] = rnd_fp8();
+        (*x)[i] = rnd_fp8();
     for (uint32_t i = 0; i < N; i++)
-        ws[i] = 1e-3f * (1.0f + rnd_f() * 0.5f);
+        (*ws)[i] = 1e-3f * (1.0f + rnd_f() * 0.5f);
     for (uint32_t i = 0; i < M; i++)
-        xs[i] = 0.02f * (1.0f + rnd_f() * 0.5f);
-    double *ref = malloc((size_t)M * N * 8);
+        (*xs)[i] = 0.02f * (1.0f + rnd_f() * 0.5f);
     for (uint32_t m = 0; m < M; m++)
         for (uint32_t n = 0; n < N; n++) {
             double a = 0;
             for (uint32_t k = 0; k < K; k++)
-                a += (double)l8_e4m3_lut[x[(size_t)m * K + k]] * l8_e4m3_lut[w[(size_t)n * K + k]];
-            ref[(size_t)m * N + n] = a * ws[n] * xs[m];
+                a += (double)l8_e4m3_lut[(*x)[(size_t)m * K + k]] *
+                     l8_e4m3_lut[(*w)[(size_t)n * K + k]];
+            (*ref)[(size_t)m * N + n] = a * (*ws)[n] * (*xs)[m];
         }
+}
+
+static void test_gemm(struct l8k_blas *b)
+{
+    const uint32_t M = 37, N = 200, K = 512;
+    uint8_t *w, *x;
+    float *ws, *xs;
+    double *ref;
+    fp8_gemm_problem(M, N, K, &w, &x, &ws, &xs, &ref);
     void *dw = dup_to_dev(w, (size_t)N * K), *dx = dup_to_dev(x, (size_t)M * K);
     float *dws = dup_to_dev(ws, N * 4), *dxs = dup_to_dev(xs, M * 4);
     float *dy = dalloc((size_t)M * N * 4), *y = malloc((size_t)M * N * 4);
@@ -1118,24 +1132,10 @@ static void test_gemm_scratch_graph(void)
         l8k_blas_destroy(b);
         return;
     }
-    uint8_t *w = malloc((size_t)N * K), *x = malloc((size_t)M2 * K);
-    float *ws = malloc(N * 4), *xs = malloc(M2 * 4), *y = malloc((size_t)M2 * N * 4);
-    double *ref = malloc((size_t)M2 * N * 8);
-    for (size_t i = 0; i < (size_t)N * K; i++)
-        w[i] = rnd_fp8();
-    for (size_t i = 0; i < (size_t)M2 * K; i++)
-        x[i] = rnd_fp8();
-    for (uint32_t i = 0; i < N; i++)
-        ws[i] = 1e-3f * (1.0f + rnd_f());
-    for (uint32_t i = 0; i < M2; i++)
-        xs[i] = 0.02f * (1.0f + rnd_f());
-    for (uint32_t m = 0; m < M2; m++)
-        for (uint32_t n = 0; n < N; n++) {
-            double a = 0;
-            for (uint32_t k = 0; k < K; k++)
-                a += (double)l8_e4m3_lut[x[(size_t)m * K + k]] * l8_e4m3_lut[w[(size_t)n * K + k]];
-            ref[(size_t)m * N + n] = a * ws[n] * xs[m];
-        }
+    uint8_t *w, *x;
+    float *ws, *xs, *y = malloc((size_t)M2 * N * 4);
+    double *ref;
+    fp8_gemm_problem(M2, N, K, &w, &x, &ws, &xs, &ref);
     void *dw = dup_to_dev(w, (size_t)N * K), *dx = dup_to_dev(x, (size_t)M2 * K);
     float *dws = dup_to_dev(ws, N * 4), *dxs = dup_to_dev(xs, M2 * 4);
     float *dy = dalloc((size_t)M2 * N * 4);
