@@ -480,47 +480,141 @@ static int submit_msg(struct l8c_client *c, uint8_t kind, const ProtobufCMessage
     return 0;
 }
 
-#define CHECK_FAIL(code, ...) do { snprintf(why, L8C_ERRLEN, __VA_ARGS__); return code; } while (0)
+/* What the daemon says of a code when its ERROR record names no field. */
+static const char *const err_texts[] = {
+    "no error",
+    "the daemon could not read the request",
+    "a token id is outside the vocabulary",
+    "the prompt is too long",
+    "a parameter is out of range",
+    "no request with this id is waiting or running",
+    "too many requests in flight",
+    "the daemon has as many clients as it takes",
+    "not root and not in the daemon's allowed group",
+    "the daemon is shutting down",
+    "the engine failed (not the request's fault: the daemon's log says why)",
+    "the daemon does not speak this protocol version",
+    "the shared-memory rings were misused: disconnected",
+    "a request with this id is still running",
+    "the prompt is empty",
+};
+_Static_assert(sizeof(err_texts) / sizeof(err_texts[0]) == L8_ERR_MAX_, "texts");
+
+const char *l8c_error_text(const struct l8_event *e, char buf[L8C_ERRLEN])
+{
+    const uint32_t v = e->token, lim = e->index;
+    const double f = e->logprob;
+    switch (e->kind == L8_EV_ERROR ? e->reason : L8_EF_NONE) {
+    case L8_EF_PROMPT_TOKENS:
+        if (v == 0)
+            snprintf(buf, L8C_ERRLEN, "the prompt is empty");
+        else
+            snprintf(buf, L8C_ERRLEN, "the prompt has %u tokens, the daemon takes at most %u",
+                     v, lim);
+        break;
+    case L8_EF_PROMPT_ID:
+        snprintf(buf, L8C_ERRLEN, "prompt token id %u is outside the vocabulary (%u ids)", v, lim);
+        break;
+    case L8_EF_STOP_ID:
+        snprintf(buf, L8C_ERRLEN, "stop id %u is outside the vocabulary (%u ids)", v, lim);
+        break;
+    case L8_EF_STOP_IDS:
+        snprintf(buf, L8C_ERRLEN, "%u stop ids: the daemon takes at most %u", v, lim);
+        break;
+    case L8_EF_MAX_NEW:
+        snprintf(buf, L8C_ERRLEN, "max_new_tokens %u: the daemon takes 1 to %u", v, lim);
+        break;
+    case L8_EF_CONTEXT:
+        snprintf(buf, L8C_ERRLEN, "prompt + max_new_tokens is %u tokens, more than the context "
+                 "length %u", v, lim);
+        break;
+    case L8_EF_KV_PAGES:
+        snprintf(buf, L8C_ERRLEN, "prompt + max_new_tokens need %u KV pages, the daemon's pool "
+                 "has %u", v, lim);
+        break;
+    case L8_EF_TEMPERATURE:
+        snprintf(buf, L8C_ERRLEN, "temperature %g: a finite number", f);
+        break;
+    case L8_EF_TOP_P:
+        snprintf(buf, L8C_ERRLEN, "top_p %g: above 0, at most 1", f);
+        break;
+    case L8_EF_MIN_P:
+        snprintf(buf, L8C_ERRLEN, "min_p %g: 0 to 1", f);
+        break;
+    case L8_EF_REPETITION_PENALTY:
+        snprintf(buf, L8C_ERRLEN, "repetition_penalty %g: a finite number above 0", f);
+        break;
+    case L8_EF_REQUESTS:
+        snprintf(buf, L8C_ERRLEN, "%u requests in flight: the limit is %u", v, lim);
+        break;
+    case L8_EF_PROMPT_RANGE:
+        snprintf(buf, L8C_ERRLEN, "the prompt at offset %u is not inside the shared arena "
+                 "(%u bytes) or not 4-aligned", v, lim);
+        break;
+    default:
+        snprintf(buf, L8C_ERRLEN, "%s", e->code < L8_ERR_MAX_ ? err_texts[e->code]
+                                                              : "an error the library does not know");
+    }
+    return buf;
+}
+
+/* The daemon's checks of a request, in its order (session.c on_generate,
+ * then l8_sched_submit): the first broken limit as the ERROR record it
+ * would send, or code 0. The protocol reads top_p and repetition_penalty
+ * 0 as 1 (off). */
+#define REFUSE(c, f, v, l, fv)                                                              \
+    do {                                                                                    \
+        *e = (struct l8_event){ .kind = L8_EV_ERROR, .code = (c), .reason = (f),            \
+                                .token = (v), .index = (l), .logprob = (fv) };             \
+        return;                                                                             \
+    } while (0)
+
+static void check_request(const struct l8c_info *in, const uint32_t *prompt, uint32_t n,
+                          const struct l8c_params *p, struct l8_event *e)
+{
+    if (n == 0)
+        REFUSE(L8_ERR_EMPTY_PROMPT, L8_EF_PROMPT_TOKENS, 0, in->max_prompt_tokens, NAN);
+    if (n > in->max_prompt_tokens)
+        REFUSE(L8_ERR_PROMPT_TOO_LONG, L8_EF_PROMPT_TOKENS, n, in->max_prompt_tokens, NAN);
+    if (p->max_new_tokens == 0 || p->max_new_tokens > in->max_new_tokens)
+        REFUSE(L8_ERR_BAD_PARAMS, L8_EF_MAX_NEW, p->max_new_tokens, in->max_new_tokens, NAN);
+    if (p->n_stop_ids > in->max_stop_ids)
+        REFUSE(L8_ERR_BAD_PARAMS, L8_EF_STOP_IDS, p->n_stop_ids, in->max_stop_ids, NAN);
+    for (uint32_t i = 0; i < p->n_stop_ids; i++)
+        if (p->stop_ids[i] >= in->vocab_size)
+            REFUSE(L8_ERR_BAD_TOKEN, L8_EF_STOP_ID, p->stop_ids[i], in->vocab_size, NAN);
+    for (uint32_t i = 0; i < n; i++)
+        if (prompt[i] >= in->vocab_size)
+            REFUSE(L8_ERR_BAD_TOKEN, L8_EF_PROMPT_ID, prompt[i], in->vocab_size, NAN);
+    const float top_p = p->top_p == 0 ? 1 : p->top_p;
+    const float pen = p->repetition_penalty == 0 ? 1 : p->repetition_penalty;
+    if (!isfinite(p->temperature))
+        REFUSE(L8_ERR_BAD_PARAMS, L8_EF_TEMPERATURE, 0, 0, p->temperature);
+    if (!(top_p > 0 && top_p <= 1))
+        REFUSE(L8_ERR_BAD_PARAMS, L8_EF_TOP_P, 0, 0, top_p);
+    if (!(p->min_p >= 0 && p->min_p <= 1))
+        REFUSE(L8_ERR_BAD_PARAMS, L8_EF_MIN_P, 0, 0, p->min_p);
+    if (!(isfinite(pen) && pen > 0))
+        REFUSE(L8_ERR_BAD_PARAMS, L8_EF_REPETITION_PENALTY, 0, 0, pen);
+    if ((uint64_t)n + p->max_new_tokens > in->context_length)
+        REFUSE(L8_ERR_PROMPT_TOO_LONG, L8_EF_CONTEXT, n + p->max_new_tokens,
+               in->context_length, NAN);
+    e->code = 0;
+}
+#undef REFUSE
 
 int l8c_check_request(const struct l8c_client *c, const uint32_t *prompt, uint32_t n,
                       const struct l8c_params *p, char why[L8C_ERRLEN])
 {
-    const struct l8c_info *in = &c->info;
-    if (n == 0)
-        CHECK_FAIL(L8_ERR_EMPTY_PROMPT, "the prompt is empty");
-    if (n > in->max_prompt_tokens)
-        CHECK_FAIL(L8_ERR_PROMPT_TOO_LONG, "the prompt has %u tokens, the daemon takes at most %u",
-                n, in->max_prompt_tokens);
-    if (p->max_new_tokens == 0 || p->max_new_tokens > in->max_new_tokens)
-        CHECK_FAIL(L8_ERR_BAD_PARAMS, "max_new_tokens %u: the daemon takes 1 to %u",
-                p->max_new_tokens, in->max_new_tokens);
-    if ((uint64_t)n + p->max_new_tokens > in->context_length)
-        CHECK_FAIL(L8_ERR_PROMPT_TOO_LONG, "%u prompt tokens + max_new_tokens %u exceed the "
-                "context length %u", n, p->max_new_tokens, in->context_length);
-    for (uint32_t i = 0; i < n; i++)
-        if (prompt[i] >= in->vocab_size)
-            CHECK_FAIL(L8_ERR_BAD_TOKEN, "prompt token %u is %u, outside the vocabulary (%u)",
-                    i, prompt[i], in->vocab_size);
-    if (p->n_stop_ids > in->max_stop_ids)
-        CHECK_FAIL(L8_ERR_BAD_PARAMS, "%u stop ids: the daemon takes at most %u", p->n_stop_ids,
-                in->max_stop_ids);
-    for (uint32_t i = 0; i < p->n_stop_ids; i++)
-        if (p->stop_ids[i] >= in->vocab_size)
-            CHECK_FAIL(L8_ERR_BAD_TOKEN, "stop id %u is outside the vocabulary (%u)",
-                    p->stop_ids[i], in->vocab_size);
-    /* the scheduler's ranges (l8_sched_submit) */
-    const char *bad = !isfinite(p->temperature) ? "temperature: a finite number"
-                      : !(p->top_p > 0 && p->top_p <= 1) ? "top_p: above 0, at most 1"
-                      : !(p->min_p >= 0 && p->min_p <= 1) ? "min_p: 0 to 1"
-                      : !(isfinite(p->repetition_penalty) && p->repetition_penalty > 0)
-                          ? "repetition_penalty: a finite number above 0"
-                          : NULL;
-    if (bad)
-        CHECK_FAIL(L8_ERR_BAD_PARAMS, "%s", bad);
-    why[0] = 0;
-    return 0;
+    struct l8_event e;
+    check_request(&c->info, prompt, n, p, &e);
+    if (e.code == 0) {
+        why[0] = 0;
+        return 0;
+    }
+    l8c_error_text(&e, why);
+    return e.code;
 }
-#undef CHECK_FAIL
 
 int l8c_submit_id(struct l8c_client *c, uint64_t id, const uint32_t *prompt,
                   uint32_t n, const struct l8c_params *p)

@@ -357,7 +357,9 @@ int ctl_bench(int argc, char **argv)
                 case L8_EV_DONE:
                 case L8_EV_ERROR:
                     if (e->kind == L8_EV_ERROR) {
-                        fprintf(stderr, "llama8ctl: request failed: %s\n", l8c_err_name(e->code));
+                        char msg[L8C_ERRLEN];
+                        fprintf(stderr, "llama8ctl: request failed: %s: %s\n",
+                                l8c_err_name(e->code), l8c_error_text(e, msg));
                         goto out;
                     }
                     if (r->tokens > 1)

@@ -329,8 +329,10 @@ static int run_one(struct l8c_client *c, struct stream_ctx *x, const uint32_t *i
                 return CTL_OK;
             }
             if (e->kind == L8_EV_ERROR) {
+                char msg[L8C_ERRLEN];
                 if (!x->json)
-                    fprintf(stderr, "\nllama8ctl: request failed: %s\n", l8c_err_name(e->code));
+                    fprintf(stderr, "\nllama8ctl: request failed: %s: %s\n", l8c_err_name(e->code),
+                            l8c_error_text(e, msg));
                 return CTL_FAIL;
             }
         }
@@ -361,7 +363,8 @@ static void generate_usage(FILE *f)
         "                         R: eos|stop|length|context|cancelled, or stop_text (the\n"
         "                         reply ended at a --stop-text); N tokens generated (a final\n"
         "                         stop id included); S: bytes held back, as U+FFFD\n"
-        "      {\"event\":\"error\",\"request\":ID,\"error\":NAME,...}\n"
+        "      {\"event\":\"error\",\"request\":ID,\"error\":NAME,\"message\":TEXT,...}\n"
+        "                         NAME: the daemon's error code; TEXT: what was wrong\n"
         "                         every event also has \"t_ns\" (the daemon's CLOCK_MONOTONIC\n"
         "                         time of the event) and \"t_recv_ns\" (ours, on receipt)\n"
         CTL_COMMON_HELP

@@ -58,7 +58,9 @@ int main(int argc, char **argv)
                 fwrite(text, 1, len, stdout);
                 fflush(stdout);
             } else if (ev[i].kind == L8_EV_ERROR) {
-                fprintf(stderr, "example: error %s\n", l8c_err_name(ev[i].code));
+                char why[L8C_ERRLEN];
+                fprintf(stderr, "example: %s: %s\n", l8c_err_name(ev[i].code),
+                        l8c_error_text(&ev[i], why));
                 goto out;
             } else if (ev[i].kind == L8_EV_DONE) {
                 const char *tail;

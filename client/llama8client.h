@@ -104,7 +104,9 @@ int l8c_submit(struct l8c_client *c, const uint32_t *prompt, uint32_t n,
 /* Whether the daemon behind c takes p with prompt[n]: 0, or the code the
  * daemon would answer in an ERROR event (L8_ERR_EMPTY_PROMPT,
  * L8_ERR_PROMPT_TOO_LONG, L8_ERR_BAD_TOKEN, L8_ERR_BAD_PARAMS), with why
- * saying which limit of l8c_info and by how much. Nothing is sent;
+ * in l8c_error_text's words for that event (which limit of l8c_info, and
+ * the value given). What only the daemon knows (its KV pool, the requests
+ * in flight) is not checked. Nothing is sent;
  * l8c_submit does not call it (the daemon checks again). */
 int l8c_check_request(const struct l8c_client *c, const uint32_t *prompt, uint32_t n,
                       const struct l8c_params *p, char why[L8C_ERRLEN]);
@@ -174,6 +176,11 @@ int l8c_status(struct l8c_client *c, struct l8c_status *out, int timeout_ms);
 
 /* Names for codes, for messages. */
 const char *l8c_err_name(int code);
+/* What an ERROR record says was wrong, in words, into buf (returned):
+ * the field, the value the request gave and the daemon's limit when the
+ * record names them (l8_shm.h enum l8_err_field), else what the code
+ * means. Without the code's name: print l8c_err_name(e->code) beside it. */
+const char *l8c_error_text(const struct l8_event *e, char buf[L8C_ERRLEN]);
 const char *l8c_done_name(int reason);
 
 /* CLOCK_MONOTONIC in ns, the clock of event t_ns fields. */

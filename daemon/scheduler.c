@@ -240,48 +240,68 @@ const char *l8_sched_strerror(int err)
     switch (err) {
     case 0: return "ok";
     case L8_SCHED_E_EMPTY_PROMPT: return "empty prompt";
-    case L8_SCHED_E_TOKEN_RANGE: return "token id out of vocabulary";
+    case L8_SCHED_E_TOKEN_RANGE: return "prompt token id out of vocabulary";
+    case L8_SCHED_E_STOP_RANGE: return "stop id out of vocabulary";
     case L8_SCHED_E_TOO_LONG: return "prompt + max_new_tokens exceeds the context length";
     case L8_SCHED_E_MAX_NEW_ZERO: return "max_new_tokens is 0";
     case L8_SCHED_E_POOL_TOO_SMALL: return "request needs more KV pages than the pool has";
     case L8_SCHED_E_TOO_MANY_STOPS: return "too many stop token ids";
-    case L8_SCHED_E_BAD_SAMPLING: return "invalid sampling parameters";
+    case L8_SCHED_E_TEMPERATURE: return "temperature is not finite";
+    case L8_SCHED_E_TOP_P: return "top_p is not in (0, 1]";
+    case L8_SCHED_E_MIN_P: return "min_p is not in [0, 1]";
+    case L8_SCHED_E_PENALTY: return "repetition_penalty is not finite and above 0";
     case L8_SCHED_E_DUPLICATE_ID: return "request id already in use";
     case L8_SCHED_E_QUEUE_FULL: return "too many requests queued";
     default: return err < 0 && err > -4096 ? strerror(-err) : "unknown error";
     }
 }
 
-int l8_sched_submit(struct l8_sched *s, const struct l8_sched_req *q)
+/* Refuse with err, saying value and limit (or the float value) in *why. */
+static int refuse(struct l8_sched_refusal *why, int err, uint32_t value, uint32_t limit,
+                  float fvalue)
+{
+    if (why)
+        *why = (struct l8_sched_refusal){ .value = value, .limit = limit, .fvalue = fvalue };
+    return err;
+}
+
+int l8_sched_submit(struct l8_sched *s, const struct l8_sched_req *q,
+                    struct l8_sched_refusal *why)
 {
     const struct l8_sampling *sp = &q->sampling;
     if (q->n_prompt == 0 || !q->prompt)
-        return L8_SCHED_E_EMPTY_PROMPT;
+        return refuse(why, L8_SCHED_E_EMPTY_PROMPT, 0, 0, NAN);
     if (q->max_new_tokens == 0)
-        return L8_SCHED_E_MAX_NEW_ZERO;
+        return refuse(why, L8_SCHED_E_MAX_NEW_ZERO, 0, 0, NAN);
     if (q->n_stop > L8_SCHED_MAX_STOP || (q->n_stop && !q->stop_ids))
-        return L8_SCHED_E_TOO_MANY_STOPS;
+        return refuse(why, L8_SCHED_E_TOO_MANY_STOPS, q->n_stop, L8_SCHED_MAX_STOP, NAN);
     for (uint32_t i = 0; i < q->n_prompt; i++)
         if (q->prompt[i] >= s->o.vocab)
-            return L8_SCHED_E_TOKEN_RANGE;
+            return refuse(why, L8_SCHED_E_TOKEN_RANGE, q->prompt[i], s->o.vocab, NAN);
     for (uint32_t i = 0; i < q->n_stop; i++)
         if (q->stop_ids[i] >= s->o.vocab)
-            return L8_SCHED_E_TOKEN_RANGE;
-    /* temperature <= 0 means greedy, but NaN or inf means a broken client */
-    if (!isfinite(sp->temperature) || !finite_in(sp->top_p, 0, 1) || !(sp->top_p > 0) ||
-        !finite_in(sp->min_p, 0, 1) || !isfinite(sp->repetition_penalty) ||
-        !(sp->repetition_penalty > 0))
-        return L8_SCHED_E_BAD_SAMPLING;
+            return refuse(why, L8_SCHED_E_STOP_RANGE, q->stop_ids[i], s->o.vocab, NAN);
+    if (!isfinite(sp->temperature))
+        return refuse(why, L8_SCHED_E_TEMPERATURE, 0, 0, sp->temperature);
+    if (!finite_in(sp->top_p, 0, 1) || !(sp->top_p > 0))
+        return refuse(why, L8_SCHED_E_TOP_P, 0, 0, sp->top_p);
+    if (!finite_in(sp->min_p, 0, 1))
+        return refuse(why, L8_SCHED_E_MIN_P, 0, 0, sp->min_p);
+    if (!isfinite(sp->repetition_penalty) || !(sp->repetition_penalty > 0))
+        return refuse(why, L8_SCHED_E_PENALTY, 0, 0, sp->repetition_penalty);
     uint64_t total = (uint64_t)q->n_prompt + q->max_new_tokens;
     if (total > s->o.max_ctx)
-        return L8_SCHED_E_TOO_LONG;
+        return refuse(why, L8_SCHED_E_TOO_LONG, (uint32_t)(total > UINT32_MAX ? UINT32_MAX : total),
+                      s->o.max_ctx, NAN);
     /* The last sampled token is never fed, so the KV holds total - 1. */
-    if (div_up(total - 1, s->o.page_size) > s->o.n_pages)
-        return L8_SCHED_E_POOL_TOO_SMALL;
+    uint32_t pages = div_up(total - 1, s->o.page_size);
+    if (pages > s->o.n_pages)
+        return refuse(why, L8_SCHED_E_POOL_TOO_SMALL, pages, s->o.n_pages, NAN);
     if (find_req(s, q->owner, q->id))
-        return L8_SCHED_E_DUPLICATE_ID;
-    if (s->lists[LIST_WAITING].n + s->lists[LIST_RUNNING].n >= s->o.max_requests)
-        return L8_SCHED_E_QUEUE_FULL;
+        return refuse(why, L8_SCHED_E_DUPLICATE_ID, 0, 0, NAN);
+    uint32_t live = s->lists[LIST_WAITING].n + s->lists[LIST_RUNNING].n;
+    if (live >= s->o.max_requests)
+        return refuse(why, L8_SCHED_E_QUEUE_FULL, live, s->o.max_requests, NAN);
 
     struct req *r = calloc(1, sizeof(*r));
     if (!r)

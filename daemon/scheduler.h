@@ -63,15 +63,27 @@ struct l8_sched_event;
  * carries either. The ipc layer maps each to a protocol error code. */
 enum l8_sched_err {
     L8_SCHED_E_EMPTY_PROMPT = -5001, /* n_prompt == 0 */
-    L8_SCHED_E_TOKEN_RANGE  = -5002, /* a prompt or stop id >= vocab */
+    L8_SCHED_E_TOKEN_RANGE  = -5002, /* a prompt id >= vocab */
     L8_SCHED_E_TOO_LONG     = -5003, /* n_prompt + max_new_tokens > max_ctx */
     L8_SCHED_E_MAX_NEW_ZERO = -5004, /* max_new_tokens == 0 */
     L8_SCHED_E_POOL_TOO_SMALL = -5005, /* needs more pages than the pool has */
     L8_SCHED_E_TOO_MANY_STOPS = -5006, /* n_stop > L8_SCHED_MAX_STOP */
-    L8_SCHED_E_BAD_SAMPLING = -5007, /* NaN/inf, top_p not in (0,1], min_p not
-                                        in [0,1], repetition_penalty <= 0 */
     L8_SCHED_E_DUPLICATE_ID = -5008, /* (owner, id) already live */
     L8_SCHED_E_QUEUE_FULL   = -5009, /* max_requests live requests */
+    L8_SCHED_E_STOP_RANGE   = -5010, /* a stop id >= vocab */
+    /* sampling: temperature <= 0 is greedy, but NaN or inf is refused */
+    L8_SCHED_E_TEMPERATURE  = -5011, /* not finite */
+    L8_SCHED_E_TOP_P        = -5012, /* not in (0, 1] */
+    L8_SCHED_E_MIN_P        = -5013, /* not in [0, 1] */
+    L8_SCHED_E_PENALTY      = -5014, /* repetition_penalty not finite and > 0 */
+};
+/* The numbers behind a refusal, for the client's error record: what the
+ * request asked and the limit it broke (0 where there is none), and the
+ * value of a float parameter (NaN for the others). */
+struct l8_sched_refusal {
+    uint32_t value;
+    uint32_t limit;
+    float fvalue;
 };
 /* Text for an l8_sched_err or a negative errno. */
 const char *l8_sched_strerror(int err);
@@ -175,8 +187,10 @@ int  l8_sched_new(const struct l8_sched_opts *o, struct l8_sched **out);
 /* Frees every request; must not be called with a step in flight. */
 void l8_sched_free(struct l8_sched *s);
 
-/* 0 or an l8_sched_err or -ENOMEM. Allowed while a step is in flight. */
-int  l8_sched_submit(struct l8_sched *s, const struct l8_sched_req *r);
+/* 0 or an l8_sched_err (its numbers in *why, if why is not NULL) or
+ * -ENOMEM. Allowed while a step is in flight. */
+int  l8_sched_submit(struct l8_sched *s, const struct l8_sched_req *r,
+                     struct l8_sched_refusal *why);
 /* Ends a live request without events. -ENOENT if (owner, id) is unknown
  * or already finished. Its pages are released now, or at step_done if
  * the request is in the step in flight. */

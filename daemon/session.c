@@ -508,6 +508,16 @@ static void push_error(struct l8d_session *s, uint64_t id, int code)
     l8d_session_push(s, &ev);
 }
 
+/* An error about one field of a request: what it gave, the limit it broke. */
+static void push_refusal(struct l8d_session *s, uint64_t id, int code, int field,
+                         uint32_t value, uint32_t limit, float fvalue)
+{
+    struct l8_event ev = { .request_id = id, .t_ns = l8d_now_ns(), .kind = L8_EV_ERROR,
+                           .code = (uint16_t)code, .reason = (uint8_t)field, .token = value,
+                           .index = limit, .logprob = fvalue };
+    l8d_session_push(s, &ev);
+}
+
 static void req_release(struct l8d_session *s, struct l8d_req *r)
 {
     r->live = false;
@@ -553,20 +563,31 @@ void l8d_session_on_sched_event(struct l8d *d, const struct l8_sched_event *e, u
 
 /* ---------------------------------------------------------------- submissions */
 
-static int sched_err_code(int rc)
+/* The protocol's code and field for a scheduler refusal. */
+static void sched_refusal(int rc, int *code, int *field)
 {
-    switch (rc) {
-    case L8_SCHED_E_EMPTY_PROMPT:   return L8_ERR_EMPTY_PROMPT;
-    case L8_SCHED_E_TOKEN_RANGE:    return L8_ERR_BAD_TOKEN;
-    case L8_SCHED_E_TOO_LONG:       return L8_ERR_PROMPT_TOO_LONG;
-    case L8_SCHED_E_POOL_TOO_SMALL: return L8_ERR_PROMPT_TOO_LONG;
-    case L8_SCHED_E_MAX_NEW_ZERO:   return L8_ERR_BAD_PARAMS;
-    case L8_SCHED_E_TOO_MANY_STOPS: return L8_ERR_BAD_PARAMS;
-    case L8_SCHED_E_BAD_SAMPLING:   return L8_ERR_BAD_PARAMS;
-    case L8_SCHED_E_DUPLICATE_ID:   return L8_ERR_DUPLICATE_REQUEST;
-    case L8_SCHED_E_QUEUE_FULL:     return L8_ERR_TOO_MANY_REQUESTS;
-    default:                        return L8_ERR_INTERNAL;
-    }
+    static const struct { int rc, code, field; } map[] = {
+        { L8_SCHED_E_EMPTY_PROMPT,   L8_ERR_EMPTY_PROMPT,       L8_EF_PROMPT_TOKENS },
+        { L8_SCHED_E_TOKEN_RANGE,    L8_ERR_BAD_TOKEN,          L8_EF_PROMPT_ID },
+        { L8_SCHED_E_STOP_RANGE,     L8_ERR_BAD_TOKEN,          L8_EF_STOP_ID },
+        { L8_SCHED_E_TOO_LONG,       L8_ERR_PROMPT_TOO_LONG,    L8_EF_CONTEXT },
+        { L8_SCHED_E_POOL_TOO_SMALL, L8_ERR_PROMPT_TOO_LONG,    L8_EF_KV_PAGES },
+        { L8_SCHED_E_MAX_NEW_ZERO,   L8_ERR_BAD_PARAMS,         L8_EF_MAX_NEW },
+        { L8_SCHED_E_TOO_MANY_STOPS, L8_ERR_BAD_PARAMS,         L8_EF_STOP_IDS },
+        { L8_SCHED_E_TEMPERATURE,    L8_ERR_BAD_PARAMS,         L8_EF_TEMPERATURE },
+        { L8_SCHED_E_TOP_P,          L8_ERR_BAD_PARAMS,         L8_EF_TOP_P },
+        { L8_SCHED_E_MIN_P,          L8_ERR_BAD_PARAMS,         L8_EF_MIN_P },
+        { L8_SCHED_E_PENALTY,        L8_ERR_BAD_PARAMS,         L8_EF_REPETITION_PENALTY },
+        { L8_SCHED_E_DUPLICATE_ID,   L8_ERR_DUPLICATE_REQUEST,  L8_EF_NONE },
+        { L8_SCHED_E_QUEUE_FULL,     L8_ERR_TOO_MANY_REQUESTS,  L8_EF_REQUESTS },
+    };
+    *code = L8_ERR_INTERNAL;
+    *field = L8_EF_NONE;
+    for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
+        if (map[i].rc == rc) {
+            *code = map[i].code;
+            *field = map[i].field;
+        }
 }
 
 static struct l8d_req *find_req(struct l8d_session *s, uint64_t id)
@@ -586,25 +607,31 @@ static void on_generate(struct l8d_session *s, const Llama8__GenerateRequest *g)
     if (d->state != L8D_RUNNING)
         return push_error(s, id, L8_ERR_SHUTTING_DOWN);
     if (g->prompt_count == 0)
-        return push_error(s, id, L8_ERR_EMPTY_PROMPT);
+        return push_refusal(s, id, L8_ERR_EMPTY_PROMPT, L8_EF_PROMPT_TOKENS, 0, d->max_prompt, NAN);
     if (g->prompt_count > d->max_prompt)
-        return push_error(s, id, L8_ERR_PROMPT_TOO_LONG);
+        return push_refusal(s, id, L8_ERR_PROMPT_TOO_LONG, L8_EF_PROMPT_TOKENS, g->prompt_count,
+                            d->max_prompt, NAN);
     /* The prompt must lie inside the arena (count is bounded above, so the
      * product cannot overflow). */
     if (g->prompt_offset % 4 || g->prompt_offset > s->geo.arena_size ||
         (uint64_t)g->prompt_count * 4 > s->geo.arena_size - g->prompt_offset)
-        return push_error(s, id, L8_ERR_BAD_MESSAGE);
+        return push_refusal(s, id, L8_ERR_BAD_MESSAGE, L8_EF_PROMPT_RANGE, g->prompt_offset,
+                            s->geo.arena_size, NAN);
     if (g->max_new_tokens == 0 || g->max_new_tokens > d->max_new)
-        return push_error(s, id, L8_ERR_BAD_PARAMS);
+        return push_refusal(s, id, L8_ERR_BAD_PARAMS, L8_EF_MAX_NEW, g->max_new_tokens,
+                            d->max_new, NAN);
     if (g->n_stop_ids > d->max_stop_ids)
-        return push_error(s, id, L8_ERR_BAD_PARAMS);
+        return push_refusal(s, id, L8_ERR_BAD_PARAMS, L8_EF_STOP_IDS, (uint32_t)g->n_stop_ids,
+                            d->max_stop_ids, NAN);
     if (find_req(s, id))
         return push_error(s, id, L8_ERR_DUPLICATE_REQUEST);
     if (s->n_live >= d->conf.max_requests_per_client)
-        return push_error(s, id, L8_ERR_TOO_MANY_REQUESTS);
+        return push_refusal(s, id, L8_ERR_TOO_MANY_REQUESTS, L8_EF_REQUESTS, s->n_live,
+                            d->conf.max_requests_per_client, NAN);
     for (size_t i = 0; i < g->n_stop_ids; i++) {
         if (g->stop_ids[i] >= d->vocab)
-            return push_error(s, id, L8_ERR_BAD_TOKEN);
+            return push_refusal(s, id, L8_ERR_BAD_TOKEN, L8_EF_STOP_ID, g->stop_ids[i], d->vocab,
+                                NAN);
         stops[n_stop++] = g->stop_ids[i];
     }
     if (!g->ignore_eos)
@@ -635,11 +662,14 @@ static void on_generate(struct l8d_session *s, const Llama8__GenerateRequest *g)
             .seed = sp ? sp->seed : 0,
         },
     };
-    int rc = l8_sched_submit(d->sched, &q);
+    struct l8_sched_refusal why = { .fvalue = NAN };    /* -ENOMEM says nothing */
+    int rc = l8_sched_submit(d->sched, &q, &why);
     if (rc < 0) {
         log_debug("client %llu request %llu refused: %s", (unsigned long long)s->id,
                   (unsigned long long)id, l8_sched_strerror(rc));
-        return push_error(s, id, sched_err_code(rc));
+        int code, field;
+        sched_refusal(rc, &code, &field);
+        return push_refusal(s, id, code, field, why.value, why.limit, why.fvalue);
     }
     *r = (struct l8d_req){ .s = s, .id = id, .prompt_tokens = g->prompt_count, .live = true,
                            .ignore_eos = g->ignore_eos };

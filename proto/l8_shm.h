@@ -121,10 +121,33 @@ _Static_assert(sizeof(struct l8_sqe) == 16, "sqe is ABI");
 enum l8_event_kind {
     L8_EV_TOKEN = 1,    /* token, index, logprob (NaN unless asked for) */
     L8_EV_DONE = 2,     /* reason; index = tokens generated */
-    L8_EV_ERROR = 3,    /* code; the request is gone */
+    L8_EV_ERROR = 3,    /* code and what was wrong (below); the request is gone */
     L8_EV_STARTED = 4,  /* t_ns = the first prefill chunk entered a step;
                            index = prompt tokens served from the prefix cache,
                            token = prompt tokens */
+};
+
+/* What an ERROR record is about. The record says it in fields its kind
+ * does not otherwise use: reason = the field of the request (0: none to
+ * name), token = the value the request gave, index = the limit it broke,
+ * logprob = the value of a float field (NaN for the others). */
+enum l8_err_field {
+    L8_EF_NONE = 0,
+    L8_EF_PROMPT_TOKENS = 1,  /* prompt length; limit: max_prompt_tokens */
+    L8_EF_PROMPT_ID = 2,      /* a prompt token id; limit: vocabulary size */
+    L8_EF_STOP_ID = 3,        /* a stop id; limit: vocabulary size */
+    L8_EF_STOP_IDS = 4,       /* number of stop ids; limit: max_stop_ids */
+    L8_EF_MAX_NEW = 5,        /* max_new_tokens; limit: max_new_tokens */
+    L8_EF_CONTEXT = 6,        /* prompt + max_new_tokens; limit: context_length */
+    L8_EF_KV_PAGES = 7,       /* KV pages the request needs; limit: the pool's */
+    L8_EF_TEMPERATURE = 8,    /* must be finite */
+    L8_EF_TOP_P = 9,          /* must be in (0, 1] */
+    L8_EF_MIN_P = 10,         /* must be in [0, 1] */
+    L8_EF_REPETITION_PENALTY = 11, /* must be finite and above 0 */
+    L8_EF_REQUESTS = 12,      /* requests in flight; limit: max_requests, or
+                                 the daemon's queue when that is full */
+    L8_EF_PROMPT_RANGE = 13,  /* prompt_offset; limit: arena_size (the prompt
+                                 is not inside the arena, or not 4-aligned) */
 };
 
 /* One event record, produced by the daemon. t_ns is CLOCK_MONOTONIC in the
@@ -138,7 +161,7 @@ struct l8_event {
     uint32_t index;       /* 0-based index of this generated token */
     float logprob;
     uint8_t kind;         /* enum l8_event_kind */
-    uint8_t reason;       /* enum l8_done, DONE records */
+    uint8_t reason;       /* enum l8_done, DONE records; l8_err_field, ERROR */
     uint16_t code;        /* enum l8_err, ERROR records */
 };
 _Static_assert(sizeof(struct l8_event) == 32, "event record is ABI");

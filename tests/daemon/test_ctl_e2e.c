@@ -1346,6 +1346,30 @@ static void test_errors(void)
     const char *ids[] = { bin_ctl, "generate", "--socket", dmn.sock, "--ids", "128000 999999",
                           NULL };
     expect_exit(ids, NULL, 1, "BAD_TOKEN");
+    /* A refusal only the daemon can make (its KV pool is smaller than the
+     * request): the record's field and numbers, in words, in text and JSON. */
+    {
+        struct tdaemon small;
+        const char *extra[] = { "--kv-pages", "2", NULL };
+        tdaemon_start(&small, bin_d, model, extra);
+        char prompt[40 * 4] = "", *p = prompt;
+        for (int i = 0; i < 40; i++)
+            p += sprintf(p, "%d ", 100 + i);
+        const char *big[] = { bin_ctl, "generate", "--socket", small.sock, "--ids", prompt,
+                              "--max-new", "8", NULL };
+        expect_exit(big, NULL, 1,
+                    "PROMPT_TOO_LONG: prompt + max_new_tokens need 3 KV pages, the daemon's "
+                    "pool has 2");
+        const char *js[] = { bin_ctl, "generate", "--socket", small.sock, "--ids", prompt,
+                             "--max-new", "8", "--json", NULL };
+        struct buf o = {0}, e = {0};
+        int rc = run_cmd(js, NULL, 0, &o, &e);
+        CHECK(rc == 1 && o.p && strstr(o.p, "\"error\":\"PROMPT_TOO_LONG\",\"message\":\"prompt + "
+              "max_new_tokens need 3 KV pages"), "--json refusal: exit %d, stdout %s", rc, o.p);
+        free(o.p);
+        free(e.p);
+        CHECK(tdaemon_stop(&small) == 0, "the small daemon's exit status");
+    }
     /* --help: 0 everywhere. */
     static const char *const cmds[] = { "generate", "chat", "pipe", "status", "bench",
                                         "tokenize", "detokenize" };

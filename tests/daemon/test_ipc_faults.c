@@ -7,6 +7,8 @@
  * max_clients; and all along an observer request streams exactly the
  * tokens it streams on a quiet daemon.
  * argv: llama8d model-dir */
+#include <math.h>
+
 #include "ipc_raw.h"
 
 #define MAX_CTX 512
@@ -83,12 +85,24 @@ static struct l8_event submit_expect_event(struct l8c_client *c, uint64_t id, ui
     return ev;
 }
 
+/* The daemon's ERROR record for prompt[n] with p: its code, the field it
+ * names, the value and the limit; for what the client can know, the same
+ * code and words from l8c_check_request. */
 static void expect_req_error(struct l8c_client *c, uint64_t id, uint32_t n,
-                             const struct l8c_params *p, int code, const char *what)
+                             const struct l8c_params *p, int code, int field, uint32_t value,
+                             uint32_t limit, const char *what)
 {
     struct l8_event ev = submit_expect_event(c, id, n, p);
-    CHECK(ev.kind == L8_EV_ERROR && ev.code == code, "%s: got kind %d code %s", what, ev.kind,
-          l8c_err_name(ev.code));
+    char said[L8C_ERRLEN], checked[L8C_ERRLEN];
+    l8c_error_text(&ev, said);
+    CHECK(ev.kind == L8_EV_ERROR && ev.code == code && ev.reason == field && ev.token == value &&
+          ev.index == limit, "%s: got kind %d code %s field %d value %u limit %u (%s)", what,
+          ev.kind, l8c_err_name(ev.code), ev.reason, ev.token, ev.index, said);
+    if (field == L8_EF_NONE || field == L8_EF_REQUESTS)
+        return;   /* the daemon's state, not the request's */
+    int rc = l8c_check_request(c, prompt, n, p, checked);
+    CHECK(rc == code && !strcmp(said, checked), "%s: l8c_check_request %s \"%s\", the daemon "
+          "\"%s\"", what, l8c_err_name(rc), checked, said);
 }
 
 static struct l8c_status status_of(struct l8c_client *c)
@@ -219,26 +233,59 @@ int main(int argc, char **argv)
         l8c_params_init(&p);
         p.max_new_tokens = 8;
         observer_submit(obs, 3);   /* runs through all of this */
+        const struct l8c_info *in = l8c_info(c);
         prompt[5] = 2048;
-        expect_req_error(c, 1, 10, &p, L8_ERR_BAD_TOKEN, "token id >= vocab");
+        expect_req_error(c, 1, 10, &p, L8_ERR_BAD_TOKEN, L8_EF_PROMPT_ID, 2048, in->vocab_size,
+                         "token id >= vocab");
         prompt[5] = 5;
-        expect_req_error(c, 2, 600, &p, L8_ERR_PROMPT_TOO_LONG, "prompt > context");
+        expect_req_error(c, 2, 600, &p, L8_ERR_PROMPT_TOO_LONG, L8_EF_PROMPT_TOKENS, 600,
+                         in->max_prompt_tokens, "prompt > context");
         p.max_new_tokens = 200;
-        expect_req_error(c, 3, 400, &p, L8_ERR_PROMPT_TOO_LONG, "prompt + new > context");
+        expect_req_error(c, 3, 400, &p, L8_ERR_PROMPT_TOO_LONG, L8_EF_CONTEXT, 600, MAX_CTX,
+                         "prompt + new > context");
         p.max_new_tokens = 0;
-        expect_req_error(c, 4, 10, &p, L8_ERR_BAD_PARAMS, "max_new_tokens 0");
+        expect_req_error(c, 4, 10, &p, L8_ERR_BAD_PARAMS, L8_EF_MAX_NEW, 0, in->max_new_tokens,
+                         "max_new_tokens 0");
         p.max_new_tokens = 8;
-        expect_req_error(c, 5, 0, &p, L8_ERR_EMPTY_PROMPT, "empty prompt");
+        expect_req_error(c, 5, 0, &p, L8_ERR_EMPTY_PROMPT, L8_EF_PROMPT_TOKENS, 0,
+                         in->max_prompt_tokens, "empty prompt");
+        uint32_t stops[64] = { 4096 };
+        REQUIRE(in->max_stop_ids < 64, "max_stop_ids %u", in->max_stop_ids);
+        p.stop_ids = stops;
+        p.n_stop_ids = 1;
+        expect_req_error(c, 6, 10, &p, L8_ERR_BAD_TOKEN, L8_EF_STOP_ID, 4096, in->vocab_size,
+                         "stop id >= vocab");
+        p.n_stop_ids = in->max_stop_ids + 1;
+        expect_req_error(c, 7, 10, &p, L8_ERR_BAD_PARAMS, L8_EF_STOP_IDS, in->max_stop_ids + 1,
+                         in->max_stop_ids, "too many stop ids");
+        p.n_stop_ids = 0;
         p.temperature = 1.0f;
         p.top_p = 1.5f;
-        expect_req_error(c, 6, 10, &p, L8_ERR_BAD_PARAMS, "top_p 1.5");
+        struct l8_event ev = submit_expect_event(c, 8, 10, &p);
+        CHECK(ev.kind == L8_EV_ERROR && ev.code == L8_ERR_BAD_PARAMS && ev.reason == L8_EF_TOP_P &&
+              ev.logprob == 1.5f, "top_p 1.5: code %d field %d value %g", ev.code, ev.reason,
+              ev.logprob);
+        expect_req_error(c, 9, 10, &p, L8_ERR_BAD_PARAMS, L8_EF_TOP_P, 0, 0, "top_p 1.5");
+        p.top_p = 1;
+        p.temperature = INFINITY;
+        expect_req_error(c, 19, 10, &p, L8_ERR_BAD_PARAMS, L8_EF_TEMPERATURE, 0, 0,
+                         "temperature inf");
+        p.temperature = 1;
+        p.min_p = -1;
+        expect_req_error(c, 20, 10, &p, L8_ERR_BAD_PARAMS, L8_EF_MIN_P, 0, 0, "min_p -1");
+        p.min_p = 0;
+        p.repetition_penalty = -2;
+        expect_req_error(c, 21, 10, &p, L8_ERR_BAD_PARAMS, L8_EF_REPETITION_PENALTY, 0, 0,
+                         "repetition_penalty -2");
         l8c_params_init(&p);
         p.max_new_tokens = 300;
         p.ignore_eos = true;
         for (uint64_t id = 10; id < 10 + MAX_REQ; id++)
             REQUIRE(l8c_submit_id(c, id, prompt, 20, &p) == 0, "submit");
-        expect_req_error(c, 10, 20, &p, L8_ERR_DUPLICATE_REQUEST, "duplicate id");
-        expect_req_error(c, 99, 20, &p, L8_ERR_TOO_MANY_REQUESTS, "requests per client");
+        expect_req_error(c, 10, 20, &p, L8_ERR_DUPLICATE_REQUEST, L8_EF_NONE, 0, 0,
+                         "duplicate id");
+        expect_req_error(c, 99, 20, &p, L8_ERR_TOO_MANY_REQUESTS, L8_EF_REQUESTS, MAX_REQ,
+                         MAX_REQ, "requests per client");
         l8c_close(c);   /* with MAX_REQ requests running: all cancelled */
     }
 
@@ -263,8 +310,10 @@ int main(int argc, char **argv)
             size_t n = llama8__generate_request__pack(&g, r.arena + 4096);
             raw_submit(&r, L8_SQE_GENERATE, 4096, (uint32_t)n);
             CHECK(raw_event(&r, &ev, 10000) && ev.kind == L8_EV_ERROR &&
-                  ev.code == L8_ERR_BAD_MESSAGE && ev.request_id == 5,
-                  "prompt past the arena: kind %d code %d", ev.kind, ev.code);
+                  ev.code == L8_ERR_BAD_MESSAGE && ev.request_id == 5 &&
+                  ev.reason == L8_EF_PROMPT_RANGE && ev.token == r.h.arena_size - 8 &&
+                  ev.index == r.h.arena_size,
+                  "prompt past the arena: kind %d code %d field %d", ev.kind, ev.code, ev.reason);
         }
         /* A message past the end of the arena: disconnected. */
         raw_submit(&r, L8_SQE_GENERATE, r.h.arena_size - 2, 100);

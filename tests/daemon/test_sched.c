@@ -11,6 +11,7 @@
  * position, broken recompute, sample_index jump) changes the stream. The
  * real CPU engine is driven through the scheduler in test_sched_engine. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -312,50 +313,58 @@ static void test_validation(void)
     fill(p, 120, 1);
     struct l8_sched_req r = req(1, 1, p, 10, 5);
     r.n_prompt = 0;
-    CHECK_EQ(l8_sched_submit(w.s, &r), L8_SCHED_E_EMPTY_PROMPT);
+    CHECK_EQ(l8_sched_submit(w.s, &r, NULL), L8_SCHED_E_EMPTY_PROMPT);
     r = req(1, 1, p, 10, 0);
-    CHECK_EQ(l8_sched_submit(w.s, &r), L8_SCHED_E_MAX_NEW_ZERO);
+    CHECK_EQ(l8_sched_submit(w.s, &r, NULL), L8_SCHED_E_MAX_NEW_ZERO);
     r = req(1, 1, p, 10, 5);
-    p[3] = VOCAB;
-    CHECK_EQ(l8_sched_submit(w.s, &r), L8_SCHED_E_TOKEN_RANGE);
+    p[3] = VOCAB + 7;
+    struct l8_sched_refusal why;
+    CHECK_EQ(l8_sched_submit(w.s, &r, &why), L8_SCHED_E_TOKEN_RANGE);
+    CHECK(why.value == VOCAB + 7 && why.limit == VOCAB && isnan(why.fvalue));
     p[3] = VOCAB - 1;
-    CHECK_EQ(l8_sched_submit(w.s, &r), 0);
+    CHECK_EQ(l8_sched_submit(w.s, &r, NULL), 0);
     r = req(1, 2, p, 90, 11);           /* 101 > max_ctx 100 */
-    CHECK_EQ(l8_sched_submit(w.s, &r), L8_SCHED_E_TOO_LONG);
+    CHECK_EQ(l8_sched_submit(w.s, &r, &why), L8_SCHED_E_TOO_LONG);
+    CHECK(why.value == 101 && why.limit == 100);
     r = req(1, 2, p, 90, 10);           /* exactly max_ctx, but 99 positions > 6 pages */
-    CHECK_EQ(l8_sched_submit(w.s, &r), L8_SCHED_E_POOL_TOO_SMALL);
+    CHECK_EQ(l8_sched_submit(w.s, &r, &why), L8_SCHED_E_POOL_TOO_SMALL);
+    CHECK(why.value == 7 && why.limit == 6);
     r = req(1, 2, p, 100, 29);
-    CHECK_EQ(l8_sched_submit(w.s, &r), L8_SCHED_E_TOO_LONG);
+    CHECK_EQ(l8_sched_submit(w.s, &r, NULL), L8_SCHED_E_TOO_LONG);
     r = req(1, 2, p, 90, 7);            /* 96 positions = 6 pages: fits */
-    CHECK_EQ(l8_sched_submit(w.s, &r), 0);
+    CHECK_EQ(l8_sched_submit(w.s, &r, NULL), 0);
     r = req(1, 2, p, 4, 4);
-    CHECK_EQ(l8_sched_submit(w.s, &r), L8_SCHED_E_DUPLICATE_ID);
+    CHECK_EQ(l8_sched_submit(w.s, &r, NULL), L8_SCHED_E_DUPLICATE_ID);
     r.owner = 2;                         /* same id, other owner: fine */
-    CHECK_EQ(l8_sched_submit(w.s, &r), 0);
+    CHECK_EQ(l8_sched_submit(w.s, &r, NULL), 0);
     uint32_t stops[L8_SCHED_MAX_STOP + 1] = {0};
     r = req(1, 3, p, 4, 4);
     r.stop_ids = stops;
     r.n_stop = L8_SCHED_MAX_STOP + 1;
-    CHECK_EQ(l8_sched_submit(w.s, &r), L8_SCHED_E_TOO_MANY_STOPS);
+    CHECK_EQ(l8_sched_submit(w.s, &r, NULL), L8_SCHED_E_TOO_MANY_STOPS);
     r.n_stop = 2;
     stops[1] = VOCAB;
-    CHECK_EQ(l8_sched_submit(w.s, &r), L8_SCHED_E_TOKEN_RANGE);
+    CHECK_EQ(l8_sched_submit(w.s, &r, &why), L8_SCHED_E_STOP_RANGE);
+    CHECK(why.value == VOCAB && why.limit == VOCAB);
     r.n_stop = 0;
     r.sampling.top_p = 0;
-    CHECK_EQ(l8_sched_submit(w.s, &r), L8_SCHED_E_BAD_SAMPLING);
+    CHECK_EQ(l8_sched_submit(w.s, &r, NULL), L8_SCHED_E_TOP_P);
     r.sampling.top_p = 1.5f;
-    CHECK_EQ(l8_sched_submit(w.s, &r), L8_SCHED_E_BAD_SAMPLING);
+    CHECK_EQ(l8_sched_submit(w.s, &r, &why), L8_SCHED_E_TOP_P);
+    CHECK(why.fvalue == 1.5f);
     r.sampling.top_p = 1;
     r.sampling.temperature = __builtin_nanf("");
-    CHECK_EQ(l8_sched_submit(w.s, &r), L8_SCHED_E_BAD_SAMPLING);
+    CHECK_EQ(l8_sched_submit(w.s, &r, &why), L8_SCHED_E_TEMPERATURE);
+    CHECK(isnan(why.fvalue));
     r.sampling.temperature = 0.7f;
     r.sampling.repetition_penalty = 0;
-    CHECK_EQ(l8_sched_submit(w.s, &r), L8_SCHED_E_BAD_SAMPLING);
+    CHECK_EQ(l8_sched_submit(w.s, &r, NULL), L8_SCHED_E_PENALTY);
     r.sampling.repetition_penalty = 1.1f;
     r.sampling.min_p = -0.1f;
-    CHECK_EQ(l8_sched_submit(w.s, &r), L8_SCHED_E_BAD_SAMPLING);
+    CHECK_EQ(l8_sched_submit(w.s, &r, &why), L8_SCHED_E_MIN_P);
+    CHECK(why.fvalue == -0.1f);
     r.sampling.min_p = 0.05f;
-    CHECK_EQ(l8_sched_submit(w.s, &r), 0);
+    CHECK_EQ(l8_sched_submit(w.s, &r, NULL), 0);
     CHECK_EQ(l8_sched_cancel(w.s, 1, 99), -ENOENT);
     CHECK_EQ(l8_sched_cancel(w.s, 3, 1), -ENOENT);
     struct l8_sched_stats st;
@@ -373,11 +382,12 @@ static void test_validation(void)
     struct l8_sched *s;
     CHECK_EQ(l8_sched_new(&o, &s), 0);
     r = req(1, 1, p, 4, 4);
-    CHECK_EQ(l8_sched_submit(s, &r), 0);
+    CHECK_EQ(l8_sched_submit(s, &r, NULL), 0);
     r.id = 2;
-    CHECK_EQ(l8_sched_submit(s, &r), 0);
+    CHECK_EQ(l8_sched_submit(s, &r, NULL), 0);
     r.id = 3;
-    CHECK_EQ(l8_sched_submit(s, &r), L8_SCHED_E_QUEUE_FULL);
+    CHECK_EQ(l8_sched_submit(s, &r, &why), L8_SCHED_E_QUEUE_FULL);
+    CHECK(why.value == 2 && why.limit == 2);
     l8_sched_free(s);
     o.max_step_tokens = 3;               /* < max_seqs */
     CHECK_EQ(l8_sched_new(&o, &s), -EINVAL);
@@ -397,7 +407,7 @@ static void test_prefix_sharing(void)
     memcpy(b, a, sizeof(a));
     fill(b + 40, 5, 900);
     struct l8_sched_req ra = req(1, 1, a, 40, 8), rb = req(2, 1, b, 45, 8);
-    CHECK_EQ(l8_sched_submit(w.s, &ra), 0);
+    CHECK_EQ(l8_sched_submit(w.s, &ra, NULL), 0);
     struct l8_seq *seqs;
     uint32_t n;
     CHECK_EQ(l8_sched_build_step(w.s, &seqs, &n), 0);
@@ -415,7 +425,7 @@ static void test_prefix_sharing(void)
     CHECK(l8_kvpool_is_registered(pool, a_page0));
     CHECK(l8_kvpool_is_registered(pool, a_page1));
 
-    CHECK_EQ(l8_sched_submit(w.s, &rb), 0);
+    CHECK_EQ(l8_sched_submit(w.s, &rb, NULL), 0);
     CHECK_EQ(l8_sched_build_step(w.s, &seqs, &n), 0);
     CHECK_EQ(n, 2);
     const struct l8_sched_slot *sl = l8_sched_step_slots(w.s);
@@ -463,7 +473,7 @@ static void test_prefix_sharing(void)
     solo(b, 45, 8, NULL, 0, 0, gen_b);
     memcpy(c + 45, gen_b, 3 * sizeof(uint32_t)); /* b's K/V holds its first 3 generated */
     struct l8_sched_req rc = req(3, 1, c, 48, 2);
-    CHECK_EQ(l8_sched_submit(w.s, &rc), 0);
+    CHECK_EQ(l8_sched_submit(w.s, &rc, NULL), 0);
     CHECK_EQ(l8_sched_build_step(w.s, &seqs, &n), 0);
     CHECK_EQ(n, 1);
     CHECK_EQ(seqs[0].pos, 32);    /* 48 tokens: (48-1)/16 = 2 pages may come from cache */
@@ -481,7 +491,7 @@ static uint32_t first_step_cached(struct world *w, uint64_t owner, uint32_t scop
 {
     struct l8_sched_req r = req(owner, 1, prompt, n, 4);
     r.cache_scope = scope;
-    CHECK_EQ(l8_sched_submit(w->s, &r), 0);
+    CHECK_EQ(l8_sched_submit(w->s, &r, NULL), 0);
     struct l8_seq *seqs;
     uint32_t ns;
     CHECK_EQ(l8_sched_build_step(w->s, &seqs, &ns), 0);
@@ -534,7 +544,7 @@ static void test_chunked_prefill(void)
     fill(p, 20, 11);
     fill(q, 3, 77);
     struct l8_sched_req r = req(1, 1, p, 20, 3);
-    CHECK_EQ(l8_sched_submit(w.s, &r), 0);
+    CHECK_EQ(l8_sched_submit(w.s, &r, NULL), 0);
     struct l8_seq *seqs;
     uint32_t n;
     /* request 1 alone: chunks of 8, 8 */
@@ -552,7 +562,7 @@ static void test_chunked_prefill(void)
     /* request 2 arrives mid-prefill: it gets what the running prefill
      * leaves of the budget (8 - 4) and takes its whole 3-token prompt */
     struct l8_sched_req r2 = req(1, 2, q, 3, 2);
-    CHECK_EQ(l8_sched_submit(w.s, &r2), 0);
+    CHECK_EQ(l8_sched_submit(w.s, &r2, NULL), 0);
     CHECK_EQ(l8_sched_build_step(w.s, &seqs, &n), 0);
     CHECK_EQ(n, 2);
     CHECK_EQ(seqs[0].pos, 16);
@@ -591,7 +601,7 @@ static void test_chunked_prefill(void)
         struct l8_sched_req ri = req(5, i, prompts[i], lens[i], 1 + i % 5);
         ri.sampling.seed = 1000 + i;
         ri.sampling.temperature = 0.8f;
-        CHECK_EQ(l8_sched_submit(w.s, &ri), 0);
+        CHECK_EQ(l8_sched_submit(w.s, &ri, NULL), 0);
     }
     run_all(&w, 8, 3);
     for (int i = 0; i < 10; i++)
@@ -613,9 +623,9 @@ static void test_stop_and_logprobs(void)
     r.stop_ids = stop;
     r.n_stop = 1;
     r.logprobs = true;
-    CHECK_EQ(l8_sched_submit(w.s, &r), 0);
+    CHECK_EQ(l8_sched_submit(w.s, &r, NULL), 0);
     struct l8_sched_req r2 = req(1, 2, p, 6, 10);
-    CHECK_EQ(l8_sched_submit(w.s, &r2), 0);
+    CHECK_EQ(l8_sched_submit(w.s, &r2, NULL), 0);
     run_all(&w, 16, 4);
     check_stream(&w, 1, 1, p, 6, 10, stop, 1, 0, __LINE__);
     check_stream(&w, 1, 2, p, 6, 10, NULL, 0, 0, __LINE__);
@@ -650,8 +660,8 @@ static void test_preemption(void)
     ra.sampling.temperature = 1;
     rb.sampling.seed = 43;
     rb.sampling.temperature = 1;
-    CHECK_EQ(l8_sched_submit(w.s, &ra), 0);
-    CHECK_EQ(l8_sched_submit(w.s, &rb), 0);
+    CHECK_EQ(l8_sched_submit(w.s, &ra, NULL), 0);
+    CHECK_EQ(l8_sched_submit(w.s, &rb, NULL), 0);
     struct l8_sched_stats st;
     uint32_t steps = 0, preempt_step = 0, b_back_step = 0, b_back_pos = 0, b_back_len = 0;
     bool b_first_again = false;
@@ -717,14 +727,14 @@ static void test_head_of_line(void)
     fill(c, 2, 3);
     struct l8_sched_req ra = req(1, 1, a, 4, 6), rbig = req(1, 2, big, 12, 5),
                         rc = req(1, 3, c, 2, 2);
-    CHECK_EQ(l8_sched_submit(w.s, &ra), 0);   /* pages: 3 at the end */
+    CHECK_EQ(l8_sched_submit(w.s, &ra, NULL), 0);   /* pages: 3 at the end */
     struct l8_seq *seqs;
     uint32_t n;
     CHECK_EQ(l8_sched_build_step(w.s, &seqs, &n), 0);
     CHECK_EQ(exec_step(&w.x, w.s, seqs, n), 0);
     CHECK_EQ(l8_sched_step_done(w.s, seqs, n, 0), 0);
-    CHECK_EQ(l8_sched_submit(w.s, &rbig), 0); /* 16 positions: the whole pool */
-    CHECK_EQ(l8_sched_submit(w.s, &rc), 0);
+    CHECK_EQ(l8_sched_submit(w.s, &rbig, NULL), 0); /* 16 positions: the whole pool */
+    CHECK_EQ(l8_sched_submit(w.s, &rc, NULL), 0);
     CHECK_EQ(l8_sched_build_step(w.s, &seqs, &n), 0);
     CHECK_EQ(n, 1);                  /* big cannot start, c must not pass it */
     CHECK_EQ(l8_sched_step_slots(w.s)[0].id, 1);
@@ -748,7 +758,7 @@ static void test_priority(void)
     for (int i = 0; i < 5; i++) {
         struct l8_sched_req r = req(1, i, p, 3, 1);
         r.priority = prio[i];
-        CHECK_EQ(l8_sched_submit(w.s, &r), 0);
+        CHECK_EQ(l8_sched_submit(w.s, &r, NULL), 0);
     }
     static const uint64_t order[5] = {1, 3, 0, 2, 4};
     for (int i = 0; i < 5; i++) {
@@ -782,8 +792,8 @@ static void test_held(void)
     ra.user = rc.user = &hold1;
     rb.user = &hold2;
     rd.user = &hold3;
-    CHECK_EQ(l8_sched_submit(w.s, &ra), 0);
-    CHECK_EQ(l8_sched_submit(w.s, &rb), 0);
+    CHECK_EQ(l8_sched_submit(w.s, &ra, NULL), 0);
+    CHECK_EQ(l8_sched_submit(w.s, &rb, NULL), 0);
     CHECK_EQ(step(&w, __LINE__), 2);             /* both prefills */
     struct l8_sched_owner_stats st;
     l8_sched_owner_stats(w.s, 1, &st);
@@ -797,8 +807,8 @@ static void test_held(void)
     l8_sched_owner_stats(w.s, 1, &st);
     CHECK_EQ(st.pages, pages);                   /* kept: nothing preempted */
     /* C (owner 1, held) is first in the queue; D passes it */
-    CHECK_EQ(l8_sched_submit(w.s, &rc), 0);
-    CHECK_EQ(l8_sched_submit(w.s, &rd), 0);
+    CHECK_EQ(l8_sched_submit(w.s, &rc, NULL), 0);
+    CHECK_EQ(l8_sched_submit(w.s, &rd, NULL), 0);
     struct l8_seq *seqs;
     uint32_t n;
     CHECK_EQ(l8_sched_build_step(w.s, &seqs, &n), 0);
@@ -828,7 +838,7 @@ static void test_cancel(void)
     uint32_t p[10];
     fill(p, 10, 4);
     struct l8_sched_req r1 = req(1, 1, p, 10, 20), r2 = req(1, 2, p, 6, 20);
-    CHECK_EQ(l8_sched_submit(w.s, &r1), 0);
+    CHECK_EQ(l8_sched_submit(w.s, &r1, NULL), 0);
     step(&w, __LINE__);
     struct l8_sched_owner_stats os;
     l8_sched_owner_stats(w.s, 1, &os);
@@ -852,7 +862,7 @@ static void test_cancel(void)
 
     /* cancel while the step is in flight: pages held until step_done, no
      * events for it from that step */
-    CHECK_EQ(l8_sched_submit(w.s, &r2), 0);
+    CHECK_EQ(l8_sched_submit(w.s, &r2, NULL), 0);
     struct l8_seq *seqs;
     uint32_t n;
     CHECK_EQ(l8_sched_build_step(w.s, &seqs, &n), 0);
@@ -870,8 +880,8 @@ static void test_cancel(void)
     CHECK_EQ(st.pages_used, 0);
     CHECK(l8_sched_idle(w.s));
     /* ids of ended requests are free again; live ones are not */
-    CHECK_EQ(l8_sched_submit(w.s, &r2), 0);
-    CHECK_EQ(l8_sched_submit(w.s, &r2), L8_SCHED_E_DUPLICATE_ID);
+    CHECK_EQ(l8_sched_submit(w.s, &r2, NULL), 0);
+    CHECK_EQ(l8_sched_submit(w.s, &r2, NULL), L8_SCHED_E_DUPLICATE_ID);
     CHECK_EQ(l8_sched_cancel(w.s, 1, 2), 0);
     CHECK_EQ(l8_sched_cancel(w.s, 1, 2), -ENOENT);
     CHECK(l8_sched_idle(w.s));
@@ -887,14 +897,14 @@ static void test_cancel_owner(void)
         fill(p[i], 7, 50 * i + 1);
     for (int i = 0; i < 3; i++) {
         struct l8_sched_req r = req(7, i, p[i], 7, 10);
-        CHECK_EQ(l8_sched_submit(w.s, &r), 0);
+        CHECK_EQ(l8_sched_submit(w.s, &r, NULL), 0);
     }
     struct l8_sched_req other = req(8, 0, p[3], 7, 10);
-    CHECK_EQ(l8_sched_submit(w.s, &other), 0);
+    CHECK_EQ(l8_sched_submit(w.s, &other, NULL), 0);
     step(&w, __LINE__);
     step(&w, __LINE__);
     struct l8_sched_req late = req(7, 3, p[4], 7, 10);  /* still waiting */
-    CHECK_EQ(l8_sched_submit(w.s, &late), 0);
+    CHECK_EQ(l8_sched_submit(w.s, &late, NULL), 0);
     struct l8_sched_owner_stats os;
     l8_sched_owner_stats(w.s, 7, &os);
     CHECK_EQ(os.requests, 4);
@@ -919,10 +929,10 @@ static void test_cancel_owner(void)
      * callback cancels the owner in the middle of step_done */
     for (int i = 0; i < 3; i++) {
         struct l8_sched_req r = req(9, i, p[i], 7, 10);
-        CHECK_EQ(l8_sched_submit(w.s, &r), 0);
+        CHECK_EQ(l8_sched_submit(w.s, &r, NULL), 0);
     }
     struct l8_sched_req keep = req(10, 0, p[4], 7, 10);
-    CHECK_EQ(l8_sched_submit(w.s, &keep), 0);
+    CHECK_EQ(l8_sched_submit(w.s, &keep, NULL), 0);
     w.cancel_in_cb = true;
     w.cancel_owner = 9;
     w.cancel_at = 2;
@@ -948,8 +958,8 @@ static void test_engine_error(void)
     uint32_t p[5];
     fill(p, 5, 8);
     struct l8_sched_req r1 = req(1, 1, p, 5, 4), r2 = req(1, 2, p, 5, 4);
-    CHECK_EQ(l8_sched_submit(w.s, &r1), 0);
-    CHECK_EQ(l8_sched_submit(w.s, &r2), 0);
+    CHECK_EQ(l8_sched_submit(w.s, &r1, NULL), 0);
+    CHECK_EQ(l8_sched_submit(w.s, &r2, NULL), 0);
     struct l8_seq *seqs;
     uint32_t n;
     CHECK_EQ(l8_sched_build_step(w.s, &seqs, &n), 0);
@@ -989,7 +999,7 @@ static void test_stress(void)
         r.sampling.seed = i;
         r.sampling.temperature = 0.9f;
         r.priority = i % 3 == 0;
-        CHECK_EQ(l8_sched_submit(w.s, &r), 0);
+        CHECK_EQ(l8_sched_submit(w.s, &r, NULL), 0);
     }
     uint32_t steps = 0;
     int cancelled = -1;
@@ -1110,7 +1120,7 @@ static int random_run(uint64_t seed)
             sr.cache_scope = r->scope;
             sr.priority = rnd(4) ? (int32_t)rnd(3) : rnd(2) ? INT32_MAX : INT32_MIN;
             sr.user = &r->hold;
-            r->submitted = l8_sched_submit(w.s, &sr) == 0;
+            r->submitted = l8_sched_submit(w.s, &sr, NULL) == 0;
         }
         for (uint32_t i = 0; i < next; i++)
             if (rnd(10) == 0)

@@ -167,7 +167,7 @@ int main(int argc, char **argv)
             .max_new_tokens = jobs[i].max_new,
             .stop_ids = &jobs[i].stop, .n_stop = jobs[i].stop != L8_SCHED_NO_TOKEN,
         };
-        CHECK(l8_sched_submit(s, &r) == 0);
+        CHECK(l8_sched_submit(s, &r, NULL) == 0);
     }
     uint32_t steps = 0, max_tokens = 0;
     for (;;) {
