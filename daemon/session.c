@@ -501,13 +501,6 @@ bool l8d_session_publish(struct l8d_session *s)
     return atomic_load_explicit(&s->eq_ctl->flags, memory_order_relaxed) & L8_RING_NEED_WAKEUP;
 }
 
-static void push_error(struct l8d_session *s, uint64_t id, int code)
-{
-    struct l8_event ev = { .request_id = id, .t_ns = l8d_now_ns(), .kind = L8_EV_ERROR,
-                           .code = (uint16_t)code, .logprob = NAN };
-    l8d_session_push(s, &ev);
-}
-
 /* An error about one field of a request: what it gave, the limit it broke. */
 static void push_refusal(struct l8d_session *s, uint64_t id, int code, int field,
                          uint32_t value, uint32_t limit, float fvalue)
@@ -516,6 +509,12 @@ static void push_refusal(struct l8d_session *s, uint64_t id, int code, int field
                            .code = (uint16_t)code, .reason = (uint8_t)field, .token = value,
                            .index = limit, .logprob = fvalue };
     l8d_session_push(s, &ev);
+}
+
+/* An error about no one field (L8_EF_NONE). */
+static void push_error(struct l8d_session *s, uint64_t id, int code)
+{
+    push_refusal(s, id, code, L8_EF_NONE, 0, 0, NAN);
 }
 
 static void req_release(struct l8d_session *s, struct l8d_req *r)
@@ -553,8 +552,8 @@ void l8d_session_on_sched_event(struct l8d *d, const struct l8_sched_event *e, u
     default:
         log_err("client %llu request %llu: engine error %d", (unsigned long long)s->id,
                 (unsigned long long)e->id, e->error);
-        ev.kind = L8_EV_ERROR;
-        ev.code = L8_ERR_INTERNAL;
+        ev = (struct l8_event){ .request_id = e->id, .t_ns = t_ns, .kind = L8_EV_ERROR,
+                                .code = L8_ERR_INTERNAL, .logprob = NAN };
         req_release(s, r);
         break;
     }
