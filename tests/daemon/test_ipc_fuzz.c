@@ -340,6 +340,13 @@ static void fz_note(struct fz *f, const struct l8_event *ev)
     case L8_EV_ERROR:
         f->errors++;
         FCHECK(ev->code > 0 && ev->code < L8_ERR_MAX_, "error event with code %u", ev->code);
+        /* the field it names, with numbers where they apply and only there */
+        const bool fl = ev->reason >= L8_EF_TEMPERATURE && ev->reason <= L8_EF_REPETITION_PENALTY;
+        FCHECK(ev->reason < L8_EF_MAX_ &&
+               (fl ? ev->token == 0 && ev->index == 0 : isnan(ev->logprob)) &&
+               (ev->reason != L8_EF_NONE || (ev->token == 0 && ev->index == 0)),
+               "error %s: field %u value %u limit %u float %g", l8c_err_name(ev->code),
+               ev->reason, ev->token, ev->index, ev->logprob);
         if (ev->code < L8_ERR_MAX_)
             ev_codes[ev->code]++;
         break;
