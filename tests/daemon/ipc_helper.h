@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -111,9 +112,15 @@ static inline void tdaemon_start_argv(struct tdaemon *d, const char *const *pref
     for (int i = 0; extra && extra[i] && n < 62; i++)
         argv[n++] = extra[i];
     argv[n] = NULL;
+    const pid_t test = getpid();
     d->pid = fork();
     REQUIRE(d->pid >= 0, "fork");
     if (d->pid == 0) {
+        /* A test that dies (a sanitizer's abort) takes its daemon along:
+         * left running, it would hold the test's stdout and meson would
+         * wait for the timeout instead of reporting the failure. */
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != test)
+            _exit(127);
         setenv("NOTIFY_SOCKET", d->notify_path, 1);
         execvp(argv[0], (char *const *)argv);
         _exit(127);

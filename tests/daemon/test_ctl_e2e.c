@@ -1352,7 +1352,7 @@ static void test_errors(void)
         struct tdaemon small;
         const char *extra[] = { "--kv-pages", "2", NULL };
         tdaemon_start(&small, bin_d, model, extra);
-        char prompt[40 * 4] = "", *p = prompt;
+        char prompt[256] = "", *p = prompt;
         for (int i = 0; i < 40; i++)
             p += sprintf(p, "%d ", 100 + i);
         const char *big[] = { bin_ctl, "generate", "--socket", small.sock, "--ids", prompt,
