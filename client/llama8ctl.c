@@ -75,6 +75,28 @@ int ctl_quote_len(const char *s, int max)
     return max;
 }
 
+/* Whether valid JSON s[n] has an object key with an escaped NUL: json-c
+ * keeps keys as C strings, so "max_new\u0000x" would be read as max_new. */
+static bool has_nul_key(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] != '"')
+            continue;
+        bool nul = false;
+        for (i++; i < n && s[i] != '"'; i++)
+            if (s[i] == '\\') {
+                nul |= i + 5 < n && !memcmp(s + i + 1, "u0000", 5);
+                i++;   /* the escaped character; \uXXXX's digits hold no quote */
+            }
+        size_t k = i + 1;
+        while (k < n && (s[k] == ' ' || s[k] == '\t' || s[k] == '\r' || s[k] == '\n'))
+            k++;
+        if (nul && k < n && s[k] == ':')
+            return true;
+    }
+    return false;
+}
+
 json_object *ctl_parse_json(const char *s, size_t n, const char **why)
 {
     json_tokener *jt = n <= INT_MAX ? json_tokener_new_ex(64) : NULL;
@@ -101,6 +123,11 @@ json_object *ctl_parse_json(const char *s, size_t n, const char **why)
             root = NULL;
             *why = "more after the value";
         }
+    if (root && has_nul_key(s, end)) {
+        json_object_put(root);
+        root = NULL;
+        *why = "a key with a NUL character (\\u0000)";
+    }
     return root;
 }
 

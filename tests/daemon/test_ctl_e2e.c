@@ -1072,7 +1072,8 @@ static void test_pipe(void)
     /* answered without an id: a cancel of a non-id, and lines that are not
      * strict JSON in UTF-8 (the bad key would be echoed) */
     buf_str(&in, "{\"cancel\":1.}\n{\"id\":\"u\",\"text\":\"x\",\"b\xff\":1}\n"
-                 "{\"id\":\"c\",/*x*/\"text\":\"x\"}\n{\"id\":\"t\",\"text\":\"x\",}\n");
+                 "{\"id\":\"c\",/*x*/\"text\":\"x\"}\n{\"id\":\"t\",\"text\":\"x\",}\n"
+                 "{\"id\":\"n\",\"text\":\"x\\u0000\",\"max_new\\u0000x\":5}\n");
     pipe_req(&in, "\"k\"", "text", "\"x\"", ",\"bogus\":1");
     pipe_req(&in, "\"z\"", "text", "\"x\"", ",\"max_new\":0");
     pipe_req(&in, "\"z2\"", "text", "\"x\"", ",\"stop_text\":[]");
@@ -1117,7 +1118,7 @@ static void test_pipe(void)
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         e = pev_of(bad[i].id);
-        int want = !strcmp(bad[i].id, "null") ? 6 : 1;     /* not JSON; no id; the 4 above */
+        int want = !strcmp(bad[i].id, "null") ? 7 : 1;     /* not JSON; no id; the 5 above */
         CHECK(e->n_errors == want && !strcmp(e->errors[0], bad[i].error) &&
               !strcmp(e->errors[want - 1], bad[i].error) &&
               (e->toks.n == 0 || !strcmp(bad[i].error, "DUPLICATE_REQUEST")),
