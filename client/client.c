@@ -55,6 +55,8 @@ static const char *const err_names[] = {
     "RING_VIOLATION", "DUPLICATE_REQUEST", "EMPTY_PROMPT",
 };
 _Static_assert(sizeof(err_names) / sizeof(err_names[0]) == L8_ERR_MAX_, "names");
+_Static_assert(L8_ERR_MAX_ <= sizeof(((struct l8c_status *)0)->errors) / sizeof(uint64_t),
+               "l8c_status.errors holds every code");
 
 const char *l8c_err_name(int code)
 {
@@ -825,6 +827,8 @@ int l8c_status(struct l8c_client *c, struct l8c_status *out, int timeout_ms)
         o.device_total = s->device_total;
         snprintf(o.prefix_cache, sizeof(o.prefix_cache), "%s",
                  s->prefix_cache ? s->prefix_cache : "");
+        for (size_t i = 0; i < s->n_errors && i < L8_ERR_MAX_; i++)
+            o.errors[i] = s->errors[i];
         *out = o;
         rc = 0;
     }

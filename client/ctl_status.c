@@ -11,7 +11,7 @@
 static void status_usage(FILE *f)
 {
     fprintf(f, "usage: llama8ctl status [--socket PATH] [--json]\n"
-               "Print the served model, KV pool use, clients, requests, tokens/s and uptime.\n\n"
+               "Print the served model, KV pool use, clients, requests, errors sent, tokens/s and uptime.\n\n"
                "exit status: 0 ok, 1 the daemon failed to answer, 2 bad command line,\n"
                "3 no daemon at the socket\n");
 }
@@ -88,6 +88,11 @@ int ctl_status(int argc, char **argv)
         json_object_object_add(o, "mem_work", json_object_new_uint64(s.mem_work));
         json_object_object_add(o, "device_used", json_object_new_uint64(s.device_used));
         json_object_object_add(o, "device_total", json_object_new_uint64(s.device_total));
+        json_object *errs = json_object_new_object();
+        for (int i = 1; i < L8_ERR_MAX_; i++)
+            if (s.errors[i])
+                json_object_object_add(errs, l8c_err_name(i), json_object_new_uint64(s.errors[i]));
+        json_object_object_add(o, "errors", errs);
         puts(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY));
         json_object_put(o);
     } else {
@@ -107,6 +112,13 @@ int ctl_status(int argc, char **argv)
         printf("tokens:    %llu generated, %.1f/s; %llu prompt (%llu from cache)\n",
                (unsigned long long)s.tokens_generated, s.tokens_per_s,
                (unsigned long long)s.prompt_tokens, (unsigned long long)s.prompt_tokens_cached);
+        printf("errors:    ");
+        int shown = 0;
+        for (int i = 1; i < L8_ERR_MAX_; i++)
+            if (s.errors[i])
+                printf("%s%s %llu", shown++ ? ", " : "", l8c_err_name(i),
+                       (unsigned long long)s.errors[i]);
+        printf("%s\n", shown ? " (sent to clients since start)" : "none sent to clients");
         printf("uptime:    %.1f s%s\n", s.uptime_s, s.draining ? " (draining)" : "");
         if (s.step_stalled)
             printf("engine:    STALLED: a step has run %.1f s, past its bound; the watchdog "

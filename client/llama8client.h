@@ -171,6 +171,10 @@ struct l8c_status {
     /* Who shares the prefix cache's pages: "user" (requests of one uid),
      * "shared" (every client) or "off". */
     char prefix_cache[8];
+    /* Errors the daemon sent to clients since it started (ERROR events and
+     * Error datagrams, every client's), by code (enum l8_err); codes this
+     * library does not know are not counted. */
+    uint64_t errors[32];
 };
 int l8c_status(struct l8c_client *c, struct l8c_status *out, int timeout_ms);
 

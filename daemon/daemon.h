@@ -145,6 +145,7 @@ struct l8d {
     /* Statistics. */
     uint64_t start_ns;
     uint64_t requests_done;
+    uint64_t errors[L8_ERR_MAX_];       /* error events and datagrams sent, by code */
     uint64_t rate_t[16], rate_tok[16];  /* 1 s samples for tokens/s */
     uint32_t rate_i, rate_n;
     uint64_t last_sample_ns, last_watchdog_ns;
@@ -178,7 +179,8 @@ void l8d_session_free(struct l8d_session *s);
 /* SIGTERM deadline: cut every live request with SHUTTING_DOWN. */
 void l8d_session_cut_all(struct l8d_session *s);
 /* Send an Error datagram on a socket (best effort, never blocks). */
-void l8d_send_error(int fd, int code, uint64_t request_id, const char *msg);
+/* An Error datagram on fd (counted in d->errors). */
+void l8d_send_error(struct l8d *d, int fd, int code, uint64_t request_id, const char *msg);
 
 /* loop.c */
 int  l8d_loop_run(struct l8d *d);

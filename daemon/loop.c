@@ -549,7 +549,7 @@ int l8d_loop_run(struct l8d *d)
     for (uint32_t i = 0; i < d->n_slots; i++) {
         struct l8d_session *s = d->sessions[i];
         if (s && s->state != L8D_SESS_CLOSING)
-            l8d_send_error(s->fd, L8_ERR_SHUTTING_DOWN, 0, "the daemon stopped");
+            l8d_send_error(d, s->fd, L8_ERR_SHUTTING_DOWN, 0, "the daemon stopped");
     }
     return d->exit_code;
 }

@@ -47,8 +47,10 @@ _Static_assert((int)L8_DONE_CANCELLED == (int)LLAMA8__DONE_REASON__DONE_CANCELLE
 
 /* ---------------------------------------------------------------- control socket */
 
-void l8d_send_error(int fd, int code, uint64_t request_id, const char *msg)
+void l8d_send_error(struct l8d *d, int fd, int code, uint64_t request_id, const char *msg)
 {
+    if (code > 0 && code < L8_ERR_MAX_)
+        d->errors[code]++;
     uint8_t buf[L8_MAX_CTL_MSG];
     Llama8__Error e = LLAMA8__ERROR__INIT;
     e.code = (Llama8__ErrorCode)code;
@@ -87,10 +89,10 @@ static void drop_unread(int fd, uint8_t *buf, size_t len)
  * it sees the queued Error; so shut our receiving side first (the client's
  * later sends fail with EPIPE instead of queueing; the client library then
  * reads the Error), drop what was already queued (its Hello), and close. */
-static void refuse(int fd, int code, const char *msg)
+static void refuse(struct l8d *d, int fd, int code, const char *msg)
 {
     uint8_t sink[L8_MAX_CTL_MSG];
-    l8d_send_error(fd, code, 0, msg);
+    l8d_send_error(d, fd, code, 0, msg);
     shutdown(fd, SHUT_RD);
     drop_unread(fd, sink, sizeof(sink));
     close(fd);
@@ -168,11 +170,11 @@ int l8d_session_accept(struct l8d *d, int fd)
     if (!peer_allowed(d, fd, &cr)) {
         log_notice("refused pid %d uid %u: not root and not in group '%s'",
                    (int)cr.pid, (unsigned)cr.uid, d->conf.allowed_group);
-        refuse(fd, L8_ERR_PERMISSION_DENIED, "not a member of the allowed group");
+        refuse(d, fd, L8_ERR_PERMISSION_DENIED, "not a member of the allowed group");
         return 0;
     }
     if (d->state != L8D_RUNNING) {
-        refuse(fd, L8_ERR_SHUTTING_DOWN, "the daemon is shutting down");
+        refuse(d, fd, L8_ERR_SHUTTING_DOWN, "the daemon is shutting down");
         return 0;
     }
     uint32_t slot = d->n_slots;
@@ -184,12 +186,12 @@ int l8d_session_accept(struct l8d *d, int fd)
     if (slot == d->n_slots) {
         log_warn("refused pid %d: %u clients connected (max_clients)", (int)cr.pid,
                  d->n_sessions);
-        refuse(fd, L8_ERR_TOO_MANY_CLIENTS, "too many clients");
+        refuse(d, fd, L8_ERR_TOO_MANY_CLIENTS, "too many clients");
         return 0;
     }
     struct l8d_session *s = calloc(1, sizeof(*s));
     if (!s) {
-        refuse(fd, L8_ERR_INTERNAL, "out of memory");
+        refuse(d, fd, L8_ERR_INTERNAL, "out of memory");
         return -ENOMEM;
     }
     s->d = d;
@@ -361,6 +363,8 @@ static void send_status(struct l8d_session *s)
     o.mem_work = mem->work;
     o.device_used = mem->device_used;
     o.device_total = mem->device_total;
+    o.errors = d->errors;
+    o.n_errors = L8_ERR_MAX_;
     Llama8__DaemonMessage m = LLAMA8__DAEMON_MESSAGE__INIT;
     m.msg_case = LLAMA8__DAEMON_MESSAGE__MSG_STATUS;
     m.status = &o;
@@ -508,6 +512,7 @@ static void push_refusal(struct l8d_session *s, uint64_t id, int code, int field
     struct l8_event ev = { .request_id = id, .t_ns = l8d_now_ns(), .kind = L8_EV_ERROR,
                            .code = (uint16_t)code, .reason = (uint8_t)field, .token = value,
                            .index = limit, .logprob = fvalue };
+    s->d->errors[code]++;
     l8d_session_push(s, &ev);
 }
 
@@ -554,6 +559,7 @@ void l8d_session_on_sched_event(struct l8d *d, const struct l8_sched_event *e, u
                 (unsigned long long)e->id, e->error);
         ev = (struct l8_event){ .request_id = e->id, .t_ns = t_ns, .kind = L8_EV_ERROR,
                                 .code = L8_ERR_INTERNAL, .logprob = NAN };
+        d->errors[L8_ERR_INTERNAL]++;
         req_release(s, r);
         break;
     }
@@ -776,7 +782,7 @@ void l8d_session_close(struct l8d_session *s, int err_code, const char *why)
     if (s->state == L8D_SESS_CLOSING)
         return;
     if (err_code) {
-        l8d_send_error(s->fd, err_code, 0, why);
+        l8d_send_error(d, s->fd, err_code, 0, why);
         s->told = true;
     }
     uint32_t n = l8_sched_cancel_owner(d->sched, s->id);

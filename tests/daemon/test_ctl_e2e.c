@@ -1369,6 +1369,13 @@ static void test_errors(void)
               "max_new_tokens need 3 KV pages"), "--json refusal: exit %d, stdout %s", rc, o.p);
         free(o.p);
         free(e.p);
+        /* status counts what it sent, by code */
+        const char *st[] = { bin_ctl, "status", "--socket", small.sock, NULL };
+        memset(&o, 0, sizeof o);
+        run_ok(st, NULL, 0, &o);
+        CHECK(o.p && strstr(o.p, "\nerrors:    PROMPT_TOO_LONG 2 (sent to clients since start)\n"),
+              "status after two refusals: %s", o.p);
+        free(o.p);
         CHECK(tdaemon_stop(&small) == 0, "the small daemon's exit status");
     }
     /* --help: 0 everywhere. */

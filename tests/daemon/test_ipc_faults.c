@@ -234,6 +234,7 @@ int main(int argc, char **argv)
         p.max_new_tokens = 8;
         observer_submit(obs, 3);   /* runs through all of this */
         const struct l8c_info *in = l8c_info(c);
+        const struct l8c_status before = status_of(probe);
         prompt[5] = 2048;
         expect_req_error(c, 1, 10, &p, L8_ERR_BAD_TOKEN, L8_EF_PROMPT_ID, 2048, in->vocab_size,
                          "token id >= vocab");
@@ -286,6 +287,18 @@ int main(int argc, char **argv)
                          "duplicate id");
         expect_req_error(c, 99, 20, &p, L8_ERR_TOO_MANY_REQUESTS, L8_EF_REQUESTS, MAX_REQ,
                          MAX_REQ, "requests per client");
+        /* status counts them, by code (nobody else errs meanwhile) */
+        const struct l8c_status after = status_of(probe);
+        static const struct { int code; uint64_t n; } sent[] = {
+            { L8_ERR_BAD_TOKEN, 2 }, { L8_ERR_PROMPT_TOO_LONG, 2 }, { L8_ERR_BAD_PARAMS, 7 },
+            { L8_ERR_EMPTY_PROMPT, 1 }, { L8_ERR_DUPLICATE_REQUEST, 1 },
+            { L8_ERR_TOO_MANY_REQUESTS, 1 }, { L8_ERR_INTERNAL, 0 },
+        };
+        for (size_t i = 0; i < sizeof(sent) / sizeof(sent[0]); i++)
+            CHECK(after.errors[sent[i].code] - before.errors[sent[i].code] == sent[i].n,
+                  "status: %s counted %llu times, want %llu", l8c_err_name(sent[i].code),
+                  (unsigned long long)(after.errors[sent[i].code] - before.errors[sent[i].code]),
+                  (unsigned long long)sent[i].n);
         l8c_close(c);   /* with MAX_REQ requests running: all cancelled */
     }
 
