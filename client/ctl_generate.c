@@ -138,6 +138,7 @@ int ctl_req_opt(struct ctl_req_opts *o, int opt, const char *arg)
         o->n_stop_text++;
         return 1;
     case CTL_OPT_LOGPROBS: p->logprobs = true; return 1;
+    case CTL_OPT_STATS: o->stats = true; return 1;
     case CTL_OPT_IGNORE_EOS: p->ignore_eos = true; return 1;
     case CTL_OPT_PRIORITY: {
         char *end;
@@ -213,7 +214,25 @@ struct stream_ctx {
     char *text;              /* the reply, collected for chat (may be NULL) */
     size_t text_len, text_cap;
     bool collect;
+    bool stats;              /* --stats: the figures below, on stderr at the end */
+    uint64_t t_submit, t_first, t_last;   /* CLOCK_MONOTONIC ns, the daemon's for tokens */
+    uint32_t prompt, cached, tokens;
 };
+
+/* --stats: one line on what the request cost. */
+static void print_stats(const struct stream_ctx *x, const char *reason)
+{
+    if (!x->stats)
+        return;
+    fprintf(stderr, "llama8ctl: %u prompt tokens (%u from the prefix cache), %u generated (%s)",
+            x->prompt, x->cached, x->tokens, reason);
+    if (x->tokens)
+        fprintf(stderr, "; first token %.1f ms after submit", (double)(x->t_first - x->t_submit) / 1e6);
+    if (x->tokens > 1 && x->t_last > x->t_first)
+        fprintf(stderr, ", then %.1f tokens/s",
+                (double)(x->tokens - 1) * 1e9 / (double)(x->t_last - x->t_first));
+    fputc('\n', stderr);
+}
 
 static void emit_text(struct stream_ctx *x, const char *s, size_t n)
 {
@@ -273,6 +292,9 @@ static int run_one(struct l8c_client *c, struct stream_ctx *x, const uint32_t *i
                 l8c_err_name(code), why);
         return CTL_FAIL;
     }
+    x->t_submit = l8c_now_ns();
+    x->prompt = (uint32_t)n;
+    x->cached = x->tokens = 0;
     int rc = l8c_submit(c, ids, (uint32_t)n, x->s.p, &id);
     if (rc < 0) {
         fprintf(stderr, "llama8ctl: submit: %s\n", rc == -EINVAL ? "bad arguments" : strerror(-rc));
@@ -295,6 +317,12 @@ static int run_one(struct l8c_client *c, struct stream_ctx *x, const uint32_t *i
             const char *t = NULL;
             size_t tl = 0;
             int stopped = 0;
+            if (e->kind == L8_EV_STARTED)
+                x->cached = e->index;
+            if (e->kind == L8_EV_TOKEN) {
+                x->t_first = x->tokens++ ? x->t_first : e->t_ns;
+                x->t_last = e->t_ns;
+            }
             if (e->kind == L8_EV_TOKEN && !ctl_stream_is_stop(&x->s, e->token)) {
                 if (x->s.tok) {
                     stopped = ctl_stream_text(&x->s, e->token, false, &t, &tl);
@@ -317,8 +345,11 @@ static int run_one(struct l8c_client *c, struct stream_ctx *x, const uint32_t *i
                                               now, t, tl));
             else if (t)
                 emit_text(x, t, tl);
-            if (stopped && e->kind == L8_EV_TOKEN)
-                return end_at_stop_text(c, x, e);
+            if (stopped && e->kind == L8_EV_TOKEN) {
+                rc = end_at_stop_text(c, x, e);
+                print_stats(x, "stop_text");
+                return rc;
+            }
             if (e->kind == L8_EV_DONE) {
                 if (!x->json) {
                     /* Flushed too: a program reading a chat through a pipe
@@ -326,6 +357,7 @@ static int run_one(struct l8c_client *c, struct stream_ctx *x, const uint32_t *i
                     putchar('\n');
                     fflush(stdout);
                 }
+                print_stats(x, l8c_done_name(e->reason));
                 return CTL_OK;
             }
             if (e->kind == L8_EV_ERROR) {
@@ -497,7 +529,7 @@ int ctl_generate(int argc, char **argv)
         }
     }
     struct stream_ctx x = { .s = { .tok = tok, .st = st, .stop = stop, .info = l8c_info(c),
-                                   .p = &o.params }, .json = json };
+                                   .p = &o.params }, .json = json, .stats = o.stats };
     rc = run_one(c, &x, ids.ids, ids.n);
     ctl_stream_free(&x.s);
 out:
@@ -607,7 +639,7 @@ int ctl_chat(int argc, char **argv)
             continue;
         }
         struct stream_ctx x = { .s = { .tok = tok, .st = st, .stop = stop, .info = l8c_info(c),
-                                       .p = &o.params }, .collect = true };
+                                       .p = &o.params }, .collect = true, .stats = o.stats };
         int r = run_one(c, &x, ids.ids, ids.n);
         ctl_stream_free(&x.s);
         l8tok_ids_free(&ids);

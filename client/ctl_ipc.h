@@ -22,6 +22,7 @@ enum {
     CTL_OPT_SOCKET, CTL_OPT_TEMP, CTL_OPT_TOPK, CTL_OPT_TOPP, CTL_OPT_MINP,
     CTL_OPT_REP, CTL_OPT_SEED, CTL_OPT_MAXNEW, CTL_OPT_STOP, CTL_OPT_LOGPROBS,
     CTL_OPT_IGNORE_EOS, CTL_OPT_PRIORITY, CTL_OPT_TOKENIZER, CTL_OPT_STOP_TEXT,
+    CTL_OPT_STATS,
 };
 #define CTL_COMMON_LONGOPTS \
     {"socket", required_argument, 0, CTL_OPT_SOCKET}, \
@@ -37,7 +38,8 @@ enum {
     {"stop-text", required_argument, 0, CTL_OPT_STOP_TEXT}, \
     {"logprobs", no_argument, 0, CTL_OPT_LOGPROBS}, \
     {"ignore-eos", no_argument, 0, CTL_OPT_IGNORE_EOS}, \
-    {"priority", required_argument, 0, CTL_OPT_PRIORITY}
+    {"priority", required_argument, 0, CTL_OPT_PRIORITY}, \
+    {"stats", no_argument, 0, CTL_OPT_STATS}
 #define CTL_COMMON_HELP \
     "  --socket PATH          daemon socket (default $LLAMA8_SOCKET, else\n" \
     "                         /run/llama8d/llama8d.sock)\n" \
@@ -50,7 +52,10 @@ enum {
     "                         (repeatable; the escapes \\n \\t \\r \\\\ are read)\n" \
     "  --logprobs             ask for log-probabilities (shown with --json)\n" \
     "  --ignore-eos           do not stop at the model's end-of-sequence ids\n" \
-    "  --priority N           higher runs first\n"
+    "  --priority N           higher runs first\n" \
+    "  --stats                after each reply, a line on stderr: prompt tokens (from\n" \
+    "                         the prefix cache), tokens generated, time to first token\n" \
+    "                         and tokens/s after it\n"
 
 #define CTL_MAX_STOP 16
 
@@ -61,6 +66,7 @@ struct ctl_req_opts {
     uint32_t stop[CTL_MAX_STOP];
     char *stop_text[CTL_MAX_STOP];   /* --stop-text, escapes read; malloc'd */
     size_t n_stop_text;
+    bool stats;                      /* --stats */
 };
 
 void ctl_req_opts_init(struct ctl_req_opts *o);

@@ -601,6 +601,27 @@ static void test_generate(void)
     const char *dflt[] = { "--max-new", "20", NULL };
     check_generate("default", dflt, prompt, &r);
 
+    /* --stats: the same reply on stdout, and a line on stderr with the
+     * request's figures (its prompt was just served: from the cache). */
+    {
+        const char *argv[] = { bin_ctl, "generate", "--socket", dmn.sock, "--max-new", "20",
+                               "--stats", prompt, NULL };
+        struct buf o = {0}, e = {0};
+        int rc = run_cmd(argv, NULL, 0, &o, &e);
+        unsigned np = 0, nc = 0, ng = 0;
+        char reason[16] = "";
+        double ttft = -1, rate = -1;
+        int got = e.p ? sscanf(e.p, "llama8ctl: %u prompt tokens (%u from the prefix cache), %u "
+                               "generated (%15[a-z_]); first token %lf ms after submit, then "
+                               "%lf tokens/s", &np, &nc, &ng, reason, &ttft, &rate) : 0;
+        CHECK(rc == 0 && o.p && !strncmp(o.p, r.text.p, r.text.n) && got >= 5 && np == p.n &&
+              nc > 0 && nc < np && ng == r.gen.n && ttft > 0 && (got == 6 ? rate > 0 : ng == 1),
+              "--stats: exit %d, %d fields: %s", rc, got, e.p);
+        CHECK(!strcmp(reason, r.stopped ? "eos" : "length"), "--stats reason %s", reason);
+        free(o.p);
+        free(e.p);
+    }
+
     /* An extra stop id: the third token generated (not printed). */
     if (r.gen.n >= 3 && !is_eos(r.gen.v[2])) {
         uint32_t stop = r.gen.v[2];
