@@ -28,6 +28,10 @@
  *                     two hops (engine thread -> the daemon's loop -> the
  *                     client), so this is its floor on this machine, and
  *                     delivery / floor what the daemon adds.
+ * With --poll the client spins on its event ring instead of sleeping on the
+ * doorbell (the cost: a core); its delivery has one wake-up (engine thread
+ * -> loop), and the floor is measured the same way: the relay stores a
+ * counter that the main thread spins on.
  * Prompts are random token ids (seeded), greedy, with --ignore-eos so every
  * request makes exactly --new tokens. */
 #include "ctl_ipc.h"
@@ -103,7 +107,8 @@ static uint64_t rng_next(uint64_t *s)
 struct floor_chain {
     int efd[2];                 /* stamp -> relay, relay -> main */
     uint64_t rounds, pause_ns;
-    _Atomic uint64_t t_stamp;
+    bool spin;                  /* relay -> main through `relayed`, main spinning */
+    _Atomic uint64_t t_stamp, relayed;
     _Atomic bool fail;
 };
 
@@ -128,23 +133,40 @@ static void *floor_relay(void *arg)
     struct floor_chain *c = arg;
     /* Counts what it reads (an eventfd adds up stamps it was too late for)
      * and passes the count on, so no side waits for a stamp already taken. */
-    for (uint64_t got = 0, v = 0; got < c->rounds; got += v)
+    for (uint64_t got = 0, v = 0; got < c->rounds; got += v) {
         if (read(c->efd[0], &v, sizeof v) != sizeof v ||
-            write(c->efd[1], &v, sizeof v) != sizeof v) {
+            (!c->spin && write(c->efd[1], &v, sizeof v) != sizeof v)) {
             c->fail = true;
             break;
         }
+        if (c->spin)
+            atomic_fetch_add_explicit(&c->relayed, v, memory_order_release);
+    }
     return NULL;
 }
 
-/* Fills out with two-hop wake-ups pause_ns apart, about 0.5 s of them;
- * -1 if the machine refused a thread or an eventfd, or a wake-up took over
- * 5 s (no floor reported). */
-static int wake_floor(struct lat *out, uint64_t pause_ns)
+/* The main thread's wait for the relay: the count relayed, or 0 after 5 s. */
+static uint64_t floor_wait(struct floor_chain *c, uint64_t got)
+{
+    uint64_t v = 0;
+    if (!c->spin) {
+        struct pollfd pf = { c->efd[1], POLLIN, 0 };
+        return poll(&pf, 1, 5000) == 1 && read(c->efd[1], &v, sizeof v) == sizeof v ? v : 0;
+    }
+    for (const uint64_t t0 = l8c_now_ns(); l8c_now_ns() - t0 < 5000000000ull;)
+        if ((v = atomic_load_explicit(&c->relayed, memory_order_acquire)) > got)
+            return v - got;
+    return 0;
+}
+
+/* Fills out with two-hop wake-ups pause_ns apart (one hop and a spinning
+ * main thread with spin), about 0.5 s of them; -1 if the machine refused a
+ * thread or an eventfd, or a wake-up took over 5 s (no floor reported). */
+static int wake_floor(struct lat *out, uint64_t pause_ns, bool spin)
 {
     pause_ns = pause_ns < 100000 ? 100000 : pause_ns > 20000000 ? 20000000 : pause_ns;
     struct floor_chain c = { .efd = { eventfd(0, EFD_CLOEXEC), eventfd(0, EFD_CLOEXEC) },
-                             .pause_ns = pause_ns };
+                             .pause_ns = pause_ns, .spin = spin };
     c.rounds = 500000000 / pause_ns < 50 ? 50 : 500000000 / pause_ns > 400 ? 400
                                                 : 500000000 / pause_ns;
     pthread_t ts, tr;
@@ -164,8 +186,7 @@ static int wake_floor(struct lat *out, uint64_t pause_ns)
         goto out;
     }
     for (uint64_t got = 0, v = 0; got < c.rounds; got += v) {
-        struct pollfd pf = { c.efd[1], POLLIN, 0 };
-        if (poll(&pf, 1, 5000) != 1 || read(c.efd[1], &v, sizeof v) != sizeof v) {
+        if (!(v = floor_wait(&c, got))) {
             c.fail = true;
             break;
         }
@@ -197,6 +218,8 @@ static void bench_usage(FILE *f)
         "      --prompt-max B     longest prompt (default 128)\n"
         "      --new M            new tokens per request (default 32)\n"
         "      --seed S           prompt generator seed (default 1)\n"
+        "      --poll             spin on the event rings instead of sleeping on the\n"
+        "                         doorbells (takes a core; the floor is then one wake-up)\n"
         "      --json             print the results as JSON\n"
         "      --socket PATH\n"
         "  -h, --help\n");
@@ -206,17 +229,18 @@ static void bench_usage(FILE *f)
 
 int ctl_bench(int argc, char **argv)
 {
-    enum { O_CLIENTS = 1, O_PMIN, O_PMAX, O_NEW, O_SEED, O_JSON, O_SOCKET };
+    enum { O_CLIENTS = 1, O_PMIN, O_PMAX, O_NEW, O_SEED, O_JSON, O_SOCKET, O_POLL };
     static const struct option lo[] = {
         {"requests", required_argument, 0, 'n'}, {"concurrency", required_argument, 0, 'c'},
         {"clients", required_argument, 0, O_CLIENTS}, {"prompt-min", required_argument, 0, O_PMIN},
         {"prompt-max", required_argument, 0, O_PMAX}, {"new", required_argument, 0, O_NEW},
         {"seed", required_argument, 0, O_SEED}, {"json", no_argument, 0, O_JSON},
-        {"socket", required_argument, 0, O_SOCKET}, {"help", no_argument, 0, 'h'},
+        {"socket", required_argument, 0, O_SOCKET}, {"poll", no_argument, 0, O_POLL},
+        {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
     unsigned long n_req = 64, conc = 8, n_cli = 1, pmin = 16, pmax = 128, n_new = 32, seed = 1;
-    bool json = false;
+    bool json = false, spin = false;
     const char *sock = NULL;
     int opt;
     optind = 1;
@@ -231,6 +255,7 @@ int ctl_bench(int argc, char **argv)
         case O_NEW: dst = &n_new; break;
         case O_SEED: dst = &seed; break;
         case O_JSON: json = true; break;
+        case O_POLL: spin = true; break;
         case O_SOCKET: sock = optarg; break;
         case 'h': bench_usage(stdout); return CTL_OK;
         default: bench_usage(stderr); return CTL_USAGE;
@@ -281,7 +306,7 @@ int ctl_bench(int argc, char **argv)
         fprintf(stderr, "llama8ctl: status: %s\n", l8c_last_error(cl[0], NULL));
         goto out;
     }
-    uint64_t total_tokens = 0, t0 = l8c_now_ns();
+    uint64_t total_tokens = 0, t0 = l8c_now_ns(), t_event = t0;
     struct l8_event ev[256];
     while (done < n_req) {
         /* Keep conc requests in flight, round-robin over the clients. */
@@ -307,16 +332,17 @@ int ctl_bench(int argc, char **argv)
             inflight++;
             inflight_c[ci]++;
         }
-        /* Wait on every client's doorbell at once. */
+        /* Wait on every client's doorbell at once, or spin on the rings. */
         struct pollfd pf[2 * MAX_CLIENTS];
-        bool ready = false;
-        for (unsigned long i = 0; i < n_cli; i++) {
+        bool ready = spin;
+        for (unsigned long i = 0; !spin && i < n_cli; i++) {
             if (l8c_prepare_wait(cl[i]))
                 ready = true;
             pf[2 * i] = (struct pollfd){ l8c_event_fd(cl[i]), POLLIN, 0 };
             pf[2 * i + 1] = (struct pollfd){ l8c_ctl_fd(cl[i]), POLLIN, 0 };
         }
-        if (!ready && poll(pf, (nfds_t)(2 * n_cli), 60000) == 0) {
+        if ((!ready && poll(pf, (nfds_t)(2 * n_cli), 60000) == 0) ||
+            (spin && l8c_now_ns() - t_event > 60000000000ull)) {
             fprintf(stderr, "llama8ctl: no events for 60 s\n");
             goto out;
         }
@@ -327,6 +353,8 @@ int ctl_bench(int argc, char **argv)
                 goto out;
             }
             uint64_t now = l8c_now_ns();
+            if (k > 0)
+                t_event = now;
             for (int j = 0; j < k; j++) {
                 const struct l8_event *e = &ev[j];
                 /* Ids are per client, allocated 1, 2, ... in submission order. */
@@ -400,13 +428,14 @@ int ctl_bench(int argc, char **argv)
     double d50 = pct_us(&deliver, 50), d99 = pct_us(&deliver, 99);
     double i50 = pct_us(&itl, 50), i99 = pct_us(&itl, 99);
     double o50 = pct_us(&tpot, 50), o99 = pct_us(&tpot, 99);
-    const bool have_floor = wake_floor(&floor, (uint64_t)(i50 * 1000)) == 0;
+    const bool have_floor = wake_floor(&floor, (uint64_t)(i50 * 1000), spin) == 0;
     double f50 = have_floor ? pct_us(&floor, 50) : 0, f99 = have_floor ? pct_us(&floor, 99) : 0;
     if (json) {
         json_object *o = json_object_new_object();
         json_object_object_add(o, "requests", json_object_new_int64((int64_t)n_req));
         json_object_object_add(o, "concurrency", json_object_new_int64((int64_t)conc));
         json_object_object_add(o, "clients", json_object_new_int64((int64_t)n_cli));
+        json_object_object_add(o, "poll", json_object_new_boolean(spin));
         json_object_object_add(o, "new_tokens", json_object_new_int64((int64_t)n_new));
         json_object_object_add(o, "tokens", json_object_new_uint64(total_tokens));
         json_object_object_add(o, "wall_s", json_object_new_double(wall));
@@ -449,8 +478,10 @@ int ctl_bench(int argc, char **argv)
         printf("token delivery:          p50 %9.1f us  p99 %9.1f us (daemon timestamp -> client)\n",
                d50, d99);
         if (have_floor)
-            printf("wake-up floor:           p50 %9.1f us  p99 %9.1f us (two eventfd hops between "
-                   "threads; delivery p50 %.1fx)\n", f50, f99, f50 > 0 ? d50 / f50 : 0);
+            printf("wake-up floor:           p50 %9.1f us  p99 %9.1f us (%s; delivery p50 %.1fx)\n",
+                   f50, f99, spin ? "one eventfd hop, then a spinning thread"
+                                  : "two eventfd hops between threads",
+                   f50 > 0 ? d50 / f50 : 0);
         else
             printf("wake-up floor:           not measured (no thread or eventfd)\n");
         printf("inter-token latency:     p50 %9.1f us  p99 %9.1f us (daemon timestamps)\n", i50,

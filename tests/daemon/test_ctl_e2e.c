@@ -1256,10 +1256,13 @@ static void test_bench(void)
 
     const char *jargv[] = { bin_ctl, "bench", "--socket", dmn.sock, "-n", "5", "-c", "2",
                             "--clients", "2", "--new", "3", "--prompt-min", "4",
-                            "--prompt-max", "20", "--json", NULL };
+                            "--prompt-max", "20", "--json", "--poll", NULL };
     run_ok(jargv, NULL, 0, &o);
-    json_object *j = parse_json(o.p, "bench --json");
-    const char *w = "bench --json";
+    json_object *j = parse_json(o.p, "bench --json --poll");
+    const char *w = "bench --json --poll";
+    json_object *poll_v;
+    CHECK(json_object_object_get_ex(j, "poll", &poll_v) && json_object_get_boolean(poll_v) &&
+          get_num(j, "wake_floor_p50_us", w) > 0, "bench --poll: %s", o.p);
     CHECK(get_int(j, "requests", w) == 5 && get_int(j, "concurrency", w) == 2 &&
           get_int(j, "clients", w) == 2 && get_int(j, "new_tokens", w) == 3 &&
           get_int(j, "tokens", w) == 15, "bench --json counts: %s", o.p);
