@@ -227,7 +227,8 @@ static void print_stats(const struct stream_ctx *x, const char *reason)
     fprintf(stderr, "llama8ctl: %u prompt tokens (%u from the prefix cache), %u generated (%s)",
             x->prompt, x->cached, x->tokens, reason);
     if (x->tokens)
-        fprintf(stderr, "; first token %.1f ms after submit", (double)(x->t_first - x->t_submit) / 1e6);
+        fprintf(stderr, "; first token %.1f ms after submit",
+                (double)(x->t_first - x->t_submit) / 1e6);
     if (x->tokens > 1 && x->t_last > x->t_first)
         fprintf(stderr, ", then %.1f tokens/s",
                 (double)(x->tokens - 1) * 1e9 / (double)(x->t_last - x->t_first));
@@ -320,7 +321,8 @@ static int run_one(struct l8c_client *c, struct stream_ctx *x, const uint32_t *i
             if (e->kind == L8_EV_STARTED)
                 x->cached = e->index;
             if (e->kind == L8_EV_TOKEN) {
-                x->t_first = x->tokens++ ? x->t_first : e->t_ns;
+                if (x->tokens++ == 0)
+                    x->t_first = e->t_ns;
                 x->t_last = e->t_ns;
             }
             if (e->kind == L8_EV_TOKEN && !ctl_stream_is_stop(&x->s, e->token)) {
