@@ -75,10 +75,13 @@ int ctl_quote_len(const char *s, int max)
     return max;
 }
 
-/* Whether valid JSON s[n] has an object key with an escaped NUL: json-c
- * keeps keys as C strings, so "max_new\u0000x" would be read as max_new. */
-static bool has_nul_key(const char *s, size_t n)
+/* The object keys in valid JSON s[n], and whether one has an escaped NUL
+ * (json-c keeps keys as C strings: "max_new\u0000x" would be read as
+ * max_new). */
+static size_t scan_keys(const char *s, size_t n, bool *nul_key)
 {
+    size_t keys = 0;
+    *nul_key = false;
     for (size_t i = 0; i < n; i++) {
         if (s[i] != '"')
             continue;
@@ -91,10 +94,28 @@ static bool has_nul_key(const char *s, size_t n)
         size_t k = i + 1;
         while (k < n && (s[k] == ' ' || s[k] == '\t' || s[k] == '\r' || s[k] == '\n'))
             k++;
-        if (nul && k < n && s[k] == ':')
-            return true;
+        if (k < n && s[k] == ':') {
+            keys++;
+            *nul_key |= nul;
+        }
     }
-    return false;
+    return keys;
+}
+
+/* The keys json-c kept (a key given twice in one object is kept once). */
+static size_t parsed_keys(json_object *o)
+{
+    size_t keys = 0;
+    if (json_object_is_type(o, json_type_object)) {
+        json_object_object_foreach(o, k, v) {
+            (void)k;
+            keys += 1 + parsed_keys(v);
+        }
+    } else if (json_object_is_type(o, json_type_array)) {
+        for (size_t i = 0; i < json_object_array_length(o); i++)
+            keys += parsed_keys(json_object_array_get_idx(o, i));
+    }
+    return keys;
 }
 
 json_object *ctl_parse_json(const char *s, size_t n, const char **why)
@@ -123,10 +144,11 @@ json_object *ctl_parse_json(const char *s, size_t n, const char **why)
             root = NULL;
             *why = "more after the value";
         }
-    if (root && has_nul_key(s, end)) {
+    bool nul_key = false;
+    if (root && (scan_keys(s, end, &nul_key) != parsed_keys(root) || nul_key)) {
         json_object_put(root);
         root = NULL;
-        *why = "a key with a NUL character (\\u0000)";
+        *why = nul_key ? "a key with a NUL character (\\u0000)" : "a key given twice in an object";
     }
     return root;
 }

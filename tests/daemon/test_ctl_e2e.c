@@ -911,7 +911,7 @@ struct pev {
     bool started, done;
     char reason[16];
     int64_t done_tokens;
-    char errors[8][32];         /* error names, in order */
+    char errors[16][32];         /* error names, in order */
     int n_errors;
     bool order_ok;              /* started first, tokens by index, nothing after the end */
 };
@@ -988,7 +988,7 @@ static const char *pev_line(const char *line)
                  json_object_get_string(get(j, "reason", json_type_string, line)));
         e->done_tokens = get_int(j, "tokens", line);
     } else if (!strcmp(ev, "error")) {
-        if (e->n_errors < 8)
+        if (e->n_errors < (int)(sizeof e->errors / sizeof e->errors[0]))
             snprintf(e->errors[e->n_errors++], sizeof e->errors[0], "%s",
                      json_object_get_string(get(j, "error", json_type_string, line)));
     } else {
@@ -1094,7 +1094,10 @@ static void test_pipe(void)
      * strict JSON in UTF-8 (the bad key would be echoed) */
     buf_str(&in, "{\"cancel\":1.}\n{\"id\":\"u\",\"text\":\"x\",\"b\xff\":1}\n"
                  "{\"id\":\"c\",/*x*/\"text\":\"x\"}\n{\"id\":\"t\",\"text\":\"x\",}\n"
-                 "{\"id\":\"n\",\"text\":\"x\\u0000\",\"max_new\\u0000x\":5}\n");
+                 "{\"id\":\"n\",\"text\":\"x\\u0000\",\"max_new\\u0000x\":5}\n"
+                 "{\"id\":\"d\",\"text\":\"x\",\"max_new\":5,\"max_new\":6}\n"
+                 "{\"id\":\"e\",\"messages\":[{\"role\":\"user\",\"content\":\"a\","
+                 "\"role\":\"system\"}]}\n");
     pipe_req(&in, "\"k\"", "text", "\"x\"", ",\"bogus\":1");
     pipe_req(&in, "\"z\"", "text", "\"x\"", ",\"max_new\":0");
     pipe_req(&in, "\"z2\"", "text", "\"x\"", ",\"stop_text\":[]");
@@ -1139,7 +1142,7 @@ static void test_pipe(void)
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         e = pev_of(bad[i].id);
-        int want = !strcmp(bad[i].id, "null") ? 7 : 1;     /* not JSON; no id; the 5 above */
+        int want = !strcmp(bad[i].id, "null") ? 9 : 1;     /* not JSON; no id; the 7 above */
         CHECK(e->n_errors == want && !strcmp(e->errors[0], bad[i].error) &&
               !strcmp(e->errors[want - 1], bad[i].error) &&
               (e->toks.n == 0 || !strcmp(bad[i].error, "DUPLICATE_REQUEST")),
