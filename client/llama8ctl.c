@@ -75,6 +75,12 @@ int ctl_quote_len(const char *s, int max)
     return max;
 }
 
+/* JSON's white space. */
+static bool json_space(char c)
+{
+    return c == ' ' || c == '\t' || c == '\r' || c == '\n';
+}
+
 /* The object keys in valid JSON s[n], and whether one has an escaped NUL
  * (json-c keeps keys as C strings: "max_new\u0000x" would be read as
  * max_new). */
@@ -92,7 +98,7 @@ static size_t scan_keys(const char *s, size_t n, bool *nul_key)
                 i++;   /* the escaped character; \uXXXX's digits hold no quote */
             }
         size_t k = i + 1;
-        while (k < n && (s[k] == ' ' || s[k] == '\t' || s[k] == '\r' || s[k] == '\n'))
+        while (k < n && json_space(s[k]))
             k++;
         if (k < n && s[k] == ':') {
             keys++;
@@ -139,7 +145,7 @@ json_object *ctl_parse_json(const char *s, size_t n, const char **why)
     *why = root ? NULL : e == json_tokener_continue ? "it ends too early"
                                                      : json_tokener_error_desc(e);
     for (size_t k = end; root && k < n; k++)
-        if (s[k] != ' ' && s[k] != '\t' && s[k] != '\r' && s[k] != '\n') {
+        if (!json_space(s[k])) {
             json_object_put(root);
             root = NULL;
             *why = "more after the value";
