@@ -827,6 +827,7 @@ int l8c_status(struct l8c_client *c, struct l8c_status *out, int timeout_ms)
         o.device_total = s->device_total;
         snprintf(o.prefix_cache, sizeof(o.prefix_cache), "%s",
                  s->prefix_cache ? s->prefix_cache : "");
+        o.spin_us = s->spin_us;
         for (size_t i = 0; i < s->n_errors && i < L8_ERR_MAX_; i++)
             o.errors[i] = s->errors[i];
         *out = o;

@@ -29,9 +29,9 @@
  *                     client), so this is its floor on this machine, and
  *                     delivery / floor what the daemon adds.
  * With --poll the client spins on its event ring instead of sleeping on the
- * doorbell (the cost: a core); its delivery has one wake-up (engine thread
- * -> loop), and the floor is measured the same way: the relay stores a
- * counter that the main thread spins on.
+ * doorbell (the cost: a core), and a daemon with spin_us (its Status says)
+ * has its loop spin on the engine thread's flag: each hop that spins is one
+ * wake-up fewer, and the floor's hop is then a counter its reader spins on.
  * Prompts are random token ids (seeded), greedy, with --ignore-eos so every
  * request makes exactly --new tokens. */
 #include "ctl_ipc.h"
@@ -105,24 +105,48 @@ static uint64_t rng_next(uint64_t *s)
 /* ---- the wake-up floor (see the top) ------------------------------------ */
 
 struct floor_chain {
-    int efd[2];                 /* stamp -> relay, relay -> main */
+    int efd[2];                 /* hop 0: stamp -> relay, hop 1: relay -> main */
+    bool spin[2];               /* that hop is a counter its reader spins on,
+                                   not an eventfd it sleeps on */
     uint64_t rounds, pause_ns;
-    bool spin;                  /* relay -> main through `relayed`, main spinning */
-    _Atomic uint64_t t_stamp, relayed;
+    _Atomic uint64_t t_stamp, count[2];
     _Atomic bool fail;
 };
+
+static bool hop_send(struct floor_chain *c, int k, uint64_t v)
+{
+    if (c->spin[k]) {
+        atomic_fetch_add_explicit(&c->count[k], v, memory_order_release);
+        return true;
+    }
+    return write(c->efd[k], &v, sizeof v) == sizeof v;
+}
+
+/* What arrived on hop k past the got already taken (an eventfd adds up
+ * stamps its reader was too late for), or 0 after 5 s. */
+static uint64_t hop_recv(struct floor_chain *c, int k, uint64_t got)
+{
+    uint64_t v = 0;
+    if (!c->spin[k]) {
+        struct pollfd pf = { c->efd[k], POLLIN, 0 };
+        return poll(&pf, 1, 5000) == 1 && read(c->efd[k], &v, sizeof v) == sizeof v ? v : 0;
+    }
+    for (const uint64_t t0 = l8c_now_ns(); l8c_now_ns() - t0 < 5000000000ull;)
+        if ((v = atomic_load_explicit(&c->count[k], memory_order_acquire)) > got)
+            return v - got;
+    return 0;
+}
 
 static void *floor_stamp(void *arg)
 {
     struct floor_chain *c = arg;
-    const uint64_t one = 1;
     for (uint64_t i = 0; i < c->rounds; i++) {
-        /* a step's pause: both waiters are asleep when it comes */
+        /* a step's pause: the waiters are asleep (or spinning) when it comes */
         struct timespec ts = { (time_t)(c->pause_ns / 1000000000u),
                                (long)(c->pause_ns % 1000000000u) };
         nanosleep(&ts, NULL);
         atomic_store_explicit(&c->t_stamp, l8c_now_ns(), memory_order_release);
-        if (write(c->efd[0], &one, sizeof one) != sizeof one)
+        if (!hop_send(c, 0, 1))
             c->fail = true;
     }
     return NULL;
@@ -131,42 +155,24 @@ static void *floor_stamp(void *arg)
 static void *floor_relay(void *arg)
 {
     struct floor_chain *c = arg;
-    /* Counts what it reads (an eventfd adds up stamps it was too late for)
-     * and passes the count on, so no side waits for a stamp already taken. */
-    for (uint64_t got = 0, v = 0; got < c->rounds; got += v) {
-        if (read(c->efd[0], &v, sizeof v) != sizeof v ||
-            (!c->spin && write(c->efd[1], &v, sizeof v) != sizeof v)) {
+    /* Passes on the count it took, so no side waits for a stamp already taken. */
+    for (uint64_t got = 0, v = 0; got < c->rounds; got += v)
+        if (!(v = hop_recv(c, 0, got)) || !hop_send(c, 1, v)) {
             c->fail = true;
             break;
         }
-        if (c->spin)
-            atomic_fetch_add_explicit(&c->relayed, v, memory_order_release);
-    }
     return NULL;
 }
 
-/* The main thread's wait for the relay: the count relayed, or 0 after 5 s. */
-static uint64_t floor_wait(struct floor_chain *c, uint64_t got)
-{
-    uint64_t v = 0;
-    if (!c->spin) {
-        struct pollfd pf = { c->efd[1], POLLIN, 0 };
-        return poll(&pf, 1, 5000) == 1 && read(c->efd[1], &v, sizeof v) == sizeof v ? v : 0;
-    }
-    for (const uint64_t t0 = l8c_now_ns(); l8c_now_ns() - t0 < 5000000000ull;)
-        if ((v = atomic_load_explicit(&c->relayed, memory_order_acquire)) > got)
-            return v - got;
-    return 0;
-}
-
-/* Fills out with two-hop wake-ups pause_ns apart (one hop and a spinning
- * main thread with spin), about 0.5 s of them; -1 if the machine refused a
- * thread or an eventfd, or a wake-up took over 5 s (no floor reported). */
-static int wake_floor(struct lat *out, uint64_t pause_ns, bool spin)
+/* Fills out with two-hop hand-offs pause_ns apart, about 0.5 s of them:
+ * each hop an eventfd wake-up, or a counter spun on where spin[k] (the
+ * daemon's loop with spin_us, a client with --poll); -1 if the machine
+ * refused a thread or an eventfd, or a hop took over 5 s (no floor). */
+static int wake_floor(struct lat *out, uint64_t pause_ns, const bool spin[2])
 {
     pause_ns = pause_ns < 100000 ? 100000 : pause_ns > 20000000 ? 20000000 : pause_ns;
     struct floor_chain c = { .efd = { eventfd(0, EFD_CLOEXEC), eventfd(0, EFD_CLOEXEC) },
-                             .pause_ns = pause_ns, .spin = spin };
+                             .spin = { spin[0], spin[1] }, .pause_ns = pause_ns };
     c.rounds = 500000000 / pause_ns < 50 ? 50 : 500000000 / pause_ns > 400 ? 400
                                                 : 500000000 / pause_ns;
     pthread_t ts, tr;
@@ -177,16 +183,12 @@ static int wake_floor(struct lat *out, uint64_t pause_ns, bool spin)
         goto out;
     if (pthread_create(&ts, NULL, floor_stamp, &c)) {
         /* the relay's reads, all at once: it runs out and ends */
-        for (uint64_t i = 0; i < c.rounds; i++) {
-            const uint64_t one = 1;
-            if (write(c.efd[0], &one, sizeof one) != sizeof one)
-                break;
-        }
+        hop_send(&c, 0, c.rounds);
         pthread_join(tr, NULL);
         goto out;
     }
     for (uint64_t got = 0, v = 0; got < c.rounds; got += v) {
-        if (!(v = floor_wait(&c, got))) {
+        if (!(v = hop_recv(&c, 1, got))) {
             c.fail = true;
             break;
         }
@@ -210,7 +212,7 @@ static void bench_usage(FILE *f)
         "Run N greedy requests of random prompts against llama8d and report time to first\n"
         "token, submit -> prefill start, per-token delivery latency, inter-token latency,\n"
         "time per output token (p50/p99) and tokens/s; then this machine's floor for a\n"
-        "token's delivery (two eventfd wake-ups between threads, at the same pace).\n\n"
+        "token's delivery (the same hand-offs between threads, at the same pace).\n\n"
         "  -n, --requests N       requests in all (default 64)\n"
         "  -c, --concurrency C    requests in flight (default 8)\n"
         "      --clients K        connections to spread them over (default 1)\n"
@@ -219,7 +221,7 @@ static void bench_usage(FILE *f)
         "      --new M            new tokens per request (default 32)\n"
         "      --seed S           prompt generator seed (default 1)\n"
         "      --poll             spin on the event rings instead of sleeping on the\n"
-        "                         doorbells (takes a core; the floor is then one wake-up)\n"
+        "                         doorbells (takes a core; the floor's last hop spins too)\n"
         "      --json             print the results as JSON\n"
         "      --socket PATH\n"
         "  -h, --help\n");
@@ -428,7 +430,14 @@ int ctl_bench(int argc, char **argv)
     double d50 = pct_us(&deliver, 50), d99 = pct_us(&deliver, 99);
     double i50 = pct_us(&itl, 50), i99 = pct_us(&itl, 99);
     double o50 = pct_us(&tpot, 50), o99 = pct_us(&tpot, 99);
-    const bool have_floor = wake_floor(&floor, (uint64_t)(i50 * 1000), spin) == 0;
+    /* The floor's hops are the token's: engine thread -> loop (a spin when
+     * the daemon spins), loop -> this client (a spin with --poll). */
+    const bool hop_spin[2] = { st0.spin_us > 0, spin };
+    const bool have_floor = wake_floor(&floor, (uint64_t)(i50 * 1000), hop_spin) == 0;
+    static const char *const floor_what[2][2] = {
+        { "two eventfd hops between threads", "one eventfd hop, then a spinning thread" },
+        { "a spinning thread, then one eventfd hop", "two threads spinning in turn, no wake-up" },
+    };
     double f50 = have_floor ? pct_us(&floor, 50) : 0, f99 = have_floor ? pct_us(&floor, 99) : 0;
     if (json) {
         json_object *o = json_object_new_object();
@@ -436,6 +445,7 @@ int ctl_bench(int argc, char **argv)
         json_object_object_add(o, "concurrency", json_object_new_int64((int64_t)conc));
         json_object_object_add(o, "clients", json_object_new_int64((int64_t)n_cli));
         json_object_object_add(o, "poll", json_object_new_boolean(spin));
+        json_object_object_add(o, "daemon_spin_us", json_object_new_int64(st0.spin_us));
         json_object_object_add(o, "new_tokens", json_object_new_int64((int64_t)n_new));
         json_object_object_add(o, "tokens", json_object_new_uint64(total_tokens));
         json_object_object_add(o, "wall_s", json_object_new_double(wall));
@@ -479,8 +489,7 @@ int ctl_bench(int argc, char **argv)
                d50, d99);
         if (have_floor)
             printf("wake-up floor:           p50 %9.1f us  p99 %9.1f us (%s; delivery p50 %.1fx)\n",
-                   f50, f99, spin ? "one eventfd hop, then a spinning thread"
-                                  : "two eventfd hops between threads",
+                   f50, f99, floor_what[hop_spin[0]][hop_spin[1]],
                    f50 > 0 ? d50 / f50 : 0);
         else
             printf("wake-up floor:           not measured (no thread or eventfd)\n");

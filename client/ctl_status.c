@@ -93,6 +93,7 @@ int ctl_status(int argc, char **argv)
             if (s.errors[i])
                 json_object_object_add(errs, l8c_err_name(i), json_object_new_uint64(s.errors[i]));
         json_object_object_add(o, "errors", errs);
+        json_object_object_add(o, "spin_us", json_object_new_int64(s.spin_us));
         puts(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY));
         json_object_put(o);
     } else {
@@ -127,6 +128,9 @@ int ctl_status(int argc, char **argv)
             printf("engine:    a step running for %.3f s\n", s.step_running_s);
         else
             printf("engine:    idle\n");
+        if (s.spin_us)
+            printf("spin:      the loop and the engine thread busy-wait up to %u us for "
+                   "each other\n", s.spin_us);
         if (s.steps) {
             const uint64_t ps = s.steps - s.decode_steps;
             printf("steps:     %llu, %.3f ms each on average; %.1f us from a step's end to the "

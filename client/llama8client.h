@@ -175,6 +175,10 @@ struct l8c_status {
      * Error datagrams, every client's), by code (enum l8_err); codes this
      * library does not know are not counted. */
     uint64_t errors[32];
+    /* How long the daemon's loop and engine thread busy-wait for each other
+     * before sleeping, in µs (0: they sleep at once; config spin_us). With
+     * it a step's tokens reach the rings without a wake-up in between. */
+    uint32_t spin_us;
 };
 int l8c_status(struct l8c_client *c, struct l8c_status *out, int timeout_ms);
 

@@ -12,7 +12,7 @@
 
 #include "l8_build.h"
 
-enum kind { K_STR, K_U32, K_U64, K_INT, K_NUMERICS, K_BACKEND, K_LEVEL, K_BOOL, K_PREFIX_CACHE };
+enum kind { K_STR, K_U32, K_U64, K_INT, K_NUMERICS, K_BACKEND, K_LEVEL, K_BOOL, K_PREFIX_CACHE, K_SPIN };
 
 struct key {
     const char *name;
@@ -43,6 +43,7 @@ static const struct key keys[] = {
     { "eq_entries", K_U32, F(eq_entries), "N event ring entries per client (power of two)" },
     { "log_level", K_LEVEL, F(log_level), "LEVEL err|warning|notice|info|debug" },
     { "threads", K_INT, F(threads), "N engine threads (0: all cores)" },
+    { "spin_us", K_SPIN, F(spin_us), "auto|US how long the event loop and the engine thread busy-wait for each other before sleeping (auto: 20000 on cuda with 4 or more cores, else 0)" },
     { "numerics", K_NUMERICS, F(numerics), "auto|exact|fp8" },
     { "backend", K_BACKEND, F(backend), "auto|cpu|cuda (auto: cuda when it works here)" },
     { "tune_file", K_STR, F(tune_file), "PATH where the cuda engine keeps its measured GEMV/cuBLASLt crossover (default $CACHE_DIRECTORY/tune; empty: measured at every start)" },
@@ -82,6 +83,7 @@ void l8d_conf_defaults(struct l8d_conf *c)
     c->numerics_auto = true;
     c->backend = L8_BACKEND_CPU;
     c->backend_auto = true;
+    c->spin_auto = true;
     c->log_level = L8_LOG_INFO;
 }
 
@@ -168,6 +170,14 @@ int l8d_conf_set(struct l8d_conf *c, const char *key, const char *value,
             c->backend_auto = true;
         else
             goto bad;
+        return 0;
+    case K_SPIN:
+        c->spin_auto = !strcmp(value, "auto");
+        if (c->spin_auto)
+            return 0;
+        if (parse_u64(value, L8D_SPIN_MAX_US, &u) < 0)
+            goto bad;
+        *(uint32_t *)p = (uint32_t)u;
         return 0;
     case K_PREFIX_CACHE:
         for (int m = L8D_PREFIX_CACHE_USER; m <= L8D_PREFIX_CACHE_OFF; m++)

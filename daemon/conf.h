@@ -10,6 +10,10 @@
 
 #define L8D_DEFAULT_CONF "/etc/llama8d/llama8d.conf"
 #define L8D_ERRLEN 512
+#define L8D_SPIN_MAX_US 1000000u
+/* spin_us = auto on the cuda engine: a decode step at any batch, or a
+ * 512-token prefill chunk, ends inside it on the 8B model. */
+#define L8D_SPIN_AUTO_US 20000u
 
 /* Who shares prefix-cache pages. */
 enum l8d_prefix_cache {
@@ -42,6 +46,10 @@ struct l8d_conf {
                                   counts as hung: watchdog pings stop (0: never) */
     uint32_t eq_entries;       /* event ring size per client (power of two) */
     int threads;               /* engine threads (0 = all cores) */
+    uint32_t spin_us;          /* the loop and the engine thread wait for each
+                                  other this long without sleeping (µs) */
+    bool spin_auto;            /* spin_us = auto: L8D_SPIN_AUTO_US on cuda with
+                                  cores to spare, else 0 (see llama8d.c) */
     enum l8_numerics numerics;
     enum l8_backend backend;
     bool numerics_auto;        /* numerics = auto: fp8 on cuda (its fast path), exact on cpu */

@@ -120,6 +120,9 @@ struct l8d {
     uint64_t step_tok_ns;    /* slowest recent ns per token of a step (decaying
                                 max; the warm-up seeds it): the stall bound */
     bool step_stalled;       /* the step in flight ran past its bound */
+    bool step_done;          /* this pass of the loop took a step's result */
+    uint64_t spin_ns;        /* conf.spin_us: the loop waits this long for a
+                                step without sleeping (loop.c spin_for_step) */
     /* Engine time (Status): steps done and their time in the engine; the
      * gaps from a step's end to the next one's start when requests were
      * still running or waiting at that end (the loop's own cost per step). */

@@ -5,19 +5,29 @@
  * reads through io_uring), so the loop never blocks on the engine. One
  * step at a time. */
 #pragma once
+#include <stdbool.h>
 #include <stdint.h>
 #include "engine/engine.h"
 
 struct l8d_engine_thread;
 
-/* -errno. The engine must outlive the thread. Reads L8_TEST_STALL_STEP_MS
- * (test fault injection: every step sleeps that many ms first; -EINVAL if
- * it is not a number of ms up to 600000). */
-int  l8d_et_start(struct l8_engine *e, struct l8d_engine_thread **out);
+/* -errno. The engine must outlive the thread. After each step the thread
+ * spins up to spin_ns for the next before it sleeps (0: sleeps at once).
+ * Reads L8_TEST_STALL_STEP_MS (test fault injection: every step sleeps
+ * that many ms first; -EINVAL if it is not a number of ms up to 600000). */
+int  l8d_et_start(struct l8_engine *e, uint64_t spin_ns, struct l8d_engine_thread **out);
 /* Joins the thread (waits for a step in flight). NULL is a no-op. */
 void l8d_et_stop(struct l8d_engine_thread *t);
 /* Readable (eventfd counter > 0) when a submitted step is done. */
 int  l8d_et_done_fd(const struct l8d_engine_thread *t);
+/* The submitted step is done (l8d_et_result will take it): a load, for a
+ * loop that spins instead of waiting for done_fd. */
+bool l8d_et_finished(struct l8d_engine_thread *t);
+/* While on, a step that finishes does not write done_fd: the caller is
+ * spinning on l8d_et_finished. Returns l8d_et_finished() read after the
+ * switch, which after switching off is the caller's last look: a step that
+ * finished while it watched has not fired done_fd. */
+bool l8d_et_watch(struct l8d_engine_thread *t, bool on);
 /* Start a step; seqs must stay valid until l8d_et_result(). -EBUSY if a
  * step is in flight. */
 int  l8d_et_submit(struct l8d_engine_thread *t, struct l8_seq *seqs, uint32_t n);

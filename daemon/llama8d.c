@@ -7,6 +7,7 @@
 #include <grp.h>
 #include <libgen.h>
 #include <limits.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -179,6 +180,18 @@ out:
     return rc;
 }
 
+/* spin_us = auto: the cuda engine leaves the CPU idle while the GPU runs a
+ * step, so the loop may spend a core watching for its end (a polling
+ * client then gets its token µs after the step); the CPU engine's threads
+ * need every core. Under 4 cores the spinners would take the clients'. */
+static uint32_t auto_spin_us(enum l8_backend backend)
+{
+    cpu_set_t set;
+    if (backend != L8_BACKEND_CUDA || sched_getaffinity(0, sizeof(set), &set) < 0)
+        return 0;
+    return CPU_COUNT(&set) >= 4 ? L8D_SPIN_AUTO_US : 0;
+}
+
 static int setup(struct l8d *d, int argc, char **argv)
 {
     char err[L8D_ERRLEN] = "", lerr[L8_ERRLEN] = "";
@@ -339,7 +352,12 @@ static int setup(struct l8d *d, int argc, char **argv)
                      (double)(l8d_now_ns() - tw) / 1e6);
         }
     }
-    if ((rc = l8d_et_start(d->engine, &d->et)) < 0)
+    if (d->conf.spin_auto)
+        d->conf.spin_us = auto_spin_us(d->conf.backend);
+    d->spin_ns = (uint64_t)d->conf.spin_us * 1000;
+    if (d->conf.spin_us)
+        log_info("the loop and the engine thread spin up to %u us for each other", d->conf.spin_us);
+    if ((rc = l8d_et_start(d->engine, d->spin_ns, &d->et)) < 0)
         return rc;
     d->et_fd = l8d_et_done_fd(d->et);
 

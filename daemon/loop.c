@@ -19,7 +19,9 @@
  * One pass: reap CQEs -> take submissions (doorbell-kicked clients; all
  * clients after a step) -> start the next step if none is in flight ->
  * publish events and ring doorbells of sleeping clients -> free closed
- * sessions -> sleep in io_uring_submit_and_wait.
+ * sessions -> sleep in io_uring_submit_and_wait (with spin_us, a step in
+ * flight is first waited for by spinning on the engine thread's flag:
+ * spin_for_step).
  *
  * The submission-ring need-wakeup flag is clear while a step is in flight:
  * the loop reads every ring when the step completes, and a request cannot
@@ -36,6 +38,7 @@
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
+#include "engine/cpu_relax.h"
 #include "log.h"
 
 enum op { OP_ACCEPT = 1, OP_RECV, OP_DOORBELL, OP_ENGINE, OP_SIGNAL, OP_TIMER,
@@ -205,12 +208,14 @@ static uint64_t step_bound_ns(const struct l8d *d)
            STALL_FACTOR * d->step_tok_ns * (d->step_tokens ? d->step_tokens : 1);
 }
 
-static void on_engine_done(struct l8d *d)
+/* Takes the step's result if it is done (the eventfd also fires after a
+ * step the spin already took). Returns whether it took one. */
+static bool on_engine_done(struct l8d *d)
 {
     int status;
     uint64_t t0, t1;
     if (!d->step_in_flight || l8d_et_result(d->et, &status, &t0, &t1) < 0)
-        return;
+        return false;
     d->step_in_flight = false;
     if (!d->step_stalled) {
         uint64_t per_tok = (t1 - t0) / (d->step_tokens ? d->step_tokens : 1);
@@ -249,6 +254,27 @@ static void on_engine_done(struct l8d *d)
         d->exit_code = 2;
         d->state = L8D_STOPPED;
     }
+    return true;
+}
+
+/* Waits for the step in flight without sleeping until spin_ns after its
+ * start: true when it finished, false past that or when a completion (a
+ * signal, a timer, a connection) needs the loop. A longer step (a hung one
+ * too) is waited for asleep. */
+static bool spin_for_step(struct l8d *d)
+{
+    const uint64_t end = d->step_t_submit + d->spin_ns;
+    if (l8d_now_ns() >= end)
+        return false;
+    /* Watched, the engine thread skips its eventfd write: a system call on
+     * its way out of the step, and an interrupt of this thread to post the
+     * read's CQE that nobody waits for. */
+    bool done = l8d_et_watch(d->et, true);
+    while (!done && l8d_now_ns() < end && !io_uring_cq_ready(&d->ring)) {
+        l8_cpu_relax();
+        done = l8d_et_finished(d->et);
+    }
+    return l8d_et_watch(d->et, false) || done;
 }
 
 void l8d_on_sched_event(void *ctx, const struct l8_sched_event *ev)
@@ -385,7 +411,7 @@ static void on_cqe(struct l8d *d, struct io_uring_cqe *cqe)
         break;
     case OP_ENGINE:
         arm_engine(d);
-        on_engine_done(d);
+        d->step_done |= on_engine_done(d);
         break;
     case OP_SIGNAL:
         if (res == (int)sizeof(struct signalfd_siginfo)) {
@@ -497,19 +523,24 @@ int l8d_loop_run(struct l8d *d)
     arm_timer(d);
     bool idle_armed = false;
     while (d->state != L8D_STOPPED) {
-        io_uring_submit_and_wait(&d->ring, 1);
-        bool step_done = false;
+        d->step_done = false;
+        if (d->step_in_flight && d->spin_ns) {
+            io_uring_submit(&d->ring);
+            if (spin_for_step(d))
+                d->step_done = on_engine_done(d);
+        }
+        if (!d->step_done)
+            io_uring_submit_and_wait(&d->ring, 1);
         unsigned head, n = 0;
         struct io_uring_cqe *cqe;
         io_uring_for_each_cqe(&d->ring, head, cqe) {
-            if (ud_op(io_uring_cqe_get_data64(cqe)) == OP_ENGINE)
-                step_done = true;
             on_cqe(d, cqe);
             n++;
         }
         io_uring_cq_advance(&d->ring, n);
         if (d->state == L8D_STOPPED)
             break;
+        const bool step_done = d->step_done;
         if (step_done) {
             /* The step's tokens go out, doorbells included, before the next
              * step starts: once the engine's threads run they can hold

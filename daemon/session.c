@@ -331,6 +331,7 @@ static void send_status(struct l8d_session *s)
     o.model_name = d->model_name;
     o.backend = (char *)l8_backend_name(d->conf.backend);
     o.prefix_cache = (char *)l8d_prefix_cache_name(d->conf.prefix_cache);
+    o.spin_us = d->conf.spin_us;
     o.pages_total = st.pages_total;
     o.pages_used = st.pages_used;
     o.pages_cached = st.pages_cached;

@@ -51,6 +51,21 @@ int main(void)
           strstr(err, "x.conf:1: prefix_cache: bad value 'uid' (user|shared|off"), "message: %s",
           err);
 
+    /* spin_us: auto (decided by the engine in use) unless given, in µs up to 1 s. */
+    l8d_conf_defaults(&c);
+    CHECK(c.spin_auto, "spin_us default is auto");
+    CHECK(l8d_conf_parse_text(&c, "spin_us = 250\n", "t.conf", err) == 0 && !c.spin_auto &&
+          c.spin_us == 250, "spin_us 250: %s", err);
+    CHECK(l8d_conf_parse_text(&c, "spin_us = auto\n", "t.conf", err) == 0 && c.spin_auto,
+          "spin_us auto: %s", err);
+    CHECK(l8d_conf_parse_text(&c, "spin_us = 0\n", "t.conf", err) == 0 && !c.spin_auto &&
+          c.spin_us == 0, "spin_us 0: %s", err);
+    CHECK(l8d_conf_parse_text(&c, "spin_us = 1000000\n", "t.conf", err) == 0 &&
+          c.spin_us == 1000000, "spin_us 1 s: %s", err);
+    CHECK(l8d_conf_parse_text(&c, "spin_us = 1000001\n", "x.conf", err) == -EINVAL &&
+          strstr(err, "x.conf:1: spin_us: bad value '1000001' (auto|US"), "message: %s", err);
+    CHECK(l8d_conf_parse_text(&c, "spin_us = on\n", "x.conf", err) == -EINVAL, "spin_us on");
+
     /* tune_file: systemd's CacheDirectory= (the first of a list) by default,
      * nowhere without it, and an empty value means nowhere. */
     setenv("CACHE_DIRECTORY", "/var/cache/llama8d:/var/cache/other", 1);

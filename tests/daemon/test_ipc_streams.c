@@ -150,7 +150,11 @@ int main(int argc, char **argv)
             run_reference(argv[2], model, &specs[c][r]);
         }
     struct tdaemon d;
-    const char *extra[] = { "--max-batch", "16", "--max-step-tokens", "256", NULL };
+    /* With spin_us the loop takes most steps' ends from the engine thread's
+     * flag and the rest (a spin cut short by a completion, or outlasted by
+     * a step) from its eventfd: both ways must deliver the same tokens. */
+    const char *extra[] = { "--max-batch", "16", "--max-step-tokens", "256",
+                            "--spin-us", "20000", NULL };
     tdaemon_start(&d, argv[1], model, extra);
     struct l8c_client *probe;
     char err[L8C_ERRLEN];
@@ -177,6 +181,7 @@ int main(int argc, char **argv)
     CHECK(s.requests_done == N_CLIENTS * N_REQ, "requests_done %llu",
           (unsigned long long)s.requests_done);
     CHECK(s.pages_used == 0, "pages still used: %u", s.pages_used);
+    CHECK(s.spin_us == 20000, "spin_us %u", s.spin_us);
     CHECK(s.requests_running == 0 && s.requests_waiting == 0, "requests left");
     /* The step split: 128 requests of 1-24 tokens in batches of 16 give
      * decode-only steps and steps with prompt chunks. Every token fed is a
