@@ -25,6 +25,8 @@
 #              128-512, 128 new, 64 in flight (its output splits the engine's
 #              steps: decode-only ones, their batch and time, and those with
 #              prompt tokens)
+#   delivery:  on that daemon, 16 short requests one at a time, the client
+#              asleep on its doorbell, then spinning on its ring (--poll)
 #   batch 64:  llama8-run --batch 64 (64 copies of the 512-token prompt,
 #              decoded together): run 6 with graphs, decode tokens/s at the
 #              serving batch with nothing else in the steps; run 7 its step
@@ -133,6 +135,17 @@ rows.append({"method": "llama8 cuda fp8 single stream (llama8d + llama8ctl bench
              "metrics": m1,
              "notes": "4 requests one at a time, 512-token random prompts, 128 new (ignore eos), greedy; ttft: p50 submit -> first token received; decode_tok_s: 1 / the median request's mean gap between its tokens (daemon timestamps); *_vs_in_process: against llama8-run run 2 (graphs, warm) in the same run",
              "error": None if m1 else "daemon single stream failed (see serve_single.log, llama8d.log)"})
+ipc = {m: load("ipc_%s.json" % m) for m in ("doorbell", "poll")}
+mi = {}
+for m, v in ipc.items():
+    if isinstance(v, dict) and v.get("delivery_p50_us") is not None:
+        for k in ("delivery_p50_us", "delivery_p99_us", "wake_floor_p50_us", "engine_gap_us_mean"):
+            mi["%s_%s" % (m, k)] = v.get(k)
+        mi["daemon_spin_us"] = v.get("daemon_spin_us")
+rows.append({"method": "llama8d token delivery (llama8ctl bench, doorbell and --poll)", "kind": "llama8",
+             "metrics": mi,
+             "notes": "16 requests one at a time, 16-32 prompt tokens, 32 new, on the daemon of the serving run (spin_us auto); delivery: the step's end (daemon timestamp) to the client's receive; wake_floor: the same hand-offs between threads of one process at the same pace; engine_gap: a step's end to the next one's start; DESIGN: 10 us median / 50 us p99 asleep on the doorbell, 2 us polling",
+             "error": None if len(mi) > 1 else "the delivery runs failed (see ipc_*.log)"})
 v = load("serve.json")
 ready = None
 try:   # llama8d's "ready: ... (X s since start)": load, upload, warm-up steps and graph captures
@@ -224,6 +237,15 @@ echo "daemon single stream rc=$? $(cat "$OUT/serve_single.json")"
 timeout "$(lim 300)" "$BIN/llama8ctl" bench --socket "$SOCK" -n 256 -c 64 --prompt-min 128 \
     --prompt-max 512 --new 128 --json >"$OUT/serve.json" 2>"$OUT/serve.log"
 echo "serving rc=$? $(cat "$OUT/serve.json")"
+# Token delivery on the 8B's ~2 ms decode steps, the daemon spinning
+# (spin_us auto: 16 cores): a client asleep on its doorbell, then one
+# spinning on its ring (DESIGN: 10 us median / 50 us p99; 2 us polling).
+for mode in doorbell poll; do
+    flag=; [ $mode = poll ] && flag=--poll
+    timeout "$(lim 30)" "$BIN/llama8ctl" bench --socket "$SOCK" -n 16 -c 1 --prompt-min 16 \
+        --prompt-max 32 --new 32 --seed 3 --json $flag >"$OUT/ipc_$mode.json" 2>"$OUT/ipc_$mode.log"
+    echo "ipc $mode rc=$? $(cat "$OUT/ipc_$mode.json")"
+done
 timeout "$(lim 30)" "$BIN/llama8ctl" status --socket "$SOCK" >"$OUT/status_after.txt" 2>&1
 kill -TERM "$DPID" 2>/dev/null; sleep 2; kill -KILL "$DPID" 2>/dev/null; wait "$DPID" 2>/dev/null
 echo "$(peak_stop "$OUT/mem_serve.txt")" >"$OUT/peak_serve.txt"
