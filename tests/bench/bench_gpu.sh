@@ -142,7 +142,7 @@ for m, v in ipc.items():
         for k in ("delivery_p50_us", "delivery_p99_us", "wake_floor_p50_us", "engine_gap_us_mean"):
             mi["%s_%s" % (m, k)] = v.get(k)
         mi["daemon_spin_us"] = v.get("daemon_spin_us")
-rows.append({"method": "llama8d token delivery (llama8ctl bench, doorbell and --poll)", "kind": "llama8",
+rows.append({"method": "llama8 cuda fp8 token delivery (llama8d + llama8ctl bench, doorbell and --poll)", "kind": "llama8",
              "metrics": mi,
              "notes": "16 requests one at a time, 16-32 prompt tokens, 32 new, on the daemon of the serving run (spin_us auto); delivery: the step's end (daemon timestamp) to the client's receive; wake_floor: the same hand-offs between threads of one process at the same pace; engine_gap: a step's end to the next one's start; DESIGN: 10 us median / 50 us p99 asleep on the doorbell, 2 us polling",
              "error": None if len(mi) > 1 else "the delivery runs failed (see ipc_*.log)"})

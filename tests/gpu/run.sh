@@ -205,7 +205,7 @@ if [ -f "$MODEL/config.json" ]; then
     grep -h "uploaded in" "$W/bench/single1.log" "$W/bench/single2.log" 2>/dev/null >>"$SUMMARY"
     grep -h -A6 "crossover measured" "$W/bench/single1.log" 2>/dev/null >>"$SUMMARY"
     grep -h -A1 "^steps:" "$W/bench/status_after.txt" 2>/dev/null >>"$SUMMARY"
-    grep -h -E "^(memory|gpu):" "$W/bench/status.txt" 2>/dev/null >>"$SUMMARY"
+    grep -h -E "^(memory|gpu|spin):" "$W/bench/status.txt" 2>/dev/null >>"$SUMMARY"
     grep -h -E "graph capture|cuBLASLt refused" "$W"/bench/*.log 2>/dev/null | head -3 | tee -a "$SUMMARY"
 else
     say "benchmarks skipped: no checkpoint"
