@@ -9,7 +9,9 @@
  *    pings once it has run past its bound (--step-stall-ms), with STATUS=
  *    saying why; when the step ends after all the pings resume, and a
  *    second such step stalls the same way (the first did not stretch the
- *    bound);
+ *    bound); the daemon runs with --spin-us, and its loop and engine
+ *    thread sleep through most of the hung step (CPU time well under the
+ *    step's wall time: the spin is bounded per step);
  *  - SIGTERM: STOPPING=1 and exit 0;
  *  - WATCHDOG_PID naming another process: no pings at all.
  * Checks are on the order of the datagrams and on lower bounds of time,
@@ -22,6 +24,29 @@
 #define STALL_STEP_MS  1500     /* L8_TEST_STALL_STEP_MS */
 
 static const char *bin, *model;
+
+/* User + system CPU time of a process so far, in ms (0 if unreadable). */
+static uint64_t cpu_ms(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%ld/stat", (long)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = 0;
+    /* After the command name (which may hold spaces) in parentheses: state
+     * is field 3, utime and stime fields 14 and 15. */
+    const char *p = strrchr(buf, ')');
+    unsigned long long ut, st;
+    if (!p || sscanf(p + 2, "%*c %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %llu %llu",
+                     &ut, &st) != 2)
+        return 0;
+    return (ut + st) * 1000 / (uint64_t)sysconf(_SC_CLK_TCK);
+}
 
 static uint64_t realtime_ns(void)
 {
@@ -143,7 +168,7 @@ static void stall_once(struct tdaemon *d, struct l8c_client *c, uint64_t id)
     l8c_params_init(&p);
     p.max_new_tokens = 1;
     p.ignore_eos = true;
-    uint64_t t_submit = t_now_ms();
+    uint64_t t_submit = t_now_ms(), cpu0 = cpu_ms(d->pid);
     REQUIRE(l8c_submit_id(c, id, prompt, 1, &p) == 0, "submit");
 
     char note[1024];
@@ -169,6 +194,18 @@ static void stall_once(struct tdaemon *d, struct l8c_client *c, uint64_t id)
                 "resumed %llu ms later\n", (unsigned long long)id,
                 (unsigned long long)(t_stall - t_submit), pings_before,
                 (unsigned long long)(t_back - t_stall));
+    /* A loop spinning for the whole step would have used about its wall
+     * time, one spinning --spin-us after each timer tick 20 %; bounded to
+     * --spin-us from the step's start it sleeps through the rest (~20 ms). */
+    const uint64_t cpu = cpu_ms(d->pid) - cpu0;
+    if (t_back) {
+        fprintf(stderr, "stall %llu: the daemon used %llu ms of CPU in %llu ms\n",
+                (unsigned long long)id, (unsigned long long)cpu,
+                (unsigned long long)(t_back - t_submit));
+        CHECK(cpu < (t_back - t_submit) / 8, "the daemon used %llu ms of CPU in the %llu ms "
+              "of a hung step (spinning through it?)", (unsigned long long)cpu,
+              (unsigned long long)(t_back - t_submit));
+    }
     CHECK(t_stall, "request %llu: no STATUS=engine step stalled within 30 s: %s",
           (unsigned long long)id, d->notes);
     CHECK(t_back, "request %llu: no STATUS=serving after the stalled step ended: %s",
@@ -204,7 +241,7 @@ static void test_pings_stall_stop(void)
     const char *prefix[] = { "/bin/sh", "-c", script, "sh", NULL };
     char floor_arg[16];
     snprintf(floor_arg, sizeof(floor_arg), "%u", STALL_FLOOR_MS);
-    const char *extra[] = { "--step-stall-ms", floor_arg, NULL };
+    const char *extra[] = { "--step-stall-ms", floor_arg, "--spin-us", "20000", NULL };
     struct tdaemon d;
     tdaemon_start_argv(&d, prefix, bin, model, extra);
     stamp_notes(&d);
