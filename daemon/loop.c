@@ -541,11 +541,15 @@ int l8d_loop_run(struct l8d *d)
         if (d->state == L8D_STOPPED)
             break;
         const bool step_done = d->step_done;
-        if (step_done) {
+        if (step_done && !d->spin_ns) {
             /* The step's tokens go out, doorbells included, before the next
              * step starts: once the engine's threads run they can hold
              * every core of a small machine, and the loop and the clients
-             * it wakes would wait for a time slice (ms of tail latency). */
+             * it wakes would wait for a time slice (ms of tail latency).
+             * With spin_us there are cores to spare (a GPU step leaves the
+             * CPU idle), so the next step starts first and the tokens go
+             * out at the end of this pass: the doorbells, an eventfd write
+             * and a wake-up per sleeping client, are off the step gap. */
             publish_all(d);
             io_uring_submit(&d->ring);
         }
