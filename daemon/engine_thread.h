@@ -12,7 +12,8 @@
 struct l8d_engine_thread;
 
 /* -errno. The engine must outlive the thread. After each step the thread
- * spins up to spin_ns for the next before it sleeps (0: sleeps at once).
+ * spins (yielding) up to spin_ns for the next before it sleeps (0: sleeps
+ * at once).
  * Reads L8_TEST_STALL_STEP_MS (test fault injection: every step sleeps
  * that many ms first; -EINVAL if it is not a number of ms up to 600000). */
 int  l8d_et_start(struct l8_engine *e, uint64_t spin_ns, struct l8d_engine_thread **out);

@@ -31,6 +31,7 @@
 #include "daemon.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,7 +39,6 @@
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
-#include "engine/cpu_relax.h"
 #include "log.h"
 
 enum op { OP_ACCEPT = 1, OP_RECV, OP_DOORBELL, OP_ENGINE, OP_SIGNAL, OP_TIMER,
@@ -271,7 +271,7 @@ static bool spin_for_step(struct l8d *d)
      * read's CQE that nobody waits for. */
     bool done = l8d_et_watch(d->et, true);
     while (!done && l8d_now_ns() < end && !io_uring_cq_ready(&d->ring)) {
-        l8_cpu_relax();
+        sched_yield();   /* not a pause: see engine_thread.c */
         done = l8d_et_finished(d->et);
     }
     return l8d_et_watch(d->et, false) || done;

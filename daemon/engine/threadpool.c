@@ -36,8 +36,6 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "cpu_relax.h"
-
 /* About 50-100 us of pause instructions: longer than the gaps between
  * the parallel-fors of a step, short against the gap between requests. */
 #define SPIN_ITERS 2000
@@ -66,6 +64,13 @@ struct l8_tp {
 };
 
 struct worker_arg { struct l8_tp *tp; int tid; };
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
 
 static void futex_wait(atomic_uint *addr, unsigned val)
 {
@@ -123,7 +128,7 @@ static void *worker(void *p)
         int i = 0;
         while ((j = atomic_load_explicit(&tp->job, memory_order_acquire)) == seen
                && i++ < SPIN_ITERS)
-            l8_cpu_relax();
+            cpu_relax();
         while (j == seen && !atomic_load(&tp->quit)) {
             atomic_fetch_add(&tp->sleepers, 1);
             if (atomic_load(&tp->job) == seen && !atomic_load(&tp->quit))
@@ -225,7 +230,7 @@ void l8_tp_for(struct l8_tp *tp, size_t n, size_t grain, l8_tp_fn fn, void *ctx)
 
     for (int i = 0; atomic_load_explicit(&tp->done, memory_order_acquire) != (unsigned)n
                     && i < SPIN_ITERS; i++)
-        l8_cpu_relax();
+        cpu_relax();
     if (atomic_load_explicit(&tp->done, memory_order_acquire) != (unsigned)n) {
         atomic_store(&tp->waiting, 1);
         unsigned d;
