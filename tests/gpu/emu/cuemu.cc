@@ -363,7 +363,10 @@ void run_grid(const Cfg &c, const char *name, const std::function<void()> &body)
     }
     /* Threads run until they wait at a barrier, in thread order or (CUEMU_ORDER=
      * reverse) the other way round: a missing barrier shows as a read of the
-     * previous block's values, and the two orders expose different ones. */
+     * previous block's values, and the two orders expose different ones.
+     * Blocks too: reversed, the last block runs first, so a kernel that
+     * reads what another block of the same launch writes (the GPU gives no
+     * order between them) sees it unwritten in one of the two runs. */
     static int reverse = -1;
     if (reverse < 0) {
         const char *o = getenv("CUEMU_ORDER");
@@ -376,51 +379,51 @@ void run_grid(const Cfg &c, const char *name, const std::function<void()> &body)
     block_dim = c.block;
     const bool check = pdl_track_begin(c, name);
     const unsigned last_block = c.grid.x * c.grid.y * c.grid.z - 1;
-    for (unsigned bz = 0; bz < c.grid.z; bz++)
-        for (unsigned by = 0; by < c.grid.y; by++)
-            for (unsigned bx = 0; bx < c.grid.x; bx++) {
-                block_idx = dim3(bx, by, bz);
-                S.live = nthreads;
-                S.block_arrived = 0;
-                for (unsigned w = 0; w < (nthreads + WARP - 1) / WARP; w++) {
-                    S.warp_live[w] = nthreads - w * WARP < (unsigned)WARP ? nthreads - w * WARP : (unsigned)WARP;
-                    S.warp_arrived[w] = 0;
-                }
-                for (auto &f : S.fibers)
-                    fiber_reset(&f);
-                memset(S.shfl_seq, 0, sizeof S.shfl_seq);
-                memset(S.mma_seq, 0, sizeof S.mma_seq);
-                memset(S.pdl_waited, 0, sizeof S.pdl_waited);
-                for (unsigned i = 0; i < nthreads; i++) {
-                    S.cp_groups[i].clear();
-                    S.cp_open[i].clear();
-                }
-                /* Round robin until every thread has returned; a pass in which
-                 * no thread moves is a deadlock (a barrier some never reach). */
-                const unsigned b = (bz * c.grid.y + by) * c.grid.x + bx;
-                const bool check_block = check && (b == 0 || b == last_block);
-                while (S.live) {
-                    S.progress = false;
-                    for (unsigned i = 0; i < nthreads; i++) {
-                        Fiber &f = S.fibers[reverse ? nthreads - 1 - i : i];
-                        if (f.done)
-                            continue;
-                        cur = &f.th;
-                        if (check_block && !S.pdl_waited[f.th.linear])
-                            pdl_check_apply();
-                        cuemu_switch(&S.sched_sp, f.sp);
-                        pdl_check_release();
-                    }
-                    if (!S.progress && S.live) {
-                        for (auto &f : S.fibers)
-                            if (!f.done)
-                                fprintf(stderr, "  thread %u (warp %u) waits at a barrier\n",
-                                        f.th.linear, f.th.warp);
-                        die("%s: block (%u,%u,%u): deadlock, %u threads wait at barriers that "
-                            "the others never reach", name, bx, by, bz, S.live);
-                    }
-                }
+    for (unsigned k = 0; k <= last_block; k++) {
+        const unsigned b = reverse ? last_block - k : k;
+        const unsigned bx = b % c.grid.x, by = b / c.grid.x % c.grid.y,
+                       bz = b / (c.grid.x * c.grid.y);
+        block_idx = dim3(bx, by, bz);
+        S.live = nthreads;
+        S.block_arrived = 0;
+        for (unsigned w = 0; w < (nthreads + WARP - 1) / WARP; w++) {
+            S.warp_live[w] = nthreads - w * WARP < (unsigned)WARP ? nthreads - w * WARP : (unsigned)WARP;
+            S.warp_arrived[w] = 0;
+        }
+        for (auto &f : S.fibers)
+            fiber_reset(&f);
+        memset(S.shfl_seq, 0, sizeof S.shfl_seq);
+        memset(S.mma_seq, 0, sizeof S.mma_seq);
+        memset(S.pdl_waited, 0, sizeof S.pdl_waited);
+        for (unsigned i = 0; i < nthreads; i++) {
+            S.cp_groups[i].clear();
+            S.cp_open[i].clear();
+        }
+        /* Round robin until every thread has returned; a pass in which
+         * no thread moves is a deadlock (a barrier some never reach). */
+        const bool check_block = check && (b == 0 || b == last_block);
+        while (S.live) {
+            S.progress = false;
+            for (unsigned i = 0; i < nthreads; i++) {
+                Fiber &f = S.fibers[reverse ? nthreads - 1 - i : i];
+                if (f.done)
+                    continue;
+                cur = &f.th;
+                if (check_block && !S.pdl_waited[f.th.linear])
+                    pdl_check_apply();
+                cuemu_switch(&S.sched_sp, f.sp);
+                pdl_check_release();
             }
+            if (!S.progress && S.live) {
+                for (auto &f : S.fibers)
+                    if (!f.done)
+                        fprintf(stderr, "  thread %u (warp %u) waits at a barrier\n",
+                                f.th.linear, f.th.warp);
+                die("%s: block (%u,%u,%u): deadlock, %u threads wait at barriers that "
+                    "the others never reach", name, bx, by, bz, S.live);
+            }
+        }
+    }
     cur = nullptr;
     pdl_track_end(c);
 }

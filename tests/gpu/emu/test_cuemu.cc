@@ -7,8 +7,11 @@
  * before, its destination still holds what it held), zero-filled past its
  * size, and one never waited for is reported; with CUEMU_CP_ASYNC=early it
  * lands at the issue, so a fetch over shared memory that other threads
- * have yet to read (no barrier before it) gives them the new data. Each
- * case runs in a child process, since a report aborts. */
+ * have yet to read (no barrier before it) gives them the new data. Block
+ * order: first to last, and last to first with CUEMU_ORDER=reverse, so a
+ * block that reads what another block of its launch writes sees it
+ * unwritten in one of the two. Each case runs in a child process, since a
+ * report aborts. */
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
@@ -104,6 +107,18 @@ static __global__ void refetch(const float *a, float *b, bool fence)
     __syncthreads();
     l8k_cp_async_wait<0>();
     b[i] = x;
+}
+
+/* Thread 0 of each block reads the next block's flag, then sets its own:
+ * a dependence between blocks that the GPU does not order. */
+static __global__ void read_next_block(float *flag, float *seen)
+{
+    l8k_pdl_wait();
+    const uint32_t b = blockIdx.x;
+    if (threadIdx.x == 0) {
+        seen[b] = b + 1 < gridDim.x ? flag[b + 1] : -1.0f;
+        flag[b] = 1.0f;
+    }
 }
 
 /* a copy issued and never waited for */
@@ -214,6 +229,22 @@ static void run_case(int c)
         }
         break;
     }
+    case 11:   /* blocks in order: each reads its successor's flag unset */
+    case 12: { /* reversed: set */
+        if (c == 12)
+            setenv("CUEMU_ORDER", "reverse", 1);
+        LAUNCH(read_next_block, a, b);
+        float got[N / 128];
+        cudaMemcpy(got, b, sizeof got, cudaMemcpyDeviceToHost);
+        int other = 0;
+        for (int i = 0; i + 1 < N / 128; i++)
+            other += got[i] != (c == 12 ? 1.0f : 0.0f);
+        if (other) {
+            fprintf(stderr, "read_next_block: %d blocks saw the other order\n", other);
+            _exit(1);
+        }
+        break;
+    }
     }
     cudaStreamSynchronize(st);
 }
@@ -234,6 +265,8 @@ int main(void)
         { "cp.async landing early over data not yet read", "refetch: " },
         { "cp.async landing early, a barrier before the fetch", NULL },
         { "cp.async landing at the wait over data not yet read (unseen)", NULL },
+        { "blocks first to last: a later block's write unseen", NULL },
+        { "blocks last to first (CUEMU_ORDER=reverse): a later block's write seen", NULL },
     };
     int failures = 0;
     for (int c = 0; c < (int)(sizeof cases / sizeof *cases); c++) {
