@@ -12,8 +12,8 @@
 #include "engine_thread.h"
 
 #include <errno.h>
-#include <sched.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -178,7 +178,6 @@ bool l8d_et_watch(struct l8d_engine_thread *t, bool on)
     atomic_store(&t->watched, on);
     return atomic_load(&t->finished);
 }
-
 
 int l8d_et_submit(struct l8d_engine_thread *t, struct l8_seq *seqs, uint32_t n)
 {
