@@ -18,7 +18,10 @@ typedef float v8f __attribute__((vector_size(32)));
 typedef uint32_t v8u32 __attribute__((vector_size(32)));
 typedef int32_t v8i32 __attribute__((vector_size(32)));
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+/* Not under ThreadSanitizer: the clones' ifunc resolvers run at relocation,
+ * before its runtime is up, and crash the program. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(__SANITIZE_THREAD__)
 #define L8_MULTIVERSION __attribute__((target_clones("avx2", "default")))
 #else
 #define L8_MULTIVERSION
