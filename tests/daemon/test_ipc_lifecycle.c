@@ -3,7 +3,8 @@
  *    STOPPING=1 on SIGTERM;
  *  - SIGTERM drains: a running request finishes, a new one is refused with
  *    SHUTTING_DOWN, exit 0; past the grace period running requests are cut
- *    with SHUTTING_DOWN;
+ *    with SHUTTING_DOWN (that daemon spins, --spin-us: the signal and the
+ *    drain deadline reach a loop that is not asleep in io_uring);
  *  - a client's own event loop learns that the daemon died (SIGKILL);
  *  - permissions: a uid outside the allowed group is refused, one with the
  *    group as a supplementary group is let in (needs root, else skipped);
@@ -71,7 +72,7 @@ static struct l8c_client *connect_endless(const char *sock, const char *name)
 static void test_drain_timeout(void)
 {
     struct tdaemon d;
-    const char *extra[] = { "--drain-timeout-ms", "300", NULL };
+    const char *extra[] = { "--drain-timeout-ms", "300", "--spin-us", "20000", NULL };
     tdaemon_start(&d, bin, model, extra);
     struct l8c_client *c = connect_endless(d.sock, "cut");
     struct l8_event ev;
