@@ -26,7 +26,8 @@
 #              steps: decode-only ones, their batch and time, and those with
 #              prompt tokens)
 #   delivery:  on that daemon, 16 short requests one at a time, the client
-#              asleep on its doorbell, then spinning on its ring (--poll)
+#              asleep on its doorbell, then spinning on its ring (--poll);
+#              last, the same on a daemon with --spin-us 0 (the baseline)
 #   batch 64:  llama8-run --batch 64 (64 copies of the 512-token prompt,
 #              decoded together): run 6 with graphs, decode tokens/s at the
 #              serving batch with nothing else in the steps; run 7 its step
@@ -135,16 +136,19 @@ rows.append({"method": "llama8 cuda fp8 single stream (llama8d + llama8ctl bench
              "metrics": m1,
              "notes": "4 requests one at a time, 512-token random prompts, 128 new (ignore eos), greedy; ttft: p50 submit -> first token received; decode_tok_s: 1 / the median request's mean gap between its tokens (daemon timestamps); *_vs_in_process: against llama8-run run 2 (graphs, warm) in the same run",
              "error": None if m1 else "daemon single stream failed (see serve_single.log, llama8d.log)"})
-ipc = {m: load("ipc_%s.json" % m) for m in ("doorbell", "poll")}
 mi = {}
-for m, v in ipc.items():
-    if isinstance(v, dict) and v.get("delivery_p50_us") is not None:
-        for k in ("delivery_p50_us", "delivery_p99_us", "wake_floor_p50_us", "engine_gap_us_mean"):
-            mi["%s_%s" % (m, k)] = v.get(k)
-        mi["daemon_spin_us"] = v.get("daemon_spin_us")
+for pre, f in (("", "ipc_%s.json"), ("nospin_", "ipc0_%s.json")):
+    for m in ("doorbell", "poll"):
+        v = load(f % m)
+        if isinstance(v, dict) and v.get("delivery_p50_us") is not None:
+            for k in ("delivery_p50_us", "delivery_p99_us", "wake_floor_p50_us",
+                      "submit_to_start_p50_us", "engine_gap_us_mean"):
+                mi["%s%s_%s" % (pre, m, k)] = v.get(k)
+            if not pre:
+                mi["daemon_spin_us"] = v.get("daemon_spin_us")
 rows.append({"method": "llama8 cuda fp8 token delivery (llama8d + llama8ctl bench, doorbell and --poll)", "kind": "llama8",
              "metrics": mi,
-             "notes": "16 requests one at a time, 16-32 prompt tokens, 32 new, on the daemon of the serving run (spin_us auto); delivery: the step's end (daemon timestamp) to the client's receive; wake_floor: the same hand-offs between threads of one process at the same pace; engine_gap: a step's end to the next one's start; DESIGN: 10 us median / 50 us p99 asleep on the doorbell, 2 us polling",
+             "notes": "16 requests one at a time, 16-32 prompt tokens, 32 new, on the daemon of the serving run (spin_us auto), then nospin_*: the same on a daemon with --spin-us 0 (max_batch 4), the baseline; delivery: the step's end (daemon timestamp) to the client's receive; wake_floor: the same hand-offs between threads of one process at the same pace; engine_gap: a step's end to the next one's start; DESIGN: 10 us median / 50 us p99 asleep on the doorbell, 2 us polling",
              "error": None if len(mi) > 1 else "the delivery runs failed (see ipc_*.log)"})
 v = load("serve.json")
 ready = None
@@ -262,3 +266,25 @@ L8_PROFILE="$OUT/profile64.json" timeout "$(lim 120)" "$BIN/llama8-run" --model 
 echo "batch 64 profile rc=$?"
 grep -A16 "cuda profile" "$OUT/single7.log"
 
+echo "== delivery without spin_us"
+# The same two delivery runs on a daemon whose loop and engine thread sleep
+# between steps (--spin-us 0): the spin's baseline in the same run. Last,
+# so that a short budget cuts only this; a small batch, so few graphs to
+# capture before READY.
+SOCK0=$(mktemp -d)/llama8d.sock
+"$BIN/llama8d" --model "$MODEL" --socket "$SOCK0" --backend cuda --numerics fp8 \
+    --kv_mib 2048 --max_batch 4 --max_step_tokens 512 --tune_file "$TUNE" --spin_us 0 \
+    --log_level notice >"$OUT/llama8d_nospin.log" 2>&1 &
+DPID=$!
+for i in $(seq 1 $(( $(lim 60) * 2 ))); do
+    [ -S "$SOCK0" ] && break
+    kill -0 "$DPID" 2>/dev/null || { echo "llama8d --spin-us 0 exited before listening"; break; }
+    sleep 0.5
+done
+for mode in doorbell poll; do
+    flag=; [ $mode = poll ] && flag=--poll
+    timeout "$(lim 30)" "$BIN/llama8ctl" bench --socket "$SOCK0" -n 16 -c 1 --prompt-min 16 \
+        --prompt-max 32 --new 32 --seed 3 --json $flag >"$OUT/ipc0_$mode.json" 2>"$OUT/ipc0_$mode.log"
+    echo "ipc $mode, no spin, rc=$? $(cat "$OUT/ipc0_$mode.json")"
+done
+kill -TERM "$DPID" 2>/dev/null; sleep 2; kill -KILL "$DPID" 2>/dev/null; wait "$DPID" 2>/dev/null
