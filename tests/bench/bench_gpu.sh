@@ -62,6 +62,29 @@ lim() {   # seconds for a stage: at most $1, and what is left before END - 10
     [ "$l" -lt 1 ] && l=1
     echo "$l"
 }
+daemon_start() {   # SOCK LOG ARGS...: llama8d (cuda fp8) in the background, DPID; waits for its socket
+    local sock=$1 log=$2 i; shift 2
+    "$BIN/llama8d" --model "$MODEL" --socket "$sock" --backend cuda --numerics fp8 \
+        --tune_file "$TUNE" --log_level notice "$@" >"$log" 2>&1 &
+    DPID=$!
+    for i in $(seq 1 $(( $(lim 60) * 2 ))); do
+        [ -S "$sock" ] && return
+        kill -0 "$DPID" 2>/dev/null || { echo "llama8d $* exited before listening"; return; }
+        sleep 0.5
+    done
+}
+daemon_stop() {
+    kill -TERM "$DPID" 2>/dev/null; sleep 2; kill -KILL "$DPID" 2>/dev/null; wait "$DPID" 2>/dev/null
+}
+delivery_runs() {  # SOCK NAME: 16 short requests one at a time, doorbell then --poll -> NAME_MODE.json
+    local flag mode
+    for mode in doorbell poll; do
+        flag=; [ $mode = poll ] && flag=--poll
+        timeout "$(lim 30)" "$BIN/llama8ctl" bench --socket "$1" -n 16 -c 1 --prompt-min 16 \
+            --prompt-max 32 --new 32 --seed 3 --json $flag >"$OUT/$2_$mode.json" 2>"$OUT/$2_$mode.log"
+        echo "$2 $mode rc=$? $(cat "$OUT/$2_$mode.json")"
+    done
+}
 BASE_MIB=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null | head -1)
 
 # Assemble the rows (python's json module: no hand-made JSON), whatever ran.
@@ -220,15 +243,8 @@ grep -A16 "cuda profile" "$OUT/single5.log"
 echo "== serving"
 SOCK=$(mktemp -d)/llama8d.sock
 peak_start "$OUT/mem_serve.txt"
-"$BIN/llama8d" --model "$MODEL" --socket "$SOCK" --backend cuda --numerics fp8 \
-    --kv_mib 12288 --max_batch 64 --max_step_tokens 2048 --max_requests 256 \
-    --max_requests_per_client 256 --tune_file "$TUNE" --log_level notice >"$OUT/llama8d.log" 2>&1 &
-DPID=$!
-for i in $(seq 1 $(( $(lim 60) * 2 ))); do
-    [ -S "$SOCK" ] && break
-    kill -0 "$DPID" 2>/dev/null || { echo "llama8d exited before listening"; break; }
-    sleep 0.5
-done
+daemon_start "$SOCK" "$OUT/llama8d.log" --kv_mib 12288 --max_batch 64 --max_step_tokens 2048 \
+    --max_requests 256 --max_requests_per_client 256
 # Ready means the socket answers; llama8ctl status waits for the model.
 timeout "$(lim 60)" "$BIN/llama8ctl" status --socket "$SOCK" >"$OUT/status.txt" 2>&1
 # The single stream first (nothing else in flight): the first request also
@@ -244,14 +260,9 @@ echo "serving rc=$? $(cat "$OUT/serve.json")"
 # Token delivery on the 8B's ~2 ms decode steps, the daemon spinning
 # (spin_us auto: 16 cores): a client asleep on its doorbell, then one
 # spinning on its ring (DESIGN: 10 us median / 50 us p99; 2 us polling).
-for mode in doorbell poll; do
-    flag=; [ $mode = poll ] && flag=--poll
-    timeout "$(lim 30)" "$BIN/llama8ctl" bench --socket "$SOCK" -n 16 -c 1 --prompt-min 16 \
-        --prompt-max 32 --new 32 --seed 3 --json $flag >"$OUT/ipc_$mode.json" 2>"$OUT/ipc_$mode.log"
-    echo "ipc $mode rc=$? $(cat "$OUT/ipc_$mode.json")"
-done
+delivery_runs "$SOCK" ipc
 timeout "$(lim 30)" "$BIN/llama8ctl" status --socket "$SOCK" >"$OUT/status_after.txt" 2>&1
-kill -TERM "$DPID" 2>/dev/null; sleep 2; kill -KILL "$DPID" 2>/dev/null; wait "$DPID" 2>/dev/null
+daemon_stop
 echo "$(peak_stop "$OUT/mem_serve.txt")" >"$OUT/peak_serve.txt"
 tail -5 "$OUT/llama8d.log"
 
@@ -272,19 +283,7 @@ echo "== delivery without spin_us"
 # so that a short budget cuts only this; a small batch, so few graphs to
 # capture before READY.
 SOCK0=$(mktemp -d)/llama8d.sock
-"$BIN/llama8d" --model "$MODEL" --socket "$SOCK0" --backend cuda --numerics fp8 \
-    --kv_mib 2048 --max_batch 4 --max_step_tokens 512 --tune_file "$TUNE" --spin_us 0 \
-    --log_level notice >"$OUT/llama8d_nospin.log" 2>&1 &
-DPID=$!
-for i in $(seq 1 $(( $(lim 60) * 2 ))); do
-    [ -S "$SOCK0" ] && break
-    kill -0 "$DPID" 2>/dev/null || { echo "llama8d --spin-us 0 exited before listening"; break; }
-    sleep 0.5
-done
-for mode in doorbell poll; do
-    flag=; [ $mode = poll ] && flag=--poll
-    timeout "$(lim 30)" "$BIN/llama8ctl" bench --socket "$SOCK0" -n 16 -c 1 --prompt-min 16 \
-        --prompt-max 32 --new 32 --seed 3 --json $flag >"$OUT/ipc0_$mode.json" 2>"$OUT/ipc0_$mode.log"
-    echo "ipc $mode, no spin, rc=$? $(cat "$OUT/ipc0_$mode.json")"
-done
-kill -TERM "$DPID" 2>/dev/null; sleep 2; kill -KILL "$DPID" 2>/dev/null; wait "$DPID" 2>/dev/null
+daemon_start "$SOCK0" "$OUT/llama8d_nospin.log" --kv_mib 2048 --max_batch 4 --max_step_tokens 512 \
+    --spin_us 0
+delivery_runs "$SOCK0" ipc0
+daemon_stop
