@@ -699,6 +699,16 @@ static inline float load_kv1(const void *row, size_t i, bool bf16)
     return bf16 ? l8_bf16_to_f32(((const uint16_t *)row)[i]) : ((const float *)row)[i];
 }
 
+/* Key row as f32: itself, or widened from bf16 into buf. */
+static inline const float *key_row(const void *row, bool bf16, uint32_t hd, float *buf)
+{
+    if (!bf16)
+        return row;
+    for (uint32_t d = 0; d < hd; d++)
+        buf[d] = load_kv1(row, d, true);
+    return buf;
+}
+
 #define PV_KEY_BLOCK 64u
 #define PV_DIM_BLOCK 32u
 
@@ -713,14 +723,7 @@ void l8_cpu_attention_tile(const float *q, size_t ldq, uint32_t nt, uint32_t gqa
     const uint32_t nq = nt * gqa;
     /* 1. Scores: key row j loaded once for every query of the tile. */
     for (uint32_t j = 0; j < ctx; j++) {
-        const float *k;
-        if (kv_bf16) {
-            for (uint32_t d = 0; d < hd; d++)
-                kbuf[d] = load_kv1(krow[j], d, true);
-            k = kbuf;
-        } else {
-            k = krow[j];
-        }
+        const float *k = key_row(krow[j], kv_bf16, hd, kbuf);
         for (uint32_t i = j > pos0 ? j - pos0 : 0; i < nt; i++) {
             const float *qi = q + (size_t)i * ldq;
             float *srow = scores + (size_t)i * gqa * ctx + j;
@@ -809,14 +812,7 @@ void l8_cpu_attn_split_scores(const float *q, uint32_t gqa, uint32_t hd,
     for (uint32_t h = 0; h < gqa; h++)
         cmax[h] = -INFINITY;
     for (uint32_t j = j0; j < j1; j++) {
-        const float *k;
-        if (kv_bf16) {
-            for (uint32_t d = 0; d < hd; d++)
-                kbuf[d] = load_kv1(krow[j], d, true);
-            k = kbuf;
-        } else {
-            k = krow[j];
-        }
+        const float *k = key_row(krow[j], kv_bf16, hd, kbuf);
         /* As the tile: dot4 of the key against 4 heads, dot_body for the rest. */
         uint32_t h = 0;
         float r[4];
