@@ -1,6 +1,5 @@
 # bash completion for llama8ctl and llama8d (installed under both names in
-# bash-completion's completions directory; or source it from ~/.bashrc; zsh:
-# `autoload -U bashcompinit && bashcompinit` first).
+# bash-completion's completions directory; or source it from ~/.bashrc).
 #
 # The options come from the programs' own --help, read once per shell and
 # program, so they cannot drift from what the programs accept:
