@@ -12,7 +12,9 @@
  *  - A job is identified by a 32-bit number kept in the high half of the
  *    claim word (next index in the low half). Chunks are claimed by CAS on
  *    that word, so a worker that wakes late for a finished job fails its
- *    claim instead of touching the next job's indices.
+ *    claim instead of touching the next job's indices. The caller closes
+ *    the word (next job's number, no index free) before it writes the
+ *    next job's fields, so that holds for a late worker that read some.
  *  - Workers spin (pause) on the job number for a while after each job,
  *    then sleep on a futex; the caller makes the wake syscall only when a
  *    worker is asleep. The caller spins on the done count, then sleeps on
@@ -90,6 +92,11 @@ static void run_chunks(struct l8_tp *tp, unsigned job, int tid)
     void *ctx = atomic_load_explicit(&tp->ctx, memory_order_relaxed);
     const size_t n = atomic_load_explicit(&tp->n_items, memory_order_relaxed);
     const size_t grain = atomic_load_explicit(&tp->grain, memory_order_relaxed);
+    /* Pairs with the release fence in l8_tp_for: if any field above is
+     * already the next job's, the claim word is closed for this one (every
+     * read of it below sees the close or later), so a chunk of this job
+     * is never run with the next job's n, fn or ctx. */
+    atomic_thread_fence(memory_order_acquire);
     uint64_t c = atomic_load_explicit(&tp->claim, memory_order_acquire);
     for (;;) {
         if ((unsigned)(c >> 32) != job)
@@ -212,10 +219,16 @@ void l8_tp_for(struct l8_tp *tp, size_t n, size_t grain, l8_tp_fn fn, void *ctx)
         fn(ctx, 0, n, 0);
         return;
     }
-    /* The previous job is complete (done == its n), so no worker can
-     * claim from it any more: its CAS sees a finished index or, after the
-     * store below, another job number. */
+    /* The previous job is complete (done == its n), and its claim word
+     * says so (index n) only to a worker that read that job's n. A worker
+     * late for it may read this job's fields below, so the word is closed
+     * (the new job's number, no index free) before they change: such a
+     * worker's claim fails. Without the close, a smaller job followed by a
+     * larger one let a late worker run the new job's indices past the old
+     * n before the new job began, and count them into its done twice. */
     const unsigned job = atomic_load_explicit(&tp->job, memory_order_relaxed) + 1;
+    atomic_store_explicit(&tp->claim, ((uint64_t)job << 32) | UINT32_MAX, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
     atomic_store_explicit(&tp->fn, fn, memory_order_relaxed);
     atomic_store_explicit(&tp->ctx, ctx, memory_order_relaxed);
     atomic_store_explicit(&tp->n_items, n, memory_order_relaxed);

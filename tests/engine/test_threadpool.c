@@ -3,12 +3,14 @@
  * back jobs of very different sizes (the claim word must keep a late
  * worker out of the next job), with the pool going idle (futex sleep) in
  * between, and under a competing busy thread (the caller may run the
- * workers' share or go solo for a while: results must not care). */
+ * workers' share or go solo for a while: results must not care); then
+ * seconds of tiny jobs with every core taken by a busy thread (handoff()). */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "threadpool.h"
@@ -65,6 +67,89 @@ static void run(struct l8_tp *tp, int nthreads, struct job *j, unsigned seed)
           nthreads);
 }
 
+/* The hand-off between jobs under preemption. A pool of 2 with a busy
+ * thread on every core: the caller is often descheduled in the middle of
+ * publishing a job while the worker, spinning on the job number, runs.
+ * Jobs alternate between 2 and 64 indices, each with its own context:
+ * a worker that paired the last job's claim word with the next job's
+ * fields would run indices of a job before it starts (counted twice) and
+ * overshoot its done count (l8_tp_for would never return: the watchdog
+ * reports it). */
+#define HANDOFF_N 64
+struct small_job { atomic_int hits[HANDOFF_N]; size_t n; };
+static atomic_ulong handoff_jobs;
+
+static void small_body(void *ctx, size_t b, size_t e, int tid)
+{
+    (void)tid;
+    struct small_job *j = ctx;
+    for (size_t i = b; i < e; i++)
+        atomic_fetch_add(&j->hits[i < j->n ? i : j->n], 1);   /* hits[n]: out of range */
+}
+
+static void *handoff_watchdog(void *p)
+{
+    (void)p;
+    unsigned long last = (unsigned long)-1;
+    for (;;) {
+        sleep(5);
+        unsigned long now = atomic_load(&handoff_jobs);
+        if (now == last) {
+            printf("FAIL %s:%d: l8_tp_for hung after %lu hand-off jobs\n", __FILE__, __LINE__,
+                   now);
+            fflush(stdout);
+            _exit(1);
+        }
+        last = now;
+    }
+    return NULL;
+}
+
+static void handoff(double seconds)
+{
+    struct small_job *jobs = calloc(2, sizeof(*jobs));
+    struct l8_tp *tp = l8_tp_new(2);
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    int nbusy = ncpu > 0 && ncpu < 64 ? (int)ncpu : 2;
+    pthread_t busy_th[64], wd;
+    CHECK(jobs && tp, "hand-off: allocation");
+    if (!jobs || !tp)
+        return;
+    atomic_store(&stop_busy, 0);
+    for (int i = 0; i < nbusy; i++)
+        if (pthread_create(&busy_th[i], NULL, busy, NULL) != 0)
+            nbusy = i;
+    pthread_create(&wd, NULL, handoff_watchdog, NULL);
+    pthread_detach(wd);
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    size_t wrong = 0;
+    unsigned long k = 0;
+    for (;; k++) {
+        if ((k & 1023) == 0) {
+            clock_gettime(CLOCK_MONOTONIC, &t);
+            if ((double)(t.tv_sec - t0.tv_sec) + (double)(t.tv_nsec - t0.tv_nsec) * 1e-9 > seconds)
+                break;
+        }
+        struct small_job *j = &jobs[k & 1];
+        j->n = k & 1 ? HANDOFF_N - 1 : 2;
+        for (size_t i = 0; i <= j->n; i++)
+            atomic_store(&j->hits[i], 0);
+        l8_tp_for(tp, j->n, 1, small_body, j);
+        for (size_t i = 0; i <= j->n; i++)
+            wrong += atomic_load(&j->hits[i]) != (i < j->n);
+        atomic_store(&handoff_jobs, k + 1);
+    }
+    atomic_store(&stop_busy, 1);
+    for (int i = 0; i < nbusy; i++)
+        pthread_join(busy_th[i], NULL);
+    CHECK(wrong == 0, "hand-off: %zu indices not run exactly once in %lu jobs", wrong, k);
+    printf("hand-off: %lu jobs of 2 and 63 indices in %.0f s, %d busy threads\n", k, seconds,
+           nbusy);
+    l8_tp_free(tp);
+    free(jobs);
+}
+
 int main(void)
 {
     struct job *j = calloc(1, sizeof(*j));
@@ -88,6 +173,7 @@ int main(void)
     }
     l8_tp_free(NULL);
     free(j);
+    handoff(4.0);
     printf("%s\n", failures ? "FAILED" : "ok");
     return failures ? 1 : 0;
 }
