@@ -62,6 +62,8 @@ main_job() {
     LLAMA8_SOCKET=$sock "$BUILD/client/llama8ctl" status
 }
 
+# The tests also drive the Vim plugin (tests/daemon/test_vim.sh).
+[ "${1:-run}" = test ] && DEBS="$DEBS vim"
 install_deps
 build
 case "${1:-run}" in

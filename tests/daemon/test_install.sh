@@ -2,8 +2,8 @@
 # test_install.sh MESON BUILD_DIR PREFIX - `meson install` into a DESTDIR
 # puts the units where systemd looks for them (PREFIX/lib/systemd/system),
 # sysusers.d and tmpfiles.d under PREFIX/lib, llama8d in PREFIX/sbin with
-# the unit's ExecStart pointing at it, the client library's header, and the
-# bash completion under both programs' names.
+# the unit's ExecStart pointing at it, the client library's header, the
+# bash completion under both programs' names, and the Vim package.
 set -euo pipefail
 meson=$1 build=$2 prefix=$3
 d=$(mktemp -d "${TMPDIR:-/tmp}/l8-install.XXXXXX")
@@ -15,7 +15,8 @@ fail=0
 for f in lib/systemd/system/llama8d.service lib/systemd/system/llama8d.socket \
          lib/sysusers.d/llama8.conf lib/tmpfiles.d/llama8d.conf sbin/llama8d \
          include/llama8/llama8client.h share/bash-completion/completions/llama8ctl \
-         share/bash-completion/completions/llama8d; do
+         share/bash-completion/completions/llama8d \
+         share/vim/vimfiles/pack/llama8/opt/llama8/plugin/llama8.vim; do
     [ -e "$d$prefix/$f" ] || { echo "FAIL: $prefix/$f was not installed"; fail=1; }
 done
 grep -q "^ExecStart=$prefix/sbin/llama8d " "$d$prefix/lib/systemd/system/llama8d.service" ||

@@ -1,0 +1,164 @@
+" llama8.vim - ask llama8d from Vim, its reply streamed into a buffer.
+"
+" One `llama8ctl pipe` job per Vim (started at the first question, again
+" after it exits) carries every request: a JSON line each way (README,
+" "llama8ctl pipe"), so requests run side by side and Vim never waits.
+"
+"   :Llama8 TEXT           ask TEXT (a user message); the reply streams into
+"                          a new scratch window
+"   :'<,'>Llama8 [TEXT]    ask the lines, then TEXT after a blank line
+"   :[range]Llama8! [TEXT] the reply goes into this buffer, below the range
+"                          (or the cursor's line)
+"   :Llama8Cancel          cancel the requests still running
+"
+"   g:llama8_ctl           the llama8ctl program ('llama8ctl')
+"   g:llama8_socket        the daemon's socket (default: llama8ctl's)
+"   g:llama8_request       more fields for each request, as the pipe takes
+"                          them: {'max_new': 512, 'temperature': 0.7,
+"                          'system': 'Answer briefly.', 'stop_text': [...]}
+"
+" Needs Vim 8.1 or later with +job and +channel.
+if exists('g:loaded_llama8') || !has('job') || !has('channel') || !exists('*appendbufline')
+  finish
+endif
+let g:loaded_llama8 = 1
+
+let s:job = v:null
+let s:next_id = 1
+" Open requests by id: the buffer and line their reply goes to.
+let s:reqs = {}
+
+function! s:error(msg) abort
+  echohl ErrorMsg
+  echomsg 'llama8: ' . a:msg
+  echohl None
+endfunction
+
+function! s:running() abort
+  return s:job isnot v:null && job_status(s:job) ==# 'run'
+endfunction
+
+function! s:start() abort
+  if s:running()
+    return 1
+  endif
+  let cmd = [get(g:, 'llama8_ctl', 'llama8ctl'), 'pipe']
+  if get(g:, 'llama8_socket', '') !=# ''
+    let cmd += ['--socket', g:llama8_socket]
+  endif
+  let s:job = job_start(cmd, {'mode': 'nl', 'noblock': 1,
+        \ 'out_cb': function('s:on_line'), 'err_cb': function('s:on_stderr'),
+        \ 'exit_cb': function('s:on_exit')})
+  if job_status(s:job) !=# 'run'
+    call s:error('cannot run ' . cmd[0])
+    let s:job = v:null
+    return 0
+  endif
+  return 1
+endfunction
+
+" Adds text at the request's line, which moves down with each newline.
+function! s:put(r, text) abort
+  if a:text ==# '' || !bufexists(a:r.buf)
+    return
+  endif
+  let parts = split(a:text, "\n", 1)
+  let cur = get(getbufline(a:r.buf, a:r.lnum), 0, '')
+  call setbufline(a:r.buf, a:r.lnum, cur . parts[0])
+  for p in parts[1:]
+    call appendbufline(a:r.buf, a:r.lnum, p)
+    let a:r.lnum += 1
+  endfor
+  if a:r.follow
+    for w in win_findbuf(a:r.buf)
+      call win_execute(w, 'call cursor(line("$"), col([line("$"), "$"]))')
+    endfor
+  endif
+endfunction
+
+function! s:on_line(ch, line) abort
+  try
+    let ev = json_decode(a:line)
+  catch
+    return
+  endtry
+  if type(ev) != v:t_dict || get(ev, 'event', '') ==# 'ready'
+    return
+  endif
+  let id = get(ev, 'id', v:null)
+  let key = type(id) == v:t_number ? string(id) : ''
+  let r = get(s:reqs, key, v:null)
+  if ev.event ==# 'error'
+    call s:error(get(ev, 'error', '?') . ': ' . get(ev, 'message', ''))
+    if r isnot v:null
+      call remove(s:reqs, key)
+    endif
+    return
+  endif
+  if r is v:null
+    return
+  endif
+  if ev.event ==# 'token'
+    call s:put(r, get(ev, 'text', ''))
+  elseif ev.event ==# 'done'
+    call s:put(r, get(ev, 'text', ''))
+    call remove(s:reqs, key)
+    echomsg printf('llama8: %s, %d tokens', get(ev, 'reason', '?'), get(ev, 'tokens', 0))
+  endif
+endfunction
+
+function! s:on_stderr(ch, line) abort
+  call s:error(a:line)
+endfunction
+
+function! s:on_exit(job, status) abort
+  if !empty(s:reqs)
+    call s:error(printf('llama8ctl pipe exited (status %d) with %d request(s) open',
+          \ a:status, len(s:reqs)))
+  endif
+  let s:reqs = {}
+  let s:job = v:null
+endfunction
+
+function! s:ask(nrange, line1, line2, bang, text) abort
+  let prompt = a:text
+  if a:nrange > 0
+    let lines = join(getline(a:line1, a:line2), "\n")
+    let prompt = a:text ==# '' ? lines : lines . "\n\n" . a:text
+  endif
+  if prompt =~# '^\_s*$'
+    call s:error('nothing to ask: give TEXT, a range of lines, or both')
+    return
+  endif
+  if !s:start()
+    return
+  endif
+  let id = s:next_id
+  let s:next_id += 1
+  if a:bang
+    let at = a:nrange > 0 ? a:line2 : line('.')
+    call append(at, '')
+    let r = {'buf': bufnr(''), 'lnum': at + 1, 'follow': 0}
+  else
+    new
+    setlocal buftype=nofile bufhidden=wipe noswapfile
+    silent execute 'file' fnameescape('llama8://reply/' . id)
+    let r = {'buf': bufnr(''), 'lnum': 1, 'follow': 1}
+    wincmd p
+  endif
+  let req = extend({'id': id, 'text': prompt}, get(g:, 'llama8_request', {}), 'keep')
+  let s:reqs[string(id)] = r
+  call ch_sendraw(s:job, json_encode(req) . "\n")
+endfunction
+
+function! s:cancel() abort
+  if !s:running()
+    return
+  endif
+  for key in keys(s:reqs)
+    call ch_sendraw(s:job, json_encode({'cancel': str2nr(key)}) . "\n")
+  endfor
+endfunction
+
+command! -range -bang -nargs=* Llama8 call s:ask(<range>, <line1>, <line2>, <bang>0, <q-args>)
+command! -bar Llama8Cancel call s:cancel()

@@ -1,0 +1,128 @@
+#!/bin/bash
+# test_vim.sh LLAMA8D LLAMA8CTL LLAMA8-MKMODEL TOKENIZER VIMDIR - the Vim
+# plugin against a real daemon (synthetic tiny model, real tokenizer): its
+# replies equal `llama8ctl generate`'s to the byte, in a scratch window and
+# inserted below a range, two at once over the one pipe; a cancel, a refused
+# request and a missing daemon each end in a message, with Vim still running.
+# Skipped (77) without a Vim with +job and +channel.
+set -uo pipefail
+daemon=$1 ctl=$2 mkmodel=$3 tokenizer=$4 vimdir=$5
+vim --version 2>/dev/null | grep -q '+job' || { echo "no vim with +job: skipped"; exit 77; }
+
+t=$(mktemp -d "${TMPDIR:-/tmp}/l8-vim.XXXXXX")
+pid=
+trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; wait 2>/dev/null; rm -rf "$t"' EXIT
+"$mkmodel" --preset tiny --seed 1 --out "$t/model" --tokenizer "$tokenizer" >"$t/mk.log" 2>&1 ||
+    { echo "FAIL: llama8-mkmodel"; cat "$t/mk.log"; exit 1; }
+sock=$t/llama8d.sock
+"$daemon" --model "$t/model" --socket "$sock" 2>"$t/daemon.log" &
+pid=$!
+for _ in $(seq 200); do [ -S "$sock" ] && break; sleep 0.05; done
+[ -S "$sock" ] || { echo "FAIL: llama8d did not start"; cat "$t/daemon.log"; exit 1; }
+
+# The reference: generate prints the reply and one newline.
+"$ctl" generate --socket "$sock" --max-new 24 "Say hi" >"$t/want.txt" ||
+    { echo "FAIL: llama8ctl generate"; exit 1; }
+# A reply with no newline in it would not check the line splitting.
+[ "$(wc -l <"$t/want.txt")" -ge 2 ] || { echo "FAIL: the reference reply has one line"; exit 1; }
+
+cat >"$t/test.vim" <<EOF
+set nocompatible encoding=utf-8
+let &rtp = '$vimdir,' . &rtp
+runtime plugin/llama8.vim
+let g:llama8_ctl = '$ctl'
+let g:llama8_socket = '$sock'
+let g:llama8_request = {'max_new': 24}
+let want = readfile('$t/want.txt')
+
+" Waits until n replies have ended (each ends with a message).
+function! Wait(n) abort
+  let t0 = reltime()
+  while reltimefloat(reltime(t0)) < 30
+    if len(filter(split(execute('messages'), "\n"), 'v:val =~# "^llama8: "')) >= a:n
+      return
+    endif
+    sleep 10m
+  endwhile
+  call assert_report('timed out waiting for ' . a:n . ' messages: ' . execute('messages'))
+endfunction
+function! Reply(id) abort
+  return getbufline(bufnr('llama8://reply/' . a:id), 1, '$')
+endfunction
+
+" 1. A question, the reply in a scratch window; this window keeps the cursor.
+let here = win_getid()
+Llama8 Say hi
+call assert_equal(here, win_getid())
+call Wait(1)
+call assert_equal(want, Reply(1))
+call assert_match('llama8: length, 24 tokens', execute('messages'))
+
+" 2. Two at once, over the one pipe.
+Llama8 Say hi
+Llama8 Say hi
+call Wait(3)
+call assert_equal(want, Reply(2))
+call assert_equal(want, Reply(3))
+
+" 3. The lines of a range are the question; the reply goes below them.
+enew!
+call setline(1, ['first', 'Say hi', 'last'])
+2Llama8!
+call Wait(4)
+call assert_equal(['first', 'Say hi'] + want + ['last'], getline(1, '$'))
+
+" 4. Cancelled: a long reply stops, and says so.
+let g:llama8_request = {'max_new': 2000, 'ignore_eos': v:true}
+Llama8 Say hi
+Llama8Cancel
+call Wait(5)
+call assert_match('llama8: cancelled', execute('messages'))
+
+" 5. Refused by the pipe, and nothing to ask: messages, no reply.
+let g:llama8_request = {'max_new': 0}
+Llama8 Say hi
+call Wait(6)
+call assert_match('llama8: BAD_PARAMS', execute('messages'))
+call assert_equal([''], Reply(6))
+enew!
+Llama8
+call assert_match('nothing to ask', execute('messages'))
+
+call writefile(v:errors, '$t/errors.txt')
+call writefile(['finished'], '$t/finished.txt')
+qa!
+EOF
+
+cat >"$t/nodaemon.vim" <<EOF
+set nocompatible encoding=utf-8
+let &rtp = '$vimdir,' . &rtp
+runtime plugin/llama8.vim
+let g:llama8_ctl = '$ctl'
+let g:llama8_socket = '$t/nobody.sock'
+Llama8 Say hi
+let t0 = reltime()
+while reltimefloat(reltime(t0)) < 10 && execute('messages') !~# 'exited'
+  sleep 10m
+endwhile
+call assert_match('llama8: .*nobody.sock', execute('messages'))
+call assert_match('llama8: llama8ctl pipe exited (status 3) with 1 request(s) open', execute('messages'))
+call writefile(v:errors, '$t/errors2.txt')
+qa!
+EOF
+
+fail=0
+timeout 120 vim -Nu NONE -i NONE -n -es -S "$t/test.vim" </dev/null >"$t/vim.log" 2>&1
+if [ ! -f "$t/finished.txt" ]; then
+    echo "FAIL: vim did not finish the test script"; cat "$t/vim.log"; fail=1
+elif [ -s "$t/errors.txt" ]; then
+    echo "FAIL:"; cat "$t/errors.txt"; fail=1
+fi
+timeout 60 vim -Nu NONE -i NONE -n -es -S "$t/nodaemon.vim" </dev/null >"$t/vim2.log" 2>&1
+if [ ! -f "$t/errors2.txt" ]; then
+    echo "FAIL: vim did not finish the no-daemon script"; cat "$t/vim2.log"; fail=1
+elif [ -s "$t/errors2.txt" ]; then
+    echo "FAIL (no daemon):"; cat "$t/errors2.txt"; fail=1
+fi
+[ $fail = 0 ] && echo "ok: replies equal llama8ctl generate's ($(wc -c <"$t/want.txt") bytes), cancel, refusal, no daemon"
+exit $fail
