@@ -26,12 +26,19 @@ for _ in $(seq 200); do [ -S "$sock" ] && break; sleep 0.05; done
 # A reply with no newline in it would not check the line splitting.
 [ "$(wc -l <"$t/want.txt")" -ge 2 ] || { echo "FAIL: the reference reply has one line"; exit 1; }
 
-cat >"$t/test.vim" <<EOF
+# The start of each Vim script: the plugin, talking to socket $1.
+preamble()
+{
+    cat <<EOF
 set nocompatible encoding=utf-8
 let &rtp = '$vimdir,' . &rtp
 runtime plugin/llama8.vim
 let g:llama8_ctl = '$ctl'
-let g:llama8_socket = '$sock'
+let g:llama8_socket = '$1'
+EOF
+}
+
+{ preamble "$sock"; cat <<EOF; } >"$t/test.vim"
 let g:llama8_request = {'max_new': 24}
 let want = readfile('$t/want.txt')
 
@@ -94,12 +101,7 @@ call writefile(['finished'], '$t/finished.txt')
 qa!
 EOF
 
-cat >"$t/nodaemon.vim" <<EOF
-set nocompatible encoding=utf-8
-let &rtp = '$vimdir,' . &rtp
-runtime plugin/llama8.vim
-let g:llama8_ctl = '$ctl'
-let g:llama8_socket = '$t/nobody.sock'
+{ preamble "$t/nobody.sock"; cat <<EOF; } >"$t/nodaemon.vim"
 Llama8 Say hi
 let t0 = reltime()
 while reltimefloat(reltime(t0)) < 10 && execute('messages') !~# 'exited'
