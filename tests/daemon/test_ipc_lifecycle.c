@@ -286,12 +286,16 @@ static void test_socket_activation(void)
               "--allowed-group", "", (char *)NULL);
         _exit(127);
     }
-    struct stat st;
-    for (int i = 0; i < 500 && stat(d.sock, &st) < 0; i++)
-        usleep(10000);
+    /* The path exists from bind(), a moment before listen(): refused
+     * until then. */
     struct l8c_client *c;
     char err[L8C_ERRLEN];
-    int rc = l8c_connect(d.sock, "activated", &c, err);
+    int rc = -ENOENT;
+    for (int i = 0; i < 500 && (rc == -ENOENT || rc == -ECONNREFUSED); i++) {
+        if (i)
+            usleep(10000);
+        rc = l8c_connect(d.sock, "activated", &c, err);
+    }
     CHECK(rc == 0, "connect through socket activation: %s", err);
     if (rc == 0) {
         uint32_t prompt[4] = { 1, 9, 8, 7 };
