@@ -82,13 +82,14 @@ function! s:on_line(ch, line) abort
   catch
     return
   endtry
-  if type(ev) != v:t_dict || get(ev, 'event', '') ==# 'ready'
+  if type(ev) != v:t_dict
     return
   endif
+  let kind = get(ev, 'event', '')
   let id = get(ev, 'id', v:null)
   let key = type(id) == v:t_number ? string(id) : ''
   let r = get(s:reqs, key, v:null)
-  if ev.event ==# 'error'
+  if kind ==# 'error'
     call s:error(get(ev, 'error', '?') . ': ' . get(ev, 'message', ''))
     if r isnot v:null
       call remove(s:reqs, key)
@@ -98,9 +99,9 @@ function! s:on_line(ch, line) abort
   if r is v:null
     return
   endif
-  if ev.event ==# 'token'
+  if kind ==# 'token'
     call s:put(r, get(ev, 'text', ''))
-  elseif ev.event ==# 'done'
+  elseif kind ==# 'done'
     call s:put(r, get(ev, 'text', ''))
     call remove(s:reqs, key)
     echomsg printf('llama8: %s, %d tokens', get(ev, 'reason', '?'), get(ev, 'tokens', 0))
