@@ -17,8 +17,8 @@
 "                          them: {'max_new': 512, 'temperature': 0.7,
 "                          'system': 'Answer briefly.', 'stop_text': [...]}
 "
-" Needs Vim 8.1 or later with +job and +channel.
-if exists('g:loaded_llama8') || !has('job') || !has('channel') || !exists('*appendbufline')
+" Needs +job and +channel, and Vim 8.1.1418 or later (win_execute).
+if exists('g:loaded_llama8') || !has('job') || !has('channel') || !exists('*win_execute')
   finish
 endif
 let g:loaded_llama8 = 1
