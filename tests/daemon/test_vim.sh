@@ -4,10 +4,12 @@
 # replies equal `llama8ctl generate`'s to the byte, in a scratch window and
 # inserted below a range, two at once over the one pipe; a cancel, a refused
 # request and a missing daemon each end in a message, with Vim still running.
-# Skipped (77) without a Vim with +job and +channel.
+# Skipped (77) without a Vim the plugin runs on (+job, +channel, win_execute).
 set -uo pipefail
 daemon=$1 ctl=$2 mkmodel=$3 tokenizer=$4 vimdir=$5
-vim --version 2>/dev/null | grep -q '+job' || { echo "no vim with +job: skipped"; exit 77; }
+vim -Nu NONE -i NONE -es -c 'if !has("job") || !has("channel") || !exists("*win_execute") | cquit | endif' \
+    -c 'qa!' </dev/null >/dev/null 2>&1 ||
+    { echo "no vim with +job, +channel and win_execute: skipped"; exit 77; }
 
 t=$(mktemp -d "${TMPDIR:-/tmp}/l8-vim.XXXXXX")
 pid=
