@@ -70,7 +70,7 @@ static void run(struct l8_tp *tp, int nthreads, struct job *j, unsigned seed)
 /* The hand-off between jobs under preemption. A pool of 2 with a busy
  * thread on every core: the caller is often descheduled in the middle of
  * publishing a job while the worker, spinning on the job number, runs.
- * Jobs alternate between 2 and 64 indices, each with its own context:
+ * Jobs alternate between 2 and 63 indices, each with its own context:
  * a worker that paired the last job's claim word with the next job's
  * fields would run indices of a job before it starts (counted twice) and
  * overshoot its done count (l8_tp_for would never return: the watchdog
