@@ -14,8 +14,9 @@
 
 declare -gA _llama8_help_cache
 
-# Prints "OPTION VALUE" lines (VALUE: the placeholder, "a|b|c", or "-" for a
-# flag) for the program and subcommand given.
+# Sets _llama8_optlines to "OPTION VALUE" lines (VALUE: the placeholder,
+# "a|b|c", or "-" for a flag) for the program and subcommand given. Not
+# printed: in a $(...) subshell the cache would be lost.
 _llama8_opts()
 {
     local key="$*"
@@ -23,7 +24,7 @@ _llama8_opts()
         _llama8_help_cache[$key]=$("$@" --help 2>/dev/null | _llama8_parse_help |
                                    awk '!seen[$1]++')
     fi
-    printf '%s\n' "${_llama8_help_cache[$key]}"
+    _llama8_optlines=${_llama8_help_cache[$key]}
 }
 
 _llama8_parse_help()
@@ -88,7 +89,8 @@ _llama8_value()
 _llama8_complete()
 {
     local cur=${COMP_WORDS[COMP_CWORD]} prev='' name val opts
-    opts=$(_llama8_opts "$@")
+    _llama8_opts "$@"
+    opts=$_llama8_optlines
     # --opt=value: bash splits it into "--opt" "=" "value".
     if ((COMP_CWORD >= 2)) && [[ ${COMP_WORDS[COMP_CWORD - 1]} == = ]]; then
         prev=${COMP_WORDS[COMP_CWORD - 2]}

@@ -50,7 +50,7 @@ for c in $cmds; do
 done
 expect generate _llama8ctl "$ctl" gen
 for c in $cmds; do
-    _llama8_opts "$ctl" "$c" >/dev/null   # fills the cache here, not in comp's subshells
+    _llama8_opts "$ctl" "$c"   # fills the cache here, not in comp's subshells
 done
 n_opts=0
 for c in $cmds; do
@@ -79,7 +79,9 @@ expect "" _llama8ctl "$ctl" generate --max-new ""
 expect "--help --version" _llama8ctl "$ctl" --
 
 # --- llama8d: every option is a configuration key; enumerated values.
-_llama8_opts "$daemon" >/dev/null
+_llama8_opts "$daemon"
+# shellcheck disable=SC2154  # set by the script under test
+dlines=$_llama8_optlines
 dopts=$(comp _llama8d "$daemon" --)
 [[ $(wc -w <<<"$dopts") -ge 20 ]] || bad "llama8d options: '$dopts'"
 while read -r o placeholder; do
@@ -95,7 +97,7 @@ while read -r o placeholder; do
             bad "llama8d $o $v: $err"
         fi
     done
-done < <(_llama8_opts "$daemon")
+done <<<"$dlines"
 expect "auto cpu cuda" _llama8d "$daemon" --backend ""
 expect "cuda" _llama8d "$daemon" --backend = cu
 expect "debug err info notice warning" _llama8d "$daemon" --log-level ""
@@ -105,6 +107,14 @@ expect "auto" _llama8d "$daemon" --spin-us ""
 expect "false true" _llama8d "$daemon" --no-warmup ""
 expect "" _llama8d "$daemon" --kv-pages ""
 expect "--kv-mib --kv-pages" _llama8d "$daemon" --kv
+
+# --- bash runs a completion in the shell itself: --help is read once there.
+_llama8_help_cache=()
+COMP_WORDS=("$daemon" --kv)
+COMP_CWORD=1
+_llama8d "$daemon"
+[[ -n ${_llama8_help_cache[$daemon]+set} ]] ||
+    bad "a completion left llama8d's --help uncached (read at every Tab)"
 
 # --- paths: directories for DIR, files and directories for FILE / PATH.
 t=$(mktemp -d "${TMPDIR:-/tmp}/l8-comp.XXXXXX")
