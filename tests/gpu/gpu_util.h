@@ -78,24 +78,33 @@ static inline uint8_t rnd_fp8(void)
     }
 }
 
+/* cudaMemset on device memory, and cudaMemcpy from pageable memory, may
+ * return before the device has written: they are ordered on the legacy
+ * default stream, which a non-blocking stream does not wait for. So each
+ * helper waits for its write, and a kernel on any stream sees it. */
+static inline void poison(void *d, size_t bytes)
+{
+    CU(cudaMemset(d, 0xff, bytes));   /* NaN for f32/bf16 */
+    CU(cudaStreamSynchronize(0));
+}
 static inline void *dalloc(size_t bytes)
 {
     void *p = NULL;
     CU(cudaMalloc(&p, bytes ? bytes : 16));
-    CU(cudaMemset(p, 0xff, bytes ? bytes : 16));   /* poison: NaN for f32/bf16 */
+    poison(p, bytes ? bytes : 16);
     return p;
 }
 static inline void *dup_to_dev(const void *h, size_t bytes)
 {
     void *p = dalloc(bytes);
     CU(cudaMemcpy(p, h, bytes, cudaMemcpyHostToDevice));
+    CU(cudaStreamSynchronize(0));
     return p;
 }
 static inline void to_host(void *h, const void *d, size_t bytes)
 {
     CU(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost));
 }
-static inline void poison(void *d, size_t bytes) { CU(cudaMemset(d, 0xff, bytes)); }
 
 /* ||a - ref|| / ||ref|| in f64; NaN anywhere gives +inf (never passes). */
 static inline double rel_err(const float *a, const double *ref, size_t n)

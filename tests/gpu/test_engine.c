@@ -1094,10 +1094,14 @@ static void run_determinism(const struct l8_model *m, const struct l8_tensor_set
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: %s GOLDEN_DIR [MODEL_DIR | --graph-paths]\n", argv[0]);
+        fprintf(stderr, "usage: %s GOLDEN_DIR [MODEL_DIR | --graph-paths | --streams]\n",
+                argv[0]);
         return 2;
     }
+    /* --streams: what moves a step's data between host and device (sampled
+     * tokens and logits back, graphs replayed), for CUEMU_STREAMS=lazy. */
     const bool only_graph_paths = argc > 2 && !strcmp(argv[2], "--graph-paths");
+    const bool only_streams = argc > 2 && !strcmp(argv[2], "--streams");
     require_gpu();
     char tdir[] = "/tmp/l8-tune-XXXXXX";
     if (!mkdtemp(tdir)) {
@@ -1111,7 +1115,7 @@ int main(int argc, char **argv)
      * a GPU takes at these sizes. run_tune measures all the same. */
     setenv("L8_GEMV_MAX_M", "8", 0);
 #endif
-    if (argc > 2 && !only_graph_paths) {
+    if (argc > 2 && !only_graph_paths && !only_streams) {
         run_big(argv[2]);
         unlink(g_tune);
         rmdir(tdir);
@@ -1131,7 +1135,9 @@ int main(int argc, char **argv)
         printf("FAIL: %s: %s\n", path, err);
         return 1;
     }
-    if (only_graph_paths) {
+    if (only_graph_paths || only_streams) {
+        if (only_streams)
+            run_golden(m, ref, L8_NUMERICS_EXACT);
         run_graph_paths(m, ref);
         goto done;
     }

@@ -1,7 +1,8 @@
 /* cuemu.cc - the CPU side of cuemu.h: fibers for CUDA threads, barriers,
  * shuffles, and the part of the CUDA runtime API the kernels and their tests
- * call. Single-threaded: blocks run one after another on the calling thread,
- * streams are synchronous. See cuemu.h for what this can and cannot find. */
+ * call. Blocks run one after another on the calling thread; streams run
+ * their work when it is submitted, or with CUEMU_STREAMS=lazy as late as the
+ * runtime allows (below). See cuemu.h for what this can and cannot find. */
 #include "cuemu.h"
 
 #include <errno.h>
@@ -16,6 +17,8 @@
 
 #include <deque>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <vector>
 
 namespace cuemu {
@@ -630,17 +633,90 @@ static void no_overlap()
     g_prev_is_kernel = false;
 }
 
-/* ---- streams and graphs. Every stream is synchronous: work runs when it
- * is submitted, except on a stream being captured, where it is recorded into
- * the graph (and runs at each cudaGraphLaunch). What the real runtime
- * refuses during a capture (cudaMalloc, synchronous copies, synchronizing
- * the captured stream) is refused here and invalidates the capture. */
+/* ---- streams and graphs. By default a stream is synchronous: its work runs
+ * when it is submitted. With CUEMU_STREAMS=lazy it runs as late as the
+ * runtime allows: when the host synchronizes with it (the stream, an event
+ * recorded on it, the device; a cudaFree; a cudaMemcpy), or when the legacy
+ * default stream and a blocking stream must wait for each other. A copy
+ * from pinned memory then reads it, and a copy to pinned memory fills it
+ * (poisoned from the call until then), at that time, so a host that reuses
+ * a staging buffer or reads a result before it waits for the copy gets the
+ * wrong bytes here, as it could on a GPU. Copies to and from pageable
+ * memory keep the runtime's documented behaviour (the source is staged at
+ * the call; a copy to it returns once done). Either way, on a stream being
+ * captured the work is recorded into the graph (and runs at each
+ * cudaGraphLaunch), and what the real runtime refuses during a capture
+ * (cudaMalloc, synchronous copies, synchronizing the captured stream) is
+ * refused here and invalidates the capture. */
 struct Graph {
     std::vector<std::function<void()>> ops;
 };
 static cudaStream_t g_capturing;
 static Graph *g_capture;
 static bool g_capture_broken;
+
+struct Stream {
+    bool blocking;   /* waits for, and is waited for by, the legacy default stream */
+    std::deque<std::pair<uint64_t, std::function<void()>>> q;   /* lazy: not yet run */
+};
+static Stream g_legacy = { true, {} };
+/* Live streams. A destroyed one is emptied, not freed: events recorded on
+ * it may still name it. */
+static std::vector<Stream *> g_streams;
+static uint64_t g_seq;                    /* numbers the submitted work */
+static std::recursive_mutex g_stream_mu;  /* the upload's threads copy at once */
+static std::map<uintptr_t, size_t> g_pinned;
+
+static bool lazy()
+{
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("CUEMU_STREAMS");
+        v = e && !strcmp(e, "lazy");
+    }
+    return v;
+}
+
+static Stream *stream_of(cudaStream_t st) { return st ? (Stream *)st : &g_legacy; }
+
+/* Runs the work of s numbered up to upto, in order. */
+static void flush(Stream *s, uint64_t upto = UINT64_MAX)
+{
+    std::lock_guard<std::recursive_mutex> lk(g_stream_mu);
+    while (!s->q.empty() && s->q.front().first <= upto) {
+        std::function<void()> op = std::move(s->q.front().second);
+        s->q.pop_front();
+        op();
+    }
+}
+
+/* The legacy default stream and every blocking stream. */
+static void flush_legacy()
+{
+    std::lock_guard<std::recursive_mutex> lk(g_stream_mu);
+    flush(&g_legacy);
+    for (Stream *s : g_streams)
+        if (s->blocking)
+            flush(s);
+}
+
+static void flush_all()
+{
+    std::lock_guard<std::recursive_mutex> lk(g_stream_mu);
+    flush(&g_legacy);
+    for (Stream *s : g_streams)
+        flush(s);
+}
+
+static bool pinned(const void *p, size_t n)
+{
+    std::lock_guard<std::recursive_mutex> lk(g_stream_mu);
+    auto it = g_pinned.upper_bound((uintptr_t)p);
+    if (it == g_pinned.begin())
+        return false;
+    --it;
+    return (uintptr_t)p + n <= it->first + it->second;
+}
 
 static bool capture_refuses(const char *what)
 {
@@ -652,7 +728,8 @@ static bool capture_refuses(const char *what)
     return true;
 }
 
-void submit(cudaStream_t st, std::function<void()> op)
+/* Submits op; returns its number on its stream (0: it ran or was captured). */
+static uint64_t submit_op(cudaStream_t st, std::function<void()> op)
 {
     /* Whether the operation before this one was a kernel (the PDL check). */
     std::function<void()> w = [op = std::move(op)]() {
@@ -662,12 +739,28 @@ void submit(cudaStream_t st, std::function<void()> op)
     };
     if (g_capture && st == g_capturing) {
         g_capture->ops.push_back(std::move(w));
-        return;
+        return 0;
     }
     if (g_capture && st == 0 && capture_refuses("work on the legacy default stream"))
-        return;
-    w();
+        return 0;
+    if (!lazy()) {
+        w();
+        return 0;
+    }
+    std::lock_guard<std::recursive_mutex> lk(g_stream_mu);
+    Stream *s = stream_of(st);
+    if (s == &g_legacy) {
+        for (Stream *b : g_streams)
+            if (b->blocking)
+                flush(b);
+    } else if (s->blocking) {
+        flush(&g_legacy);
+    }
+    s->q.emplace_back(++g_seq, std::move(w));
+    return g_seq;
 }
+
+void submit(cudaStream_t st, std::function<void()> op) { submit_op(st, std::move(op)); }
 
 int sm()
 {
@@ -708,6 +801,7 @@ cudaError_t cudaFree(void *p)
         return cudaErrorStreamCaptureUnsupported;
     if (!p)
         return cudaSuccess;
+    flush_all();   /* the runtime's cudaFree waits for the device */
     auto it = g_allocs.find((uintptr_t)p);
     if (it == g_allocs.end())
         return g_last_error = cudaErrorInvalidValue;
@@ -724,11 +818,20 @@ cudaError_t cudaFree(void *p)
 cudaError_t cudaMallocHost(void **p, size_t bytes)
 {
     *p = malloc(bytes ? bytes : 1);
-    return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+    if (!*p)
+        return cudaErrorMemoryAllocation;
+    std::lock_guard<std::recursive_mutex> lk(g_stream_mu);
+    g_pinned[(uintptr_t)*p] = bytes;
+    return cudaSuccess;
 }
 
 cudaError_t cudaFreeHost(void *p)
 {
+    flush_all();
+    {
+        std::lock_guard<std::recursive_mutex> lk(g_stream_mu);
+        g_pinned.erase((uintptr_t)p);
+    }
     free(p);
     return cudaSuccess;
 }
@@ -757,6 +860,8 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind kind
         return cudaErrorStreamCaptureUnsupported;
     if (cudaError_t e = check_copy(dst, src, kind))
         return e;
+    if (lazy())   /* a copy on the legacy default stream, waited for */
+        flush_legacy();
     no_overlap();
     if (n)
         memmove(dst, src, n);
@@ -768,8 +873,23 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind
 {
     if (cudaError_t e = check_copy(dst, src, kind))
         return e;
-    if (n)
+    if (!n)
+        return cudaSuccess;
+    const bool to_host = !device_range(dst, 0), from_host = !device_range(src, 0);
+    if (!lazy() || (g_capture && st == g_capturing)) {
         submit(st, [=]() { memmove(dst, src, n); });
+    } else if (from_host && !pinned(src, n)) {
+        /* Pageable: the runtime stages the bytes before it returns. */
+        auto staged = std::make_shared<std::vector<char>>((const char *)src, (const char *)src + n);
+        submit(st, [=]() { memmove(dst, staged->data(), n); });
+    } else if (to_host && !pinned(dst, n)) {
+        /* Pageable: returns once the copy is done. */
+        flush(stream_of(st), submit_op(st, [=]() { memmove(dst, src, n); }));
+    } else {
+        if (to_host)
+            memset(dst, 0xa5, n);
+        submit(st, [=]() { memmove(dst, src, n); });
+    }
     return cudaSuccess;
 }
 
@@ -779,6 +899,11 @@ cudaError_t cudaMemset(void *p, int v, size_t n)
         return cudaErrorStreamCaptureUnsupported;
     if (n && !device_range(p, 0))
         return g_last_error = cudaErrorInvalidValue;
+    if (lazy()) {   /* on device memory, asynchronous on the legacy stream */
+        if (n)
+            submit(0, [=]() { memset(p, v, n); });
+        return cudaSuccess;
+    }
     no_overlap();
     memset(p, v, n);
     return cudaSuccess;
@@ -793,9 +918,12 @@ cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t st)
     return cudaSuccess;
 }
 
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t *st, unsigned int)
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *st, unsigned int flags)
 {
-    *st = (cudaStream_t) new char;
+    Stream *s = new Stream { !(flags & cudaStreamNonBlocking), {} };
+    std::lock_guard<std::recursive_mutex> lk(g_stream_mu);
+    g_streams.push_back(s);
+    *st = (cudaStream_t)s;
     return cudaSuccess;
 }
 
@@ -805,7 +933,13 @@ cudaError_t cudaStreamDestroy(cudaStream_t st)
 {
     if (g_capture && st == g_capturing)
         return g_last_error = cudaErrorStreamCaptureUnsupported;
-    delete (char *)st;
+    if (!st)
+        return g_last_error = cudaErrorInvalidValue;
+    std::lock_guard<std::recursive_mutex> lk(g_stream_mu);
+    flush(stream_of(st));   /* the runtime lets its work finish */
+    for (size_t i = 0; i < g_streams.size(); i++)
+        if (g_streams[i] == (Stream *)st)
+            g_streams.erase(g_streams.begin() + (long)i);
     return cudaSuccess;
 }
 
@@ -813,6 +947,10 @@ cudaError_t cudaStreamSynchronize(cudaStream_t st)
 {
     if ((st == g_capturing || st == 0) && capture_refuses("cudaStreamSynchronize"))
         return cudaErrorStreamCaptureUnsupported;
+    if (st)
+        flush(stream_of(st));
+    else
+        flush_legacy();
     no_overlap();
     return cudaSuccess;
 }
@@ -821,6 +959,7 @@ cudaError_t cudaDeviceSynchronize(void)
 {
     if (capture_refuses("cudaDeviceSynchronize"))
         return cudaErrorStreamCaptureUnsupported;
+    flush_all();
     no_overlap();
     return cudaSuccess;
 }
@@ -880,6 +1019,7 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t st)
 
 cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec)
 {
+    flush_all();   /* launches of it still queued */
     delete (Graph *)exec;
     return cudaSuccess;
 }
@@ -890,11 +1030,24 @@ cudaError_t cudaGraphDestroy(cudaGraph_t graph)
     return cudaSuccess;
 }
 
-/* An event is the host time at which the stream reached it (work runs when
- * submitted), so elapsed times are the emulation's, not a GPU's. */
+/* An event is the host time at which the stream reached it (its work runs
+ * when submitted, or when flushed), so elapsed times are the emulation's,
+ * not a GPU's. */
+struct Event {
+    double t;
+    Stream *s;      /* where it was last recorded, as work number seq */
+    uint64_t seq;
+};
+
+static bool event_pending(const Event *e)
+{
+    std::lock_guard<std::recursive_mutex> lk(g_stream_mu);
+    return e->s && !e->s->q.empty() && e->s->q.front().first <= e->seq;
+}
+
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *ev, unsigned int)
 {
-    *ev = (cudaEvent_t) new double(0.0);
+    *ev = (cudaEvent_t) new Event { 0.0, nullptr, 0 };
     return cudaSuccess;
 }
 
@@ -902,34 +1055,56 @@ cudaError_t cudaEventCreate(cudaEvent_t *ev) { return cudaEventCreateWithFlags(e
 
 cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t st)
 {
-    double *t = (double *)ev;
-    submit(st, [t]() {
+    Event *e = (Event *)ev;
+    uint64_t seq = submit_op(st, [e]() {
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
-        *t = ts.tv_sec + ts.tv_nsec * 1e-9;
+        e->t = ts.tv_sec + ts.tv_nsec * 1e-9;
     });
+    if (seq) {
+        std::lock_guard<std::recursive_mutex> lk(g_stream_mu);
+        e->s = stream_of(st);
+        e->seq = seq;
+        /* On an idle stream it is reached at once: what the host does next
+         * (a timing's work) comes after it. */
+        if (e->s->q.size() == 1)
+            flush(e->s, seq);
+    }
     return cudaSuccess;
 }
 
-cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
+/* Not ready the first time it is asked while pending; done by the next. */
+cudaError_t cudaEventQuery(cudaEvent_t ev)
+{
+    Event *e = (Event *)ev;
+    if (!event_pending(e))
+        return cudaSuccess;
+    flush(e->s, e->seq);
+    return cudaErrorNotReady;
+}
 
-cudaError_t cudaEventSynchronize(cudaEvent_t)
+cudaError_t cudaEventSynchronize(cudaEvent_t ev)
 {
     if (capture_refuses("cudaEventSynchronize"))
         return cudaErrorStreamCaptureUnsupported;
+    Event *e = (Event *)ev;
+    if (e->s)
+        flush(e->s, e->seq);
     no_overlap();
     return cudaSuccess;
 }
 
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b)
 {
-    *ms = (float)((*(double *)b - *(double *)a) * 1e3);
+    if (event_pending((Event *)a) || event_pending((Event *)b))
+        return cudaErrorNotReady;
+    *ms = (float)((((Event *)b)->t - ((Event *)a)->t) * 1e3);
     return cudaSuccess;
 }
 
 cudaError_t cudaEventDestroy(cudaEvent_t ev)
 {
-    delete (double *)ev;
+    delete (Event *)ev;
     return cudaSuccess;
 }
 

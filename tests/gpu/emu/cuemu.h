@@ -14,8 +14,10 @@
  * What it finds: indexing, bounds, barrier and launch-configuration mistakes
  * (cp.async's in both directions: run with CUEMU_CP_ASYNC=early too),
  * breaches of the programmatic-dependent-launch contract (a thread touching,
- * before l8k_pdl_wait(), what the kernel before it writes; cuemu.cc), and
- * numerical errors in the algorithm. What it cannot: timing, memory-model
+ * before l8k_pdl_wait(), what the kernel before it writes; cuemu.cc), host
+ * code that does not wait for a stream before it uses what the stream
+ * reads or writes (run with CUEMU_STREAMS=lazy; cuemu.cc), and numerical
+ * errors in the algorithm. What it cannot: timing, memory-model
  * races (fibers switch only at barriers), device math's last-ulp differences
  * (host libm here; nvcc's FMA contraction), cuBLASLt. */
 #pragma once
@@ -87,7 +89,8 @@ struct Cfg {
 
 /* false (and cudaGetLastError says why) for a configuration the hardware refuses. */
 bool check_launch(const Cfg &cfg, const char *name);
-/* Runs op now, or, while the stream is being captured, adds it to the graph. */
+/* Runs op now (later with CUEMU_STREAMS=lazy), or, while the stream is
+ * being captured, adds it to the graph. */
 void submit(cudaStream_t st, std::function<void()> op);
 /* body() as every thread of every block of cfg. */
 void run_grid(const Cfg &cfg, const char *name, const std::function<void()> &body);

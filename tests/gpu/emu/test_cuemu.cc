@@ -10,13 +10,20 @@
  * have yet to read (no barrier before it) gives them the new data. Block
  * order: first to last, and last to first with CUEMU_ORDER=reverse, so a
  * block that reads what another block of its launch writes sees it
- * unwritten in one of the two. Each case runs in a child process, since a
- * report aborts. */
+ * unwritten in one of the two. Lazy streams (CUEMU_STREAMS=lazy): a copy
+ * to pinned memory lands at the synchronization (poisoned before it), a
+ * copy from pinned memory reads it then, one from pageable memory at the
+ * call; a cudaMemset (the legacy stream) and a non-blocking stream's work
+ * are unordered; an event synchronizes the work up to it, no further, and
+ * on an idle stream is reached at once. Each case runs in a child process,
+ * since a report aborts. */
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#define FIRST_LAZY 13
 
 #include "common.cuh"
 
@@ -146,6 +153,8 @@ static float *dmalloc(void)
 /* Case c in this process (aborts on a report). */
 static void run_case(int c)
 {
+    if (c >= FIRST_LAZY)
+        setenv("CUEMU_STREAMS", "lazy", 1);
     cudaStream_t st;
     cudaStreamCreate(&st);
     float *a = dmalloc(), *b = dmalloc(), *w = dmalloc();
@@ -245,6 +254,91 @@ static void run_case(int c)
         }
         break;
     }
+    case 13: { /* lazy: a copy to pinned memory, read before and after the sync */
+        float *hp;
+        cudaMallocHost((void **)&hp, N * sizeof(float));
+        LAUNCH(produce, a);
+        cudaMemcpyAsync(hp, a, N * sizeof(float), cudaMemcpyDeviceToHost, st);
+        uint32_t before;
+        memcpy(&before, &hp[1], 4);
+        cudaStreamSynchronize(st);
+        if (before != 0xa5a5a5a5u || hp[1] != 1.0f) {
+            fprintf(stderr, "pinned result: %08x before the sync, %g after\n", before, hp[1]);
+            _exit(1);
+        }
+        break;
+    }
+    case 14: { /* lazy: sources rewritten after the call, before the sync */
+        float *hp, h[N], got[N];
+        cudaMallocHost((void **)&hp, N * sizeof(float));
+        for (int i = 0; i < N; i++)
+            hp[i] = 1.0f, h[i] = 3.0f;
+        cudaMemcpyAsync(a, hp, N * sizeof(float), cudaMemcpyHostToDevice, st);
+        cudaMemcpyAsync(b, h, N * sizeof(float), cudaMemcpyHostToDevice, st);
+        for (int i = 0; i < N; i++)
+            hp[i] = 2.0f, h[i] = 4.0f;
+        cudaStreamSynchronize(st);
+        cudaMemcpy(got, a, sizeof got, cudaMemcpyDeviceToHost);
+        float pg;
+        cudaMemcpy(&pg, b, 4, cudaMemcpyDeviceToHost);
+        if (got[0] != 2.0f || pg != 3.0f) {
+            fprintf(stderr, "pinned source gave %g (want 2), pageable %g (want 3)\n", got[0], pg);
+            _exit(1);
+        }
+        break;
+    }
+    case 15: { /* lazy: cudaMemset and a non-blocking stream, unordered, then ordered */
+        cudaStream_t nb;
+        cudaStreamCreateWithFlags(&nb, cudaStreamNonBlocking);
+        float got[2];
+        LAUNCH(produce, a);
+        cudaStreamSynchronize(st);
+        cudaMemset(a, 0, N * sizeof(float));
+        cudaMemcpyAsync(b, a, N * sizeof(float), cudaMemcpyDeviceToDevice, nb);
+        cudaStreamSynchronize(nb);
+        cudaMemcpy(&got[0], b + 1, 4, cudaMemcpyDeviceToHost);
+        LAUNCH(produce, a);
+        cudaStreamSynchronize(st);
+        cudaMemset(a, 0, N * sizeof(float));
+        cudaStreamSynchronize(0);
+        cudaMemcpyAsync(b, a, N * sizeof(float), cudaMemcpyDeviceToDevice, nb);
+        cudaStreamSynchronize(nb);
+        cudaMemcpy(&got[1], b + 1, 4, cudaMemcpyDeviceToHost);
+        if (got[0] != 1.0f || got[1] != 0.0f) {
+            fprintf(stderr, "memset then a non-blocking copy: %g (want 1: unordered), "
+                            "with a sync between %g (want 0)\n", got[0], got[1]);
+            _exit(1);
+        }
+        break;
+    }
+    case 16: { /* lazy: an event synchronizes up to it; on an idle stream, at once */
+        float *hp;
+        cudaMallocHost((void **)&hp, 2 * sizeof(float));
+        cudaEvent_t e1, e2;
+        cudaEventCreate(&e1);
+        cudaEventCreate(&e2);
+        LAUNCH(produce, a);
+        cudaMemcpyAsync(&hp[0], a + 1, 4, cudaMemcpyDeviceToHost, st);
+        cudaEventRecord(ev, st);
+        cudaMemcpyAsync(&hp[1], a + 1, 4, cudaMemcpyDeviceToHost, st);
+        const bool pending = cudaEventQuery(ev) == cudaErrorNotReady;
+        cudaEventSynchronize(ev);
+        uint32_t second;
+        memcpy(&second, &hp[1], 4);
+        cudaStreamSynchronize(st);
+        cudaEventRecord(e1, st);
+        usleep(20000);
+        cudaEventRecord(e2, st);
+        cudaEventSynchronize(e2);
+        float ms = 0;
+        cudaEventElapsedTime(&ms, e1, e2);
+        if (!pending || hp[0] != 1.0f || second != 0xa5a5a5a5u || ms < 15.0f) {
+            fprintf(stderr, "event: pending %d, before it %g, after it %08x, idle stream "
+                            "around a 20 ms sleep %.1f ms\n", pending, hp[0], second, ms);
+            _exit(1);
+        }
+        break;
+    }
     }
     cudaStreamSynchronize(st);
 }
@@ -267,6 +361,10 @@ int main(void)
         { "cp.async landing at the wait over data not yet read (unseen)", NULL },
         { "blocks first to last: a later block's write unseen", NULL },
         { "blocks last to first (CUEMU_ORDER=reverse): a later block's write seen", NULL },
+        { "lazy: a copy to pinned memory, poisoned until the sync", NULL },
+        { "lazy: a pinned source read at the sync, a pageable one at the call", NULL },
+        { "lazy: cudaMemset and a non-blocking stream unordered until a sync", NULL },
+        { "lazy: an event completes the work up to it only; idle, at once", NULL },
     };
     int failures = 0;
     for (int c = 0; c < (int)(sizeof cases / sizeof *cases); c++) {
