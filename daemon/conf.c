@@ -44,7 +44,7 @@ static const struct key keys[] = {
     { "log_level", K_LEVEL, F(log_level), "LEVEL err|warning|notice|info|debug" },
     { "threads", K_INT, F(threads), "N engine threads (0: all cores)" },
     { "spin_us", K_SPIN, F(spin_us), "auto|US how long the event loop and the engine thread busy-wait for each other before sleeping (auto: 20000 on cuda with 4 or more cores, else 0)" },
-    { "numerics", K_NUMERICS, F(numerics), "auto|exact|fp8" },
+    { "numerics", K_NUMERICS, F(numerics), "auto|exact|fp8 the arithmetic: exact f32, or FP8 products (auto: fp8 on cuda, exact on cpu)" },
     { "backend", K_BACKEND, F(backend), "auto|cpu|cuda (auto: cuda when it works here)" },
     { "tune_file", K_STR, F(tune_file), "PATH where the cuda engine keeps its measured GEMV/cuBLASLt crossover (default $CACHE_DIRECTORY/tune; empty: measured at every start)" },
     { "prefix_cache", K_PREFIX_CACHE, F(prefix_cache), "user|shared|off who shares cached prompt pages (user: requests of one uid, so no client learns what another sent)" },
@@ -288,13 +288,17 @@ void l8d_conf_usage(FILE *f)
         for (char *p = flag + 2; *p; p++)
             if (*p == '_')
                 *p = '-';
-        const char *h = keys[i].help, *sp = strchr(h, ' ');
-        char arg[32] = "";
-        if (sp && sp - h < 16 && h[0] >= 'A' && h[0] <= 'Z')
-            snprintf(arg, sizeof(arg), " %.*s", (int)(sp - h), h), h = sp + 1;
+        /* The help's first word is the value's placeholder: N, DIR, ... or
+         * the values themselves (auto|exact|fp8). */
+        const char *h = keys[i].help;
+        size_t w = strcspn(h, " ");
         char both[96];
-        snprintf(both, sizeof(both), "%s%s", flag, arg);
-        fprintf(f, "  %-23s %s\n", both, h);
+        snprintf(both, sizeof(both), "%s %.*s", flag, (int)w, h);
+        h += w + (h[w] == ' ');
+        if (strlen(both) > 23)   /* the description on a line of its own */
+            fprintf(f, "  %s\n  %-23s %s\n", both, "", h);
+        else
+            fprintf(f, "  %-23s %s\n", both, h);
     }
     fprintf(f, "  --help, --version\n\n"
                "Every option is also a config-file key (kv_pages = 4096); flags win.\n");
