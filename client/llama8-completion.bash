@@ -7,7 +7,8 @@
 #     in the first column ("-t, --tokenizer FILE", "--top-k K  --top-p P"),
 #     the description after 2+ spaces and a word that is not an option;
 #   - an upper-case word after an option is its value (FILE, N, ...); a
-#     description that opens with a|b|c lists the values it takes;
+#     description that opens with a|b|c lists the values it takes; a short
+#     option takes what the long one beside it takes;
 #   - "usage:" lines add their [--option VALUE] groups.
 # Values: FILE and PATH complete file names, DIR directories, GROUP groups,
 # BOOL true/false, a|b|c its words; the rest (numbers, text) nothing.
@@ -29,7 +30,7 @@ _llama8_opts()
 
 _llama8_parse_help()
 {
-    local line col desc item name val re_usage='\[(--[a-z0-9-]+)( [A-Z][A-Z_]*)?\]'
+    local line col desc item name val shorts re_usage='\[(--[a-z0-9-]+)( [A-Z][A-Z_]*)?\]'
     while IFS= read -r line; do
         if [[ ${line,,} == usage:* ]]; then
             while [[ $line =~ $re_usage ]]; do
@@ -50,10 +51,16 @@ _llama8_parse_help()
             done
         fi
         col=${col//, /  }
+        shorts=()
         while [[ -n $col ]]; do
             item=${col%%  *}
             [[ $item == "$col" ]] && col= || col=${col#*  }
             col=${col#"${col%%[! ]*}"}
+            # "-t, --tokenizer FILE": -t takes what --tokenizer takes.
+            if [[ $item =~ ^-[a-zA-Z]$ ]]; then
+                shorts+=("$item")
+                continue
+            fi
             [[ $item == --* ]] || continue
             # A long option can push its description to one space after it.
             read -r name val _ <<<"$item"
@@ -61,7 +68,10 @@ _llama8_parse_help()
             if [[ $desc =~ ^([a-z0-9]+(\|[A-Za-z0-9]+)+) ]]; then
                 val=${BASH_REMATCH[1]}
             fi
-            printf '%s %s\n' "$name" "$val"
+            for name in "$name" "${shorts[@]}"; do
+                printf '%s %s\n' "$name" "$val"
+            done
+            shorts=()
         done
     done
 }
@@ -100,7 +110,7 @@ _llama8_complete()
         prev=${COMP_WORDS[COMP_CWORD - 1]}
         [[ $prev == --*=* ]] && prev=
     fi
-    if [[ $prev == --* ]]; then
+    if [[ $prev == -* ]]; then
         while read -r name val; do
             if [[ $name == "$prev" && $val != - ]]; then
                 _llama8_value "$val" "$cur"

@@ -54,11 +54,11 @@ for c in $cmds; do
 done
 n_opts=0
 for c in $cmds; do
-    opts=$(comp _llama8ctl "$ctl" "$c" --)
+    opts=$(comp _llama8ctl "$ctl" "$c" -)   # short ones too
     [[ -n $opts ]] || bad "no options offered for llama8ctl $c"
     for o in $opts; do
         n_opts=$((n_opts + 1))
-        [[ $o == --help ]] && continue
+        [[ $o == --help || $o == -h ]] && continue
         # What follows the option: nothing offered means a value (or a
         # free word), options offered again means a flag.
         after=$(comp _llama8ctl "$ctl" "$c" "$o" --)
@@ -125,6 +125,9 @@ expect "$t/dir" _llama8d "$daemon" --model "$t/"
 expect "$t/dir $t/file" _llama8d "$daemon" --config "$t/"
 expect "$t/dir $t/file" _llama8ctl "$ctl" generate --socket "$t/"
 expect "$t/dir $t/file" _llama8ctl "$ctl" tokenize --tokenizer "$t/"
+expect "$t/dir $t/file" _llama8ctl "$ctl" tokenize -t "$t/"
+expect "" _llama8ctl "$ctl" tokenize -s ""
+expect "-c" _llama8ctl "$ctl" tokenize -c
 
 [[ $fail == 0 ]] && echo "ok: $(wc -w <<<"$cmds") commands, $n_opts llama8ctl options, $(wc -w <<<"$dopts") llama8d options"
 exit $fail
