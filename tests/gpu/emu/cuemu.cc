@@ -690,14 +690,19 @@ static void flush(Stream *s, uint64_t upto = UINT64_MAX)
     }
 }
 
-/* The legacy default stream and every blocking stream. */
-static void flush_legacy()
+static void flush_blocking()
 {
     std::lock_guard<std::recursive_mutex> lk(g_stream_mu);
-    flush(&g_legacy);
     for (Stream *s : g_streams)
         if (s->blocking)
             flush(s);
+}
+
+/* The legacy default stream and every blocking stream. */
+static void flush_legacy()
+{
+    flush(&g_legacy);
+    flush_blocking();
 }
 
 static void flush_all()
@@ -749,13 +754,10 @@ static uint64_t submit_op(cudaStream_t st, std::function<void()> op)
     }
     std::lock_guard<std::recursive_mutex> lk(g_stream_mu);
     Stream *s = stream_of(st);
-    if (s == &g_legacy) {
-        for (Stream *b : g_streams)
-            if (b->blocking)
-                flush(b);
-    } else if (s->blocking) {
+    if (s == &g_legacy)
+        flush_blocking();
+    else if (s->blocking)
         flush(&g_legacy);
-    }
     s->q.emplace_back(++g_seq, std::move(w));
     return g_seq;
 }
