@@ -669,11 +669,10 @@ static std::map<uintptr_t, size_t> g_pinned;
 
 static bool lazy()
 {
-    static int v = -1;
-    if (v < 0) {
+    static const bool v = [] {   /* once, whichever thread asks first */
         const char *e = getenv("CUEMU_STREAMS");
-        v = e && !strcmp(e, "lazy");
-    }
+        return e && !strcmp(e, "lazy");
+    }();
     return v;
 }
 
