@@ -15,6 +15,7 @@
 #include <ucontext.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <deque>
 #include <map>
 #include <memory>
@@ -938,9 +939,8 @@ cudaError_t cudaStreamDestroy(cudaStream_t st)
         return g_last_error = cudaErrorInvalidValue;
     std::lock_guard<std::recursive_mutex> lk(g_stream_mu);
     flush(stream_of(st));   /* the runtime lets its work finish */
-    for (size_t i = 0; i < g_streams.size(); i++)
-        if (g_streams[i] == (Stream *)st)
-            g_streams.erase(g_streams.begin() + (long)i);
+    g_streams.erase(std::remove(g_streams.begin(), g_streams.end(), (Stream *)st),
+                    g_streams.end());
     return cudaSuccess;
 }
 
