@@ -828,6 +828,12 @@ int l8c_status(struct l8c_client *c, struct l8c_status *out, int timeout_ms)
         snprintf(o.prefix_cache, sizeof(o.prefix_cache), "%s",
                  s->prefix_cache ? s->prefix_cache : "");
         o.spin_us = s->spin_us;
+        snprintf(o.log_level, sizeof(o.log_level), "%s", s->log_level ? s->log_level : "");
+        o.config_reloads = s->config_reloads;
+        snprintf(o.config_error, sizeof(o.config_error), "%s",
+                 s->config_error ? s->config_error : "");
+        snprintf(o.config_restart, sizeof(o.config_restart), "%s",
+                 s->config_restart ? s->config_restart : "");
         for (size_t i = 0; i < s->n_errors && i < L8_ERR_MAX_; i++)
             o.errors[i] = s->errors[i];
         *out = o;

@@ -94,6 +94,10 @@ int ctl_status(int argc, char **argv)
                 json_object_object_add(errs, l8c_err_name(i), json_object_new_uint64(s.errors[i]));
         json_object_object_add(o, "errors", errs);
         json_object_object_add(o, "spin_us", json_object_new_int64(s.spin_us));
+        json_object_object_add(o, "log_level", json_object_new_string(s.log_level));
+        json_object_object_add(o, "config_reloads", json_object_new_uint64(s.config_reloads));
+        json_object_object_add(o, "config_error", json_object_new_string(s.config_error));
+        json_object_object_add(o, "config_restart", json_object_new_string(s.config_restart));
         puts(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY));
         json_object_put(o);
     } else {
@@ -131,6 +135,13 @@ int ctl_status(int argc, char **argv)
         if (s.spin_us)
             printf("spin:      the loop and the engine thread busy-wait up to %u us for "
                    "each other\n", s.spin_us);
+        printf("config:    log level %s; reloaded %llu time%s", s.log_level,
+               (unsigned long long)s.config_reloads, s.config_reloads == 1 ? "" : "s");
+        if (s.config_error[0])
+            printf("; the last was refused: %s", s.config_error);
+        if (s.config_restart[0])
+            printf("; at the next start: %s", s.config_restart);
+        printf("\n");
         if (s.steps) {
             const uint64_t ps = s.steps - s.decode_steps;
             printf("steps:     %llu, %.3f ms each on average; %.1f us from a step's end to the "

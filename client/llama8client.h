@@ -179,6 +179,14 @@ struct l8c_status {
      * before sleeping, in µs (0: they sleep at once; config spin_us). With
      * it a step's tokens reach the rings without a wake-up in between. */
     uint32_t spin_us;
+    /* The configuration: its log level ("err" ... "debug"); the reloads
+     * (SIGHUP: systemctl reload llama8d) that applied since start; why the
+     * last one was refused ("" if it applied); the keys changed since start
+     * that take effect at the next start, ", "-separated ("" if none). */
+    char log_level[8];
+    uint64_t config_reloads;
+    char config_error[512];
+    char config_restart[512];
 };
 int l8c_status(struct l8c_client *c, struct l8c_status *out, int timeout_ms);
 

@@ -19,36 +19,42 @@ struct key {
     enum kind kind;
     size_t off, size;
     const char *help;
+    bool live;   /* a reload (SIGHUP) applies it to the running daemon */
 };
 
+/* LIVE: a reload applies the key to the running daemon; RESTART: it takes
+ * effect at the next start (the model, the pool and the engine are built
+ * once; per-client sizes are fixed at each client's handshake). */
+#define LIVE true
+#define RESTART false
 #define F(field) offsetof(struct l8d_conf, field), sizeof(((struct l8d_conf *)0)->field)
 static const struct key keys[] = {
-    { "model", K_STR, F(model), "DIR checkpoint directory (config.json, safetensors)" },
-    { "socket", K_STR, F(socket), "PATH listening socket (default $RUNTIME_DIRECTORY/llama8d.sock)" },
-    { "kv_pages", K_U32, F(kv_pages), "N KV pool pages" },
-    { "kv_mib", K_U64, F(kv_mib), "MIB KV pool size when kv_pages is 0 (0: cuda one full context, cpu 1 GiB)" },
-    { "page_size", K_U32, F(page_size), "N positions per KV page" },
-    { "max_batch", K_U32, F(max_batch), "N sequences per step" },
-    { "max_step_tokens", K_U32, F(max_step_tokens), "N tokens per step (chunked prefill budget)" },
-    { "max_ctx", K_U32, F(max_ctx), "N prompt + new tokens per request (0: the model's)" },
-    { "max_new_tokens", K_U32, F(max_new_tokens), "N new tokens per request (0: max_ctx)" },
-    { "max_clients", K_U32, F(max_clients), "N connected clients" },
-    { "max_requests_per_client", K_U32, F(max_requests_per_client), "N requests in flight per client" },
-    { "max_requests", K_U32, F(max_requests), "N live requests in all" },
-    { "socket_mode", K_U32, F(socket_mode), "MODE permissions of a socket we create (octal, 0660)" },
-    { "allowed_group", K_STR, F(allowed_group), "GROUP may connect (root always may)" },
-    { "drain_timeout_ms", K_U32, F(drain_timeout_ms), "MS SIGTERM grace for running requests" },
-    { "hello_timeout_ms", K_U32, F(hello_timeout_ms), "MS a new connection may take to say Hello before it is closed (0: forever)" },
-    { "step_stall_ms", K_U32, F(step_stall_ms), "MS an engine step may run (plus 8x its expected time) before the watchdog pings stop (0: never)" },
-    { "eq_entries", K_U32, F(eq_entries), "N event ring entries per client (power of two)" },
-    { "log_level", K_LEVEL, F(log_level), "LEVEL err|warning|notice|info|debug" },
-    { "threads", K_INT, F(threads), "N engine threads (0: all cores)" },
-    { "spin_us", K_SPIN, F(spin_us), "auto|US how long the event loop and the engine thread busy-wait for each other before sleeping (auto: 20000 on cuda with 4 or more cores, else 0)" },
-    { "numerics", K_NUMERICS, F(numerics), "auto|exact|fp8 the arithmetic: exact f32, or FP8 products (auto: fp8 on cuda, exact on cpu)" },
-    { "backend", K_BACKEND, F(backend), "auto|cpu|cuda (auto: cuda when it works here)" },
-    { "tune_file", K_STR, F(tune_file), "PATH where the cuda engine keeps its measured GEMV/cuBLASLt crossover (default $CACHE_DIRECTORY/tune; empty: measured at every start)" },
-    { "prefix_cache", K_PREFIX_CACHE, F(prefix_cache), "user|shared|off who shares cached prompt pages (user: requests of one uid, so no client learns what another sent)" },
-    { "no_warmup", K_BOOL, F(no_warmup), "BOOL skip the warm-up step" },
+    { "model", K_STR, F(model), "DIR checkpoint directory (config.json, safetensors)", RESTART },
+    { "socket", K_STR, F(socket), "PATH listening socket (default $RUNTIME_DIRECTORY/llama8d.sock)", RESTART },
+    { "kv_pages", K_U32, F(kv_pages), "N KV pool pages", RESTART },
+    { "kv_mib", K_U64, F(kv_mib), "MIB KV pool size when kv_pages is 0 (0: cuda one full context, cpu 1 GiB)", RESTART },
+    { "page_size", K_U32, F(page_size), "N positions per KV page", RESTART },
+    { "max_batch", K_U32, F(max_batch), "N sequences per step", RESTART },
+    { "max_step_tokens", K_U32, F(max_step_tokens), "N tokens per step (chunked prefill budget)", RESTART },
+    { "max_ctx", K_U32, F(max_ctx), "N prompt + new tokens per request (0: the model's)", RESTART },
+    { "max_new_tokens", K_U32, F(max_new_tokens), "N new tokens per request (0: max_ctx)", RESTART },
+    { "max_clients", K_U32, F(max_clients), "N connected clients", RESTART },
+    { "max_requests_per_client", K_U32, F(max_requests_per_client), "N requests in flight per client", RESTART },
+    { "max_requests", K_U32, F(max_requests), "N live requests in all", RESTART },
+    { "socket_mode", K_U32, F(socket_mode), "MODE permissions of a socket we create (octal, 0660)", RESTART },
+    { "allowed_group", K_STR, F(allowed_group), "GROUP may connect (root always may)", RESTART },
+    { "drain_timeout_ms", K_U32, F(drain_timeout_ms), "MS SIGTERM grace for running requests", LIVE },
+    { "hello_timeout_ms", K_U32, F(hello_timeout_ms), "MS a new connection may take to say Hello before it is closed (0: forever)", LIVE },
+    { "step_stall_ms", K_U32, F(step_stall_ms), "MS an engine step may run (plus 8x its expected time) before the watchdog pings stop (0: never)", LIVE },
+    { "eq_entries", K_U32, F(eq_entries), "N event ring entries per client (power of two)", RESTART },
+    { "log_level", K_LEVEL, F(log_level), "LEVEL err|warning|notice|info|debug", LIVE },
+    { "threads", K_INT, F(threads), "N engine threads (0: all cores)", RESTART },
+    { "spin_us", K_SPIN, F(spin_us), "auto|US how long the event loop and the engine thread busy-wait for each other before sleeping (auto: 20000 on cuda with 4 or more cores, else 0)", LIVE },
+    { "numerics", K_NUMERICS, F(numerics), "auto|exact|fp8 the arithmetic: exact f32, or FP8 products (auto: fp8 on cuda, exact on cpu)", RESTART },
+    { "backend", K_BACKEND, F(backend), "auto|cpu|cuda (auto: cuda when it works here)", RESTART },
+    { "tune_file", K_STR, F(tune_file), "PATH where the cuda engine keeps its measured GEMV/cuBLASLt crossover (default $CACHE_DIRECTORY/tune; empty: measured at every start)", RESTART },
+    { "prefix_cache", K_PREFIX_CACHE, F(prefix_cache), "user|shared|off who shares cached prompt pages (user: requests of one uid, so no client learns what another sent)", RESTART },
+    { "no_warmup", K_BOOL, F(no_warmup), "BOOL skip the warm-up step", RESTART },
 };
 #define N_KEYS (sizeof(keys) / sizeof(keys[0]))
 
@@ -196,6 +202,75 @@ bad:
     return -EINVAL;
 }
 
+/* The value of key k in c as the configuration spells it. */
+static void format_value(const struct l8d_conf *c, const struct key *k, char *buf, size_t cap)
+{
+    const char *p = (const char *)c + k->off;
+    switch (k->kind) {
+    case K_STR:
+        snprintf(buf, cap, "%s", p);
+        break;
+    case K_U32:
+        snprintf(buf, cap, k->off == offsetof(struct l8d_conf, socket_mode) ? "0%o" : "%u",
+                 *(const uint32_t *)p);
+        break;
+    case K_U64:
+        snprintf(buf, cap, "%llu", (unsigned long long)*(const uint64_t *)p);
+        break;
+    case K_INT:
+        snprintf(buf, cap, "%d", *(const int *)p);
+        break;
+    case K_BOOL:
+        snprintf(buf, cap, "%s", *(const bool *)p ? "true" : "false");
+        break;
+    case K_NUMERICS:
+        snprintf(buf, cap, "%s", c->numerics_auto ? "auto"
+                 : *(const enum l8_numerics *)p == L8_NUMERICS_FP8 ? "fp8" : "exact");
+        break;
+    case K_BACKEND:
+        snprintf(buf, cap, "%s", c->backend_auto ? "auto"
+                 : *(const enum l8_backend *)p == L8_BACKEND_CUDA ? "cuda" : "cpu");
+        break;
+    case K_SPIN:
+        if (c->spin_auto)
+            snprintf(buf, cap, "auto");
+        else
+            snprintf(buf, cap, "%u", *(const uint32_t *)p);
+        break;
+    case K_PREFIX_CACHE:
+        snprintf(buf, cap, "%s", l8d_prefix_cache_name(*(const enum l8d_prefix_cache *)p));
+        break;
+    case K_LEVEL:
+        snprintf(buf, cap, "%s", l8_log_level_name(*(const enum l8_log_level *)p));
+        break;
+    }
+}
+
+unsigned l8d_conf_compare(const struct l8d_conf *was, const struct l8d_conf *now,
+                          l8d_conf_change_fn *fn, void *ctx)
+{
+    char a[4096], b[4096];
+    unsigned n = 0;
+    for (size_t i = 0; i < N_KEYS; i++) {
+        format_value(was, &keys[i], a, sizeof(a));
+        format_value(now, &keys[i], b, sizeof(b));
+        if (strcmp(a, b) != 0) {
+            n++;
+            if (fn)
+                fn(keys[i].name, a, b, keys[i].live, ctx);
+        }
+    }
+    return n;
+}
+
+void l8d_conf_take_live(struct l8d_conf *dst, const struct l8d_conf *src)
+{
+    for (size_t i = 0; i < N_KEYS; i++)
+        if (keys[i].live)
+            memcpy((char *)dst + keys[i].off, (const char *)src + keys[i].off, keys[i].size);
+    dst->spin_auto = src->spin_auto;   /* spin_us's "auto" lives beside it */
+}
+
 static char *trim(char *s)
 {
     while (*s == ' ' || *s == '\t')
@@ -301,7 +376,13 @@ void l8d_conf_usage(FILE *f)
             fprintf(f, "  %-23s %s\n", both, h);
     }
     fprintf(f, "  --help, --version\n\n"
-               "Every option is also a config-file key (kv_pages = 4096); flags win.\n");
+               "Every option is also a config-file key (kv_pages = 4096); flags win.\n"
+               "SIGHUP (systemctl reload llama8d) reads the file and the flags again and\n"
+               "applies");
+    for (size_t i = 0, n = 0; i < N_KEYS; i++)
+        if (keys[i].live)
+            fprintf(f, "%s %s", n++ ? "," : "", keys[i].name);
+    fprintf(f, ";\nthe other keys wait for a restart.\n");
 }
 
 int l8d_conf_from_args(struct l8d_conf *c, int argc, char **argv, char err[L8D_ERRLEN])

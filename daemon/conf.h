@@ -74,3 +74,17 @@ int l8d_conf_set(struct l8d_conf *c, const char *key, const char *value,
  * (exit 0), or -EINVAL with err set. */
 int l8d_conf_from_args(struct l8d_conf *c, int argc, char **argv, char err[L8D_ERRLEN]);
 void l8d_conf_usage(FILE *f);
+
+/* A reload (SIGHUP) reads the configuration again, file and flags, and
+ * applies the keys that can change under a running daemon (log_level,
+ * spin_us and the timeouts: "live"); the others take effect at the next
+ * start. */
+typedef void l8d_conf_change_fn(const char *key, const char *was, const char *now, bool live,
+                                void *ctx);
+/* Calls fn (if not NULL) for each key whose value differs between was and
+ * now, with both values as the configuration spells them; returns how
+ * many differ. */
+unsigned l8d_conf_compare(const struct l8d_conf *was, const struct l8d_conf *now,
+                          l8d_conf_change_fn *fn, void *ctx);
+/* Copies the live keys of src into dst. */
+void l8d_conf_take_live(struct l8d_conf *dst, const struct l8d_conf *src);

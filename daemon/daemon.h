@@ -156,6 +156,17 @@ struct l8d {
     uint64_t drain_deadline_ns;
     /* Doorbells to ring this pass. */
     uint64_t one;            /* the value written to eventfds */
+    /* Configuration reloads (SIGHUP, l8d_reload): the command line they
+     * read again; the configuration as read, before "auto" was resolved
+     * (its live keys from the last reload, the others from the start:
+     * what a reload compares with); what the reloads found. */
+    int argc;
+    char **argv;
+    struct l8d_conf conf_read;
+    uint64_t reloads;                 /* that applied */
+    char reload_error[L8D_ERRLEN];    /* the last reload's error ("": it applied) */
+    char restart_keys[512];           /* keys changed since the start that wait
+                                         for a restart, ", "-separated */
 };
 
 /* session.c */
@@ -181,9 +192,13 @@ void l8d_session_close(struct l8d_session *s, int err_code, const char *why);
 void l8d_session_free(struct l8d_session *s);
 /* SIGTERM deadline: cut every live request with SHUTTING_DOWN. */
 void l8d_session_cut_all(struct l8d_session *s);
-/* Send an Error datagram on a socket (best effort, never blocks). */
-/* An Error datagram on fd (counted in d->errors). */
+/* An Error datagram on fd (best effort, never blocks; counted in d->errors). */
 void l8d_send_error(struct l8d *d, int fd, int code, uint64_t request_id, const char *msg);
+
+/* llama8d.c: read the configuration again (SIGHUP) and apply its live
+ * keys; what changed, what waits for a restart, or why the file was
+ * refused, goes to the log and to Status. */
+void l8d_reload(struct l8d *d);
 
 /* loop.c */
 int  l8d_loop_run(struct l8d *d);

@@ -36,7 +36,8 @@ struct l8d_engine_thread {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int done_fd;
-    uint64_t spin_ns;    /* how long either side spins before it sleeps */
+    _Atomic uint64_t spin_ns; /* how long either side spins before it sleeps
+                                 (a reload may change it while a step runs) */
     /* Written under mu; atomic so that a spinning side may read them
      * without it (then takes mu to act on what it saw). */
     atomic_bool quit;
@@ -98,10 +99,11 @@ static void *run(void *arg)
             /* cannot fail: the loop reads the counter after every step */
         }
         /* The next step usually comes within µs of the loop seeing this one. */
+        const uint64_t spin = atomic_load_explicit(&t->spin_ns, memory_order_relaxed);
         for (uint64_t s0 = l8d_now_ns();
-             t->spin_ns && !atomic_load_explicit(&t->pending, memory_order_relaxed) &&
+             spin && !atomic_load_explicit(&t->pending, memory_order_relaxed) &&
              !atomic_load_explicit(&t->quit, memory_order_relaxed) &&
-             l8d_now_ns() - s0 < t->spin_ns;)
+             l8d_now_ns() - s0 < spin;)
             sched_yield();
         pthread_mutex_lock(&t->mu);
     }
@@ -167,6 +169,11 @@ void l8d_et_stop(struct l8d_engine_thread *t)
 }
 
 int l8d_et_done_fd(const struct l8d_engine_thread *t) { return t->done_fd; }
+
+void l8d_et_set_spin(struct l8d_engine_thread *t, uint64_t spin_ns)
+{
+    atomic_store_explicit(&t->spin_ns, spin_ns, memory_order_relaxed);
+}
 
 bool l8d_et_finished(struct l8d_engine_thread *t)
 {

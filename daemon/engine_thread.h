@@ -17,6 +17,8 @@ struct l8d_engine_thread;
  * Reads L8_TEST_STALL_STEP_MS (test fault injection: every step sleeps
  * that many ms first; -EINVAL if it is not a number of ms up to 600000). */
 int  l8d_et_start(struct l8_engine *e, uint64_t spin_ns, struct l8d_engine_thread **out);
+/* A new spin_ns, from the thread's next step on (a reload). */
+void l8d_et_set_spin(struct l8d_engine_thread *t, uint64_t spin_ns);
 /* Joins the thread (waits for a step in flight). NULL is a no-op. */
 void l8d_et_stop(struct l8d_engine_thread *t);
 /* Readable (eventfd counter > 0) when a submitted step is done. */

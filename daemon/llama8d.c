@@ -192,6 +192,59 @@ static uint32_t auto_spin_us(enum l8_backend backend)
     return CPU_COUNT(&set) >= 4 ? L8D_SPIN_AUTO_US : 0;
 }
 
+/* conf.spin_us (from auto where it says so) into the loop's spin_ns. */
+static void resolve_spin(struct l8d *d)
+{
+    if (d->conf.spin_auto)
+        d->conf.spin_us = auto_spin_us(d->conf.backend);
+    d->spin_ns = (uint64_t)d->conf.spin_us * 1000;
+}
+
+static void notify_ready(struct l8d *d)
+{
+    sd_notifyf(0, "READY=1\nSTATUS=serving %s on %s", d->model_name,
+               l8_backend_name(d->conf.backend));
+}
+
+static void log_change(const char *key, const char *was, const char *now, bool live, void *ctx)
+{
+    struct l8d *d = ctx;
+    if (live) {
+        log_notice("reload: %s = %s (was %s)", key, now, was);
+        return;
+    }
+    log_warn("reload: %s = %s takes effect at the next start (running with %s)", key, now, was);
+    const size_t n = strlen(d->restart_keys);
+    snprintf(d->restart_keys + n, sizeof(d->restart_keys) - n, "%s%s", n ? ", " : "", key);
+}
+
+void l8d_reload(struct l8d *d)
+{
+    struct l8d_conf next;
+    char err[L8D_ERRLEN] = "";
+    /* MONOTONIC_USEC: systemd pairs this reload with the READY=1 after it. */
+    sd_notifyf(0, "RELOADING=1\nSTATUS=reloading the configuration\nMONOTONIC_USEC=%llu",
+               (unsigned long long)(l8d_now_ns() / 1000));
+    if (l8d_conf_from_args(&next, d->argc, d->argv, err) != 0) {
+        /* The file's bytes, made fit for the journal and Status's UTF-8. */
+        l8_log_text(d->reload_error, sizeof(d->reload_error), err, strlen(err));
+        log_err("reload: %s; the configuration in use is unchanged", d->reload_error);
+    } else {
+        d->restart_keys[0] = 0;
+        l8d_conf_compare(&d->conf_read, &next, log_change, d);
+        l8d_conf_take_live(&d->conf_read, &next);
+        l8d_conf_take_live(&d->conf, &next);
+        l8_log_set_level(d->conf.log_level);
+        resolve_spin(d);
+        l8d_et_set_spin(d->et, d->spin_ns);
+        d->reloads++;
+        d->reload_error[0] = 0;
+        log_notice("configuration reloaded%s%s",
+                   d->restart_keys[0] ? "; waiting for a restart: " : "", d->restart_keys);
+    }
+    notify_ready(d);
+}
+
 static int setup(struct l8d *d, int argc, char **argv)
 {
     char err[L8D_ERRLEN] = "", lerr[L8_ERRLEN] = "";
@@ -201,6 +254,9 @@ static int setup(struct l8d *d, int argc, char **argv)
             fprintf(stderr, "llama8d: %s\n", err);
         return rc;
     }
+    d->argc = argc;
+    d->argv = argv;
+    d->conf_read = d->conf;
     l8_log_init(d->conf.log_level);
     d->listen_fd = d->signal_fd = d->et_fd = -1;
     d->start_ns = l8d_now_ns();
@@ -211,6 +267,7 @@ static int setup(struct l8d *d, int argc, char **argv)
     sigemptyset(&mask);
     sigaddset(&mask, SIGTERM);
     sigaddset(&mask, SIGINT);
+    sigaddset(&mask, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &mask, NULL);
     signal(SIGPIPE, SIG_IGN);
     d->signal_fd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
@@ -352,9 +409,7 @@ static int setup(struct l8d *d, int argc, char **argv)
                      (double)(l8d_now_ns() - tw) / 1e6);
         }
     }
-    if (d->conf.spin_auto)
-        d->conf.spin_us = auto_spin_us(d->conf.backend);
-    d->spin_ns = (uint64_t)d->conf.spin_us * 1000;
+    resolve_spin(d);
     if (d->conf.spin_us)
         log_info("the loop and the engine thread spin up to %u us for each other", d->conf.spin_us);
     if ((rc = l8d_et_start(d->engine, d->spin_ns, &d->et)) < 0)
@@ -374,8 +429,7 @@ static int setup(struct l8d *d, int argc, char **argv)
         return rc;
     if (sd_watchdog_enabled(0, &d->watchdog_usec) <= 0)
         d->watchdog_usec = 0;
-    sd_notifyf(0, "READY=1\nSTATUS=serving %s on %s", d->model_name,
-               l8_backend_name(d->conf.backend));
+    notify_ready(d);
     log_notice("ready: %s on %s, %s numerics (%.2f s since start)", d->model_name,
                l8_backend_name(d->conf.backend),
                d->conf.numerics == L8_NUMERICS_FP8 ? "fp8" : "exact",

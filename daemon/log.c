@@ -1,17 +1,18 @@
 /* log.c - see log.h. The level is the one piece of process-wide state:
- * logging is called from everywhere and the level never changes after
- * start-up. */
+ * logging is called from everywhere. A reload (the event loop's thread)
+ * may change it while others log. */
 #include "log.h"
 
 #include <errno.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-static enum l8_log_level log_max = L8_LOG_INFO;
+static atomic_int log_max = L8_LOG_INFO;
 static bool log_journal;
 
 static const char *const level_names[8] = {
@@ -32,11 +33,19 @@ static bool stderr_is_journal(void)
 
 void l8_log_init(enum l8_log_level max_level)
 {
-    log_max = max_level;
+    atomic_store_explicit(&log_max, max_level, memory_order_relaxed);
     log_journal = stderr_is_journal();
 }
 
-void l8_log_set_level(enum l8_log_level max_level) { log_max = max_level; }
+void l8_log_set_level(enum l8_log_level max_level)
+{
+    atomic_store_explicit(&log_max, max_level, memory_order_relaxed);
+}
+
+const char *l8_log_level_name(enum l8_log_level level)
+{
+    return level >= L8_LOG_ERR && level <= L8_LOG_DEBUG ? level_names[level] : "?";
+}
 
 /* Length of the well-formed UTF-8 character at s[0, n) (Unicode table 3-7:
  * no overlongs, surrogates or code points past U+10FFFF), or 0. */
@@ -83,7 +92,10 @@ void l8_log_text(char *dst, size_t cap, const char *src, size_t n)
     dst[o] = 0;
 }
 
-bool l8_log_enabled(enum l8_log_level level) { return level <= log_max; }
+bool l8_log_enabled(enum l8_log_level level)
+{
+    return (int)level <= atomic_load_explicit(&log_max, memory_order_relaxed);
+}
 
 int l8_log_parse_level(const char *s, enum l8_log_level *out)
 {
@@ -108,7 +120,7 @@ void l8_log(enum l8_log_level level, const char *fmt, ...)
 {
     char line[1024];
     int n;
-    if (level > log_max)
+    if (!l8_log_enabled(level))
         return;
     if (log_journal)
         n = snprintf(line, sizeof(line), "<%d>", (int)level);

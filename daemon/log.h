@@ -15,6 +15,8 @@ void l8_log_set_level(enum l8_log_level max_level);
 bool l8_log_enabled(enum l8_log_level level);
 /* "err", "warning", "notice", "info", "debug" (or 3..7) -> level; -EINVAL. */
 int l8_log_parse_level(const char *s, enum l8_log_level *out);
+/* "err" ... "debug": the configuration's spelling. */
+const char *l8_log_level_name(enum l8_log_level level);
 void l8_log(enum l8_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 /* Text someone else chose (a client's name), made fit for a log line: at

@@ -6,7 +6,7 @@
  *   RECV      recvmsg of one control datagram per client
  *   DOORBELL  8-byte read of a client's submission eventfd
  *   ENGINE    8-byte read of the engine thread's completion eventfd
- *   SIGNAL    read of the signalfd (SIGTERM, SIGINT)
+ *   SIGNAL    read of the signalfd (SIGTERM, SIGINT: drain; SIGHUP: reload)
  *   TIMER     a timeout: watchdog, tokens/s samples, drain deadline,
  *             backlog retries
  *   WAKE      write to a client's event eventfd, at most one a client
@@ -416,8 +416,15 @@ static void on_cqe(struct l8d *d, struct io_uring_cqe *cqe)
     case OP_SIGNAL:
         if (res == (int)sizeof(struct signalfd_siginfo)) {
             const struct signalfd_siginfo *si = (const void *)d->sig_buf;
-            log_notice("signal %u received", si->ssi_signo);
-            begin_drain(d);
+            if (si->ssi_signo != SIGHUP) {
+                log_notice("signal %u received", si->ssi_signo);
+                begin_drain(d);
+            } else if (d->state == L8D_RUNNING) {
+                log_notice("SIGHUP: reloading the configuration");
+                l8d_reload(d);
+            } else {
+                log_notice("SIGHUP while draining: no reload");
+            }
         }
         arm_signal(d);
         break;

@@ -332,6 +332,10 @@ static void send_status(struct l8d_session *s)
     o.backend = (char *)l8_backend_name(d->conf.backend);
     o.prefix_cache = (char *)l8d_prefix_cache_name(d->conf.prefix_cache);
     o.spin_us = d->conf.spin_us;
+    o.log_level = (char *)l8_log_level_name(d->conf.log_level);
+    o.config_reloads = d->reloads;
+    o.config_error = d->reload_error;
+    o.config_restart = d->restart_keys;
     o.pages_total = st.pages_total;
     o.pages_used = st.pages_used;
     o.pages_cached = st.pages_cached;

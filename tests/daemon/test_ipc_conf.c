@@ -7,6 +7,16 @@
 #include "conf.h"
 
 static int failures;
+
+/* l8d_conf_compare's calls, as "key was->now live|restart;" */
+static char changes[1024];
+static void note_change(const char *key, const char *was, const char *now, bool live, void *ctx)
+{
+    (void)ctx;
+    size_t n = strlen(changes);
+    snprintf(changes + n, sizeof changes - n, "%s %s->%s %s;", key, was, now,
+             live ? "live" : "restart");
+}
 #define CHECK(c, ...) do { if (!(c)) { fprintf(stderr, "FAIL %d: %s: ", __LINE__, #c); \
     fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); failures++; } } while (0)
 
@@ -97,6 +107,31 @@ int main(void)
                       "--max-step-tokens", "32", NULL };
     CHECK(l8d_conf_from_args(&c, 9, argv5, err) == -EINVAL, "step budget < batch");
     remove("/tmp/l8ipc-test.conf");
+
+    /* A reload: each key that differs, both values as the file spells them,
+     * and whether it applies at once; take_live copies those and no other. */
+    struct l8d_conf a, b;
+    l8d_conf_defaults(&a);
+    l8d_conf_defaults(&b);
+    CHECK(l8d_conf_compare(&a, &b, note_change, NULL) == 0 && !changes[0], "equal: %s", changes);
+    CHECK(l8d_conf_parse_text(&b, "log_level = debug\nkv_mib = 512\nspin_us = 30\n"
+                              "socket_mode = 0600\nbackend = cuda\nmodel = /m2\n"
+                              "hello_timeout_ms = 7\nno_warmup = yes\n", "t.conf", err) == 0,
+          "%s", err);
+    CHECK(l8d_conf_compare(&a, &b, note_change, NULL) == 8, "8 keys differ: %s", changes);
+    CHECK(!strcmp(changes, "model ->/m2 restart;kv_mib 0->512 restart;"
+                           "socket_mode 0660->0600 restart;hello_timeout_ms 5000->7 live;"
+                           "log_level info->debug live;spin_us auto->30 live;"
+                           "backend auto->cuda restart;no_warmup false->true restart;"),
+          "changes: %s", changes);
+    l8d_conf_take_live(&a, &b);
+    CHECK(a.log_level == L8_LOG_DEBUG && a.hello_timeout_ms == 7 && !a.spin_auto &&
+              a.spin_us == 30 && a.kv_mib == 0 && !a.model[0] && a.backend_auto &&
+              a.socket_mode == 0660 && !a.no_warmup,
+          "take_live");
+    changes[0] = 0;
+    CHECK(l8d_conf_compare(&a, &b, note_change, NULL) == 5 && !strstr(changes, "live"),
+          "after take_live, the restart keys differ: %s", changes);
     if (failures)
         return 1;
     printf("ok\n");

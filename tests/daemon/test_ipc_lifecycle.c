@@ -10,7 +10,12 @@
  *    group as a supplementary group is let in (needs root, else skipped);
  *  - prefix_cache: user (the default) keeps each uid's cached pages to it,
  *    shared and off do what they say (needs root, else skipped);
- *  - socket activation through systemd-socket-activate (skipped if absent).
+ *  - socket activation through systemd-socket-activate (skipped if absent);
+ *  - SIGHUP reloads the configuration: RELOADING=1 then READY=1, the live
+ *    keys applied (flags still win), the others listed in Status as
+ *    waiting for a restart, a bad or missing file refused with the running
+ *    configuration kept, a request streaming through it all; no reload
+ *    while draining.
  * argv: llama8d model-dir */
 #include "ipc_helper.h"
 
@@ -125,6 +130,142 @@ static void test_own_loop_hangup(void)
     CHECK(after_empty <= 3, "%d empty wake-ups after the daemon died", after_empty);
     l8c_close(c);
     tdaemon_stop(&d);
+}
+
+/* Waits up to 10 s for a RELOADING=1 past the first reloads_before, with
+ * its MONOTONIC_USEC=, and a READY=1 after it (systemd's reload is over). */
+static bool reload_done(struct tdaemon *d, int reloads_before)
+{
+    uint64_t end = t_now_ms() + 10000;
+    for (;;) {
+        const char *r = d->notes;
+        int n = 0;
+        for (const char *p; (p = strstr(r, "RELOADING=1")); r = p + 1)
+            n++;
+        if (n > reloads_before && strstr(r, "READY=1"))
+            return strstr(r, "MONOTONIC_USEC=") != NULL;
+        if (t_now_ms() > end)
+            return false;
+        tdaemon_notify_wait(d, NULL, 20);
+    }
+}
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    REQUIRE(f && fputs(text, f) >= 0 && fclose(f) == 0, "writing %s", path);
+}
+
+static struct l8c_status status_of(const char *sock)
+{
+    struct l8c_client *c;
+    struct l8c_status st = { 0 };
+    char err[L8C_ERRLEN];
+    REQUIRE(l8c_connect(sock, "reload status", &c, err) == 0, "%s", err);
+    REQUIRE(l8c_status(c, &st, 10000) == 0, "status");
+    l8c_close(c);
+    return st;
+}
+
+/* Tokens of the endless request 1 on c, up to n within 20 s. */
+static int read_tokens(struct l8c_client *c, int n)
+{
+    struct l8_event ev;
+    int got = 0;
+    uint64_t end = t_now_ms() + 20000;
+    while (got < n && t_now_ms() < end && l8c_wait_events(c, &ev, 1, 1000) >= 0)
+        got += ev.kind == L8_EV_TOKEN;
+    return got;
+}
+
+static void test_reload(void)
+{
+    char conf[128], dir[] = "/tmp/l8reload-XXXXXX";
+    REQUIRE(mkdtemp(dir), "mkdtemp");
+    snprintf(conf, sizeof conf, "%s/llama8d.conf", dir);
+    write_file(conf, "log_level = notice\nkv_pages = 8192\nhello_timeout_ms = 20000\n");
+    struct tdaemon d;
+    /* --spin-us on the command line: a reload keeps it over the file's. */
+    const char *extra[] = { "--config", conf, "--spin-us", "0", "--drain-timeout-ms", "300",
+                            NULL };
+    tdaemon_start(&d, bin, model, extra);
+    struct l8c_status st = status_of(d.sock);
+    CHECK(!strcmp(st.log_level, "notice") && st.config_reloads == 0 && !st.config_error[0] &&
+              !st.config_restart[0] && st.pages_total == 8192,
+          "at start: log level %s, %llu reloads, error '%s', restart '%s', %u pages",
+          st.log_level, (unsigned long long)st.config_reloads, st.config_error,
+          st.config_restart, st.pages_total);
+    struct l8c_client *c = connect_endless(d.sock, "through reloads");
+    CHECK(read_tokens(c, 2) == 2, "no tokens before the reload");
+
+    write_file(conf, "log_level = debug\nkv_pages = 16384\nhello_timeout_ms = 200\n"
+                     "spin_us = 500\n");
+    kill(d.pid, SIGHUP);
+    CHECK(reload_done(&d, 0), "no RELOADING=1 (with MONOTONIC_USEC) then READY=1: %s", d.notes);
+    st = status_of(d.sock);
+    CHECK(!strcmp(st.log_level, "debug") && st.config_reloads == 1 && !st.config_error[0] &&
+              !strcmp(st.config_restart, "kv_pages") && st.pages_total == 8192 && st.spin_us == 0,
+          "after a reload: log level %s, %llu reloads, error '%s', restart '%s', %u pages, "
+          "spin %u us", st.log_level, (unsigned long long)st.config_reloads, st.config_error,
+          st.config_restart, st.pages_total, st.spin_us);
+    /* hello_timeout_ms applies to the next silent connection: closed in
+     * ~0.2 s, not 20. */
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", d.sock);
+    REQUIRE(fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0, "raw connect");
+    uint64_t t0 = t_now_ms();
+    char buf[4096];
+    ssize_t k;
+    while ((k = recv(fd, buf, sizeof buf, 0)) > 0 && t_now_ms() - t0 < 10000)
+        ;
+    CHECK(k == 0 && t_now_ms() - t0 < 5000, "silent connection closed after %llu ms (recv %zd)",
+          (unsigned long long)(t_now_ms() - t0), k);
+    close(fd);
+
+    /* A file the parser refuses, then none at all: the running
+     * configuration stays, Status says why. */
+    write_file(conf, "log_level = info\nkv_pages = banana\n");
+    kill(d.pid, SIGHUP);
+    CHECK(reload_done(&d, 1), "refused reload: no READY=1 after RELOADING=1: %s", d.notes);
+    st = status_of(d.sock);
+    CHECK(!strcmp(st.log_level, "debug") && st.config_reloads == 1 &&
+              strstr(st.config_error, "llama8d.conf:2: kv_pages: bad value 'banana'") &&
+              !strcmp(st.config_restart, "kv_pages"),
+          "after a refused reload: log level %s, %llu reloads, error '%s', restart '%s'",
+          st.log_level, (unsigned long long)st.config_reloads, st.config_error,
+          st.config_restart);
+    unlink(conf);
+    kill(d.pid, SIGHUP);
+    CHECK(reload_done(&d, 2), "reload without a file: no READY=1: %s", d.notes);
+    st = status_of(d.sock);
+    CHECK(strstr(st.config_error, "No such file") && st.config_reloads == 1,
+          "without the file: error '%s', %llu reloads", st.config_error,
+          (unsigned long long)st.config_reloads);
+
+    /* Back to the start's file: nothing waits for a restart. */
+    write_file(conf, "log_level = notice\nkv_pages = 8192\nhello_timeout_ms = 20000\n");
+    kill(d.pid, SIGHUP);
+    CHECK(reload_done(&d, 3), "fourth reload: no READY=1: %s", d.notes);
+    st = status_of(d.sock);
+    CHECK(!strcmp(st.log_level, "notice") && st.config_reloads == 2 && !st.config_error[0] &&
+              !st.config_restart[0],
+          "back to the start: log level %s, %llu reloads, error '%s', restart '%s'",
+          st.log_level, (unsigned long long)st.config_reloads, st.config_error,
+          st.config_restart);
+    CHECK(read_tokens(c, 5) == 5, "the request stopped streaming across the reloads");
+
+    /* Draining: SIGHUP does not reload (no READY=1 while stopping). */
+    kill(d.pid, SIGTERM);
+    CHECK(tdaemon_notify_wait(&d, "STOPPING=1", 10000), "no STOPPING=1: %s", d.notes);
+    kill(d.pid, SIGHUP);
+    l8c_close(c);
+    CHECK(tdaemon_stop(&d) == 0, "exit after draining");
+    const char *stop = strstr(d.notes, "STOPPING=1");
+    CHECK(stop && !strstr(stop, "RELOADING=1") && !strstr(stop, "READY=1"),
+          "a reload while draining: %s", d.notes);
+    unlink(conf);
+    rmdir(dir);
 }
 
 /* Fork a child running as uid/gid 65534 with the given supplementary
@@ -326,6 +467,7 @@ int main(int argc, char **argv)
     test_permissions();
     test_prefix_cache_scope();
     test_socket_activation();
+    test_reload();
     if (failures)
         return 1;
     printf("ok\n");

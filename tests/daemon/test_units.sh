@@ -31,6 +31,7 @@ rc=$?
 # 2. The settings the issue requires, exactly.
 svc=$unitdir/llama8d.service sock=$unitdir/llama8d.socket
 for kv in Type=notify NotifyAccess=main WatchdogSec=30 Restart=on-failure User=llama8 \
+          "ExecReload=kill -HUP \$MAINPID" \
           Group=llama8 RuntimeDirectory=llama8d RuntimeDirectoryPreserve=yes \
           NoNewPrivileges=yes ProtectSystem=strict ProtectHome=yes PrivateTmp=yes \
           RestrictAddressFamilies=AF_UNIX DevicePolicy=closed \
