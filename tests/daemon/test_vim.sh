@@ -2,7 +2,8 @@
 # test_vim.sh LLAMA8D LLAMA8CTL LLAMA8-MKMODEL TOKENIZER VIMDIR - the Vim
 # plugin against a real daemon (synthetic tiny model, real tokenizer): its
 # replies equal `llama8ctl generate`'s to the byte, in a scratch window and
-# inserted below a range, two at once over the one pipe; a cancel, a refused
+# inserted below a range (while lines above it are added and deleted), two
+# at once over the one pipe; a cancel, a refused
 # request and a missing daemon each end in a message, with Vim still running.
 # Skipped (77) without a Vim the plugin runs on (+job, +channel, win_execute).
 set -uo pipefail
@@ -27,6 +28,9 @@ for _ in $(seq 200); do [ -S "$sock" ] && break; sleep 0.05; done
     { echo "FAIL: llama8ctl generate"; exit 1; }
 # A reply with no newline in it would not check the line splitting.
 [ "$(wc -l <"$t/want.txt")" -ge 2 ] || { echo "FAIL: the reference reply has one line"; exit 1; }
+# A longer one, to edit the buffer while it streams.
+"$ctl" generate --socket "$sock" --max-new 200 "Say hi" >"$t/want_long.txt" ||
+    { echo "FAIL: llama8ctl generate --max-new 200"; exit 1; }
 
 # The start of each Vim script: the plugin, talking to socket $1.
 preamble()
@@ -81,19 +85,36 @@ call setline(1, ['first', 'Say hi', 'last'])
 call Wait(4)
 call assert_equal(['first', 'Say hi'] + want + ['last'], getline(1, '$'))
 
-" 4. Cancelled: a long reply stops, and says so.
+" 4. Lines added and deleted above a reply while it streams: the rest of
+" it still goes below its range.
+let g:llama8_request = {'max_new': 200}
+enew!
+call setline(1, ['first', 'Say hi', 'last'])
+2Llama8!
+let t0 = reltime()
+while getline(3) ==# '' && reltimefloat(reltime(t0)) < 30
+  sleep 1m
+endwhile
+call assert_notmatch('llama8: length, 200', execute('messages'), 'the reply ended before the edit')
+call append(0, ['new 1', 'new 2', 'new 3'])
+1delete
+call Wait(5)
+call assert_equal(['new 2', 'new 3', 'first', 'Say hi'] + readfile('$t/want_long.txt') + ['last'],
+      \ getline(1, '$'))
+
+" 5. Cancelled: a long reply stops, and says so.
 let g:llama8_request = {'max_new': 2000, 'ignore_eos': v:true}
 Llama8 Say hi
 Llama8Cancel
-call Wait(5)
+call Wait(6)
 call assert_match('llama8: cancelled', execute('messages'))
 
-" 5. Refused by the pipe, and nothing to ask: messages, no reply.
+" 6. Refused by the pipe, and nothing to ask: messages, no reply.
 let g:llama8_request = {'max_new': 0}
 Llama8 Say hi
-call Wait(6)
+call Wait(7)
 call assert_match('llama8: BAD_PARAMS', execute('messages'))
-call assert_equal([''], Reply(6))
+call assert_equal([''], Reply(7))
 enew!
 Llama8
 call assert_match('nothing to ask', execute('messages'))

@@ -27,6 +27,14 @@ let s:job = v:null
 let s:next_id = 1
 " Open requests by id: the buffer and line their reply goes to.
 let s:reqs = {}
+" With text properties, a reply's line carries an invisible mark, so that
+" lines added or deleted above it while it streams do not make it land in
+" the wrong place (setbufline() drops a line's marks: each write sets it
+" again). Without them the line number is kept as it was.
+let s:marks = has('textprop') && exists('*prop_find')
+if s:marks && empty(prop_type_get('llama8_reply'))
+  call prop_type_add('llama8_reply', {})
+endif
 
 function! s:error(msg) abort
   echohl ErrorMsg
@@ -57,11 +65,39 @@ function! s:start() abort
   return 1
 endfunction
 
+" The request's line now: where its mark is, else (its line was deleted)
+" the same number, or the end of a buffer that has become shorter.
+function! s:find(r) abort
+  if !s:marks
+    return
+  endif
+  let n = get(getbufinfo(a:r.buf)[0], 'linecount', a:r.lnum)
+  let q = {'bufnr': a:r.buf, 'type': 'llama8_reply', 'id': a:r.id,
+        \ 'lnum': min([a:r.lnum, n]), 'col': 1}
+  let p = prop_find(q, 'f')
+  if empty(p)
+    let p = prop_find(q, 'b')
+  endif
+  let a:r.lnum = empty(p) ? min([a:r.lnum, n + 1]) : p.lnum
+endfunction
+
+function! s:mark(r, on) abort
+  if !s:marks || !bufexists(a:r.buf)
+    return
+  endif
+  if a:on
+    call prop_add(a:r.lnum, 1, {'type': 'llama8_reply', 'id': a:r.id, 'bufnr': a:r.buf})
+  else
+    call prop_remove({'type': 'llama8_reply', 'id': a:r.id, 'bufnr': a:r.buf, 'all': 1})
+  endif
+endfunction
+
 " Adds text at the request's line, which moves down with each newline.
 function! s:put(r, text) abort
   if a:text ==# '' || !bufexists(a:r.buf)
     return
   endif
+  call s:find(a:r)
   let parts = split(a:text, "\n", 1)
   let cur = get(getbufline(a:r.buf, a:r.lnum), 0, '')
   call setbufline(a:r.buf, a:r.lnum, cur . parts[0])
@@ -69,6 +105,7 @@ function! s:put(r, text) abort
     call appendbufline(a:r.buf, a:r.lnum, p)
     let a:r.lnum += 1
   endfor
+  call s:mark(a:r, 1)
   if a:r.follow
     for w in win_findbuf(a:r.buf)
       call win_execute(w, 'call cursor(line("$"), col([line("$"), "$"]))')
@@ -92,6 +129,7 @@ function! s:on_line(ch, line) abort
   if kind ==# 'error'
     call s:error(get(ev, 'error', '?') . ': ' . get(ev, 'message', ''))
     if r isnot v:null
+      call s:mark(r, 0)
       call remove(s:reqs, key)
     endif
     return
@@ -103,6 +141,7 @@ function! s:on_line(ch, line) abort
     call s:put(r, get(ev, 'text', ''))
   elseif kind ==# 'done'
     call s:put(r, get(ev, 'text', ''))
+    call s:mark(r, 0)
     call remove(s:reqs, key)
     echomsg printf('llama8: %s, %d tokens', get(ev, 'reason', '?'), get(ev, 'tokens', 0))
   endif
@@ -117,6 +156,9 @@ function! s:on_exit(job, status) abort
     call s:error(printf('llama8ctl pipe exited (status %d) with %d request(s) open',
           \ a:status, len(s:reqs)))
   endif
+  for r in values(s:reqs)
+    call s:mark(r, 0)
+  endfor
   let s:reqs = {}
   let s:job = v:null
 endfunction
@@ -139,14 +181,15 @@ function! s:ask(nrange, line1, line2, bang, text) abort
   if a:bang
     let at = a:nrange > 0 ? a:line2 : line('.')
     call append(at, '')
-    let r = {'buf': bufnr(''), 'lnum': at + 1, 'follow': 0}
+    let r = {'id': id, 'buf': bufnr(''), 'lnum': at + 1, 'follow': 0}
   else
     new
     setlocal buftype=nofile bufhidden=wipe noswapfile
     silent execute 'file' fnameescape('llama8://reply/' . id)
-    let r = {'buf': bufnr(''), 'lnum': 1, 'follow': 1}
+    let r = {'id': id, 'buf': bufnr(''), 'lnum': 1, 'follow': 1}
     wincmd p
   endif
+  call s:mark(r, 1)
   let req = extend({'id': id, 'text': prompt}, get(g:, 'llama8_request', {}), 'keep')
   let s:reqs[string(id)] = r
   call ch_sendraw(s:job, json_encode(req) . "\n")
