@@ -62,8 +62,9 @@ main_job() {
     LLAMA8_SOCKET=$sock "$BUILD/client/llama8ctl" status
 }
 
-# The tests also drive the Vim plugin (tests/daemon/test_vim.sh).
-[ "${1:-run}" = test ] && DEBS="$DEBS vim"
+# The tests also drive the Vim plugin (tests/daemon/test_vim.sh) and the zsh
+# completion (tests/daemon/test_completion.sh).
+[ "${1:-run}" = test ] && DEBS="$DEBS vim zsh"
 install_deps
 build
 case "${1:-run}" in

@@ -1,12 +1,14 @@
 #!/bin/bash
-# test_completion.sh SCRIPT LLAMA8CTL LLAMA8D - the bash completion offers
-# what the programs accept: every command llama8ctl lists, every option of
-# each command and of llama8d (each one tried on the real program: a flag
-# leaves the next word alone, an option with a value takes it), the values
-# of enumerated options (each tried on llama8d), files and directories where
-# a path is asked for, nothing where a number is.
+# test_completion.sh SCRIPT LLAMA8CTL LLAMA8D [ZSHDIR ZSHDRIVER] - the bash
+# completion offers what the programs accept: every command llama8ctl lists,
+# every option of each command and of llama8d (each one tried on the real
+# program: a flag leaves the next word alone, an option with a value takes
+# it), the values of enumerated options (each tried on llama8d), files and
+# directories where a path is asked for, nothing where a number is. Then the
+# zsh completion (ZSHDIR/_llama8, through ZSHDRIVER in a real zsh; skipped
+# without zsh) offers the same.
 set -uo pipefail
-script=$1 ctl=$2 daemon=$3
+script=$1 ctl=$2 daemon=$3 zdir=${4:-} zdriver=${5:-}
 # Options need not work here: no daemon, no tokenizer.
 export LLAMA8_SOCKET=/nonexistent/l8.sock LLAMA8_TOKENIZER=/nonexistent LLAMA8_MODEL=/nonexistent
 # shellcheck source=/dev/null
@@ -129,5 +131,43 @@ expect "$t/dir $t/file" _llama8ctl "$ctl" tokenize -t "$t/"
 expect "" _llama8ctl "$ctl" tokenize -s ""
 expect "-c" _llama8ctl "$ctl" tokenize -c
 
-[[ $fail == 0 ]] && echo "ok: $(wc -w <<<"$cmds") commands, $n_opts llama8ctl options, $(wc -w <<<"$dopts") llama8d options"
+# --- zsh: the same offers, and the same paths by their names (zsh shows
+# the last part of a path).
+zsh_said="zsh: not tried (no zsh with zpty)"
+if [[ -n $zdir ]] && command -v zsh >/dev/null && zsh -fc 'zmodload zsh/zpty' 2>/dev/null; then
+    lines=() wants=()
+    want() { lines+=("$1"); wants+=("$2"); }
+    want "$ctl " "$cmds"
+    for c in $cmds; do
+        want "$ctl $c -" "$(comp _llama8ctl "$ctl" "$c" -)"
+    done
+    want "$ctl generate --top" "--top-k --top-p"
+    want "$ctl generate --max-new " ""
+    want "$daemon --" "$dopts"
+    while read -r o placeholder; do
+        [[ $placeholder == *'|'* || $placeholder == BOOL ]] &&
+            want "$daemon $o " "$(comp _llama8d "$daemon" "$o" "")"
+    done <<<"$dlines"
+    want "$daemon --backend=cu" "cuda"
+    want "$daemon --model $t/" "dir"
+    want "$daemon --config $t/" "dir file"
+    want "$ctl tokenize -t $t/" "dir file"
+    want "$ctl generate --socket $t/f" "file"
+    got=$(zsh "$zdriver" "$zdir" "${lines[@]}") || bad "zsh_complete.zsh failed"
+    i=-1 offers=()
+    while IFS= read -r l; do
+        if [[ $l == "== "* ]]; then
+            i=$((i + 1)) offers[i]=
+        elif ((i >= 0)); then
+            offers[i]+="${offers[i]:+ }$l"
+        fi
+    done <<<"$got"
+    for ((i = 0; i < ${#lines[@]}; i++)); do
+        [[ ${offers[i]-missing} == "${wants[i]}" ]] ||
+            bad "zsh, completing '${lines[i]}': got '${offers[i]-(no answer)}', want '${wants[i]}'"
+    done
+    zsh_said="zsh: the same offers on ${#lines[@]} lines"
+fi
+
+[[ $fail == 0 ]] && echo "ok: $(wc -w <<<"$cmds") commands, $n_opts llama8ctl options, $(wc -w <<<"$dopts") llama8d options; $zsh_said"
 exit $fail

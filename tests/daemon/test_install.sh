@@ -3,7 +3,8 @@
 # puts the units where systemd looks for them (PREFIX/lib/systemd/system),
 # sysusers.d and tmpfiles.d under PREFIX/lib, llama8d in PREFIX/sbin with
 # the unit's ExecStart pointing at it, the client library's header, the
-# bash completion under both programs' names, and the Vim package.
+# bash completion under both programs' names, the zsh completion where it
+# finds the bash one's parser, and the Vim package.
 set -euo pipefail
 meson=$1 build=$2 prefix=$3
 d=$(mktemp -d "${TMPDIR:-/tmp}/l8-install.XXXXXX")
@@ -19,6 +20,13 @@ for f in lib/systemd/system/llama8d.service lib/systemd/system/llama8d.socket \
          share/vim/vimfiles/pack/llama8/opt/llama8/plugin/llama8.vim; do
     [ -e "$d$prefix/$f" ] || { echo "FAIL: $prefix/$f was not installed"; fail=1; }
 done
+zshfn=$(find "$d$prefix/share/zsh" -name _llama8 2>/dev/null | head -1)
+if [ -z "$zshfn" ]; then
+    echo "FAIL: no zsh completion (_llama8) under $prefix/share/zsh"; fail=1
+elif [ ! -e "$(dirname "$zshfn")/../../bash-completion/completions/llama8ctl" ]; then
+    echo "FAIL: $zshfn does not find the bash completion at ../../bash-completion/completions"
+    fail=1
+fi
 grep -q "^ExecStart=$prefix/sbin/llama8d " "$d$prefix/lib/systemd/system/llama8d.service" ||
     { echo "FAIL: the unit's ExecStart is not $prefix/sbin/llama8d"; fail=1; }
 echo "installed under $d:"
