@@ -38,7 +38,7 @@ static const struct key keys[] = {
     { "max_step_tokens", K_U32, F(max_step_tokens), "N tokens per step (chunked prefill budget)", RESTART },
     { "max_ctx", K_U32, F(max_ctx), "N prompt + new tokens per request (0: the model's)", RESTART },
     { "max_new_tokens", K_U32, F(max_new_tokens), "N new tokens per request (0: max_ctx)", RESTART },
-    { "max_clients", K_U32, F(max_clients), "N connected clients", RESTART },
+    { "max_clients", K_U32, F(max_clients), "N connected clients", LIVE },
     { "max_requests_per_client", K_U32, F(max_requests_per_client), "N requests in flight per client", RESTART },
     { "max_requests", K_U32, F(max_requests), "N live requests in all", RESTART },
     { "socket_mode", K_U32, F(socket_mode), "MODE permissions of a socket we create (octal, 0660)", RESTART },

@@ -77,8 +77,8 @@ void l8d_conf_usage(FILE *f);
 
 /* A reload (SIGHUP) reads the configuration again, file and flags, and
  * applies the keys that can change under a running daemon (log_level,
- * spin_us and the timeouts: "live"); the others take effect at the next
- * start. */
+ * spin_us, max_clients and the timeouts: "live"); the others take effect
+ * at the next start. */
 typedef void l8d_conf_change_fn(const char *key, const char *was, const char *now, bool live,
                                 void *ctx);
 /* Calls fn (if not NULL) for each key whose value differs between was and

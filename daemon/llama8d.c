@@ -192,6 +192,28 @@ static uint32_t auto_spin_us(enum l8_backend backend)
     return CPU_COUNT(&set) >= 4 ? L8D_SPIN_AUTO_US : 0;
 }
 
+/* Session slots [0, n): more of them for a larger max_clients (a reload
+ * may raise it; a lower one only refuses new clients). io_uring's user data
+ * names a slot by index and generation, never by address, so the arrays may
+ * move. */
+static int grow_slots(struct l8d *d, uint32_t n)
+{
+    if (n <= d->n_slots)
+        return 0;
+    struct l8d_session **s = realloc(d->sessions, n * sizeof(*s));
+    if (s)
+        d->sessions = s;
+    uint32_t *g = realloc(d->slot_gen, n * sizeof(*g));
+    if (g)
+        d->slot_gen = g;
+    if (!s || !g)
+        return -ENOMEM;
+    memset(s + d->n_slots, 0, (n - d->n_slots) * sizeof(*s));
+    memset(g + d->n_slots, 0, (n - d->n_slots) * sizeof(*g));
+    d->n_slots = n;
+    return 0;
+}
+
 /* conf.spin_us (from auto where it says so) into the loop's spin_ns. */
 static void resolve_spin(struct l8d *d)
 {
@@ -235,6 +257,9 @@ void l8d_reload(struct l8d *d)
         l8d_conf_take_live(&d->conf_read, &next);
         l8d_conf_take_live(&d->conf, &next);
         l8_log_set_level(d->conf.log_level);
+        if (grow_slots(d, d->conf.max_clients) < 0)
+            log_err("reload: no memory for %u client slots: at most %u clients",
+                    d->conf.max_clients, d->n_slots);
         resolve_spin(d);
         l8d_et_set_spin(d->et, d->spin_ns);
         d->reloads++;
@@ -416,11 +441,8 @@ static int setup(struct l8d *d, int argc, char **argv)
         return rc;
     d->et_fd = l8d_et_done_fd(d->et);
 
-    d->n_slots = d->conf.max_clients;
-    d->sessions = calloc(d->n_slots, sizeof(*d->sessions));
-    d->slot_gen = calloc(d->n_slots, sizeof(*d->slot_gen));
-    if (!d->sessions || !d->slot_gen)
-        return -ENOMEM;
+    if ((rc = grow_slots(d, d->conf.max_clients)) < 0)
+        return rc;
     if ((rc = io_uring_queue_init(URING_ENTRIES, &d->ring, 0)) < 0) {
         log_err("io_uring: %s", strerror(-rc));
         return rc;

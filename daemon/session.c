@@ -183,7 +183,8 @@ int l8d_session_accept(struct l8d *d, int fd)
             slot = i;
             break;
         }
-    if (slot == d->n_slots) {
+    /* A reload may have lowered max_clients under the slots there are. */
+    if (slot == d->n_slots || d->n_sessions >= d->conf.max_clients) {
         log_warn("refused pid %d: %u clients connected (max_clients)", (int)cr.pid,
                  d->n_sessions);
         refuse(d, fd, L8_ERR_TOO_MANY_CLIENTS, "too many clients");

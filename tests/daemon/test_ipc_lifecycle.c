@@ -12,7 +12,8 @@
  *    shared and off do what they say (needs root, else skipped);
  *  - socket activation through systemd-socket-activate (skipped if absent);
  *  - SIGHUP reloads the configuration: RELOADING=1 then READY=1, the live
- *    keys applied (flags still win), the others listed in Status as
+ *    keys applied (flags still win; max_clients up, then down under the
+ *    clients connected), the others listed in Status as
  *    waiting for a restart, a bad or missing file refused with the running
  *    configuration kept, a request streaming through it all; no reload
  *    while draining.
@@ -161,7 +162,11 @@ static struct l8c_status status_of(const char *sock)
     struct l8c_client *c;
     struct l8c_status st = { 0 };
     char err[L8C_ERRLEN];
-    REQUIRE(l8c_connect(sock, "reload status", &c, err) == 0, "%s", err);
+    /* A client that just closed may hold its slot for a moment. */
+    int rc;
+    for (int i = 0; (rc = l8c_connect(sock, "reload status", &c, err)) == -EUSERS && i < 100; i++)
+        usleep(20000);
+    REQUIRE(rc == 0, "%s", err);
     REQUIRE(l8c_status(c, &st, 10000) == 0, "status");
     l8c_close(c);
     return st;
@@ -183,7 +188,8 @@ static void test_reload(void)
     char conf[128], dir[] = "/tmp/l8reload-XXXXXX";
     REQUIRE(mkdtemp(dir), "mkdtemp");
     snprintf(conf, sizeof conf, "%s/llama8d.conf", dir);
-    write_file(conf, "log_level = notice\nkv_pages = 8192\nhello_timeout_ms = 20000\n");
+    write_file(conf, "log_level = notice\nkv_pages = 8192\nhello_timeout_ms = 20000\n"
+                     "max_clients = 2\n");
     struct tdaemon d;
     /* --spin-us on the command line: a reload keeps it over the file's. */
     const char *extra[] = { "--config", conf, "--spin-us", "0", "--drain-timeout-ms", "300",
@@ -199,7 +205,7 @@ static void test_reload(void)
     CHECK(read_tokens(c, 2) == 2, "no tokens before the reload");
 
     write_file(conf, "log_level = debug\nkv_pages = 16384\nhello_timeout_ms = 200\n"
-                     "spin_us = 500\n");
+                     "spin_us = 500\nmax_clients = 4\n");
     kill(d.pid, SIGHUP);
     CHECK(reload_done(&d, 0), "no RELOADING=1 (with MONOTONIC_USEC) then READY=1: %s", d.notes);
     st = status_of(d.sock);
@@ -208,6 +214,12 @@ static void test_reload(void)
           "after a reload: log level %s, %llu reloads, error '%s', restart '%s', %u pages, "
           "spin %u us", st.log_level, (unsigned long long)st.config_reloads, st.config_error,
           st.config_restart, st.pages_total, st.spin_us);
+    /* max_clients 2 -> 4: two more clients beside the streaming one. */
+    struct l8c_client *more[2] = { NULL, NULL };
+    char err[L8C_ERRLEN];
+    for (int i = 0; i < 2; i++)
+        CHECK(l8c_connect(d.sock, "more", &more[i], err) == 0, "client %d of 3 after max_clients "
+              "4: %s", i + 2, err);
     /* hello_timeout_ms applies to the next silent connection: closed in
      * ~0.2 s, not 20. */
     int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
@@ -243,16 +255,24 @@ static void test_reload(void)
           "without the file: error '%s', %llu reloads", st.config_error,
           (unsigned long long)st.config_reloads);
 
-    /* Back to the start's file: nothing waits for a restart. */
-    write_file(conf, "log_level = notice\nkv_pages = 8192\nhello_timeout_ms = 20000\n");
+    /* Back to the start's file: nothing waits for a restart; max_clients 2
+     * keeps the 3 clients connected and refuses a fourth. */
+    write_file(conf, "log_level = notice\nkv_pages = 8192\nhello_timeout_ms = 20000\n"
+                     "max_clients = 2\n");
     kill(d.pid, SIGHUP);
     CHECK(reload_done(&d, 3), "fourth reload: no READY=1: %s", d.notes);
+    struct l8c_client *fourth;
+    CHECK(l8c_connect(d.sock, "fourth", &fourth, err) == -EUSERS,
+          "a client past max_clients 2 let in: %s", err);
+    for (int i = 0; i < 2; i++)
+        if (more[i])
+            l8c_close(more[i]);
     st = status_of(d.sock);
     CHECK(!strcmp(st.log_level, "notice") && st.config_reloads == 2 && !st.config_error[0] &&
-              !st.config_restart[0],
-          "back to the start: log level %s, %llu reloads, error '%s', restart '%s'",
+              !st.config_restart[0] && st.clients == 2,
+          "back to the start: log level %s, %llu reloads, error '%s', restart '%s', %u clients",
           st.log_level, (unsigned long long)st.config_reloads, st.config_error,
-          st.config_restart);
+          st.config_restart, st.clients);
     CHECK(read_tokens(c, 5) == 5, "the request stopped streaming across the reloads");
 
     /* Draining: SIGHUP does not reload (no READY=1 while stopping). */
