@@ -45,6 +45,35 @@ struct tdaemon {
 
 static inline uint64_t t_now_ms(void) { return l8c_now_ns() / 1000000ull; }
 
+/* Appends one waiting notify datagram to notes ('|' for each newline);
+ * false if none was waiting. */
+static inline bool tdaemon_notify_read(struct tdaemon *d)
+{
+    char buf[4096];
+    ssize_t n = recv(d->notify_fd, buf, sizeof(buf) - 1, MSG_DONTWAIT);
+    if (n <= 0)
+        return false;
+    buf[n] = 0;
+    for (char *c = buf; *c; c++)
+        if (*c == '\n')
+            *c = '|';
+    size_t room = sizeof(d->notes) - d->notes_len - 2;
+    size_t k = (size_t)n < room ? (size_t)n : room;
+    memcpy(d->notes + d->notes_len, buf, k);
+    d->notes_len += k;
+    d->notes[d->notes_len++] = '|';
+    d->notes[d->notes_len] = 0;
+    return true;
+}
+
+/* Reads what is waiting, as systemd would: a datagram socket queues few
+ * (net.unix.max_dgram_qlen, 10), and sd_notify blocks when it is full. */
+static inline void tdaemon_notify_drain(struct tdaemon *d)
+{
+    while (tdaemon_notify_read(d))
+        ;
+}
+
 /* Read notify datagrams for up to timeout_ms or until `want` was seen. */
 static inline bool tdaemon_notify_wait(struct tdaemon *d, const char *want, int timeout_ms)
 {
@@ -56,22 +85,8 @@ static inline bool tdaemon_notify_wait(struct tdaemon *d, const char *want, int 
         if (now >= end)
             return false;
         struct pollfd p = { d->notify_fd, POLLIN, 0 };
-        if (poll(&p, 1, (int)(end - now)) <= 0)
+        if (poll(&p, 1, (int)(end - now)) <= 0 || !tdaemon_notify_read(d))
             continue;
-        char buf[4096];
-        ssize_t n = recv(d->notify_fd, buf, sizeof(buf) - 1, MSG_DONTWAIT);
-        if (n <= 0)
-            continue;
-        buf[n] = 0;
-        for (char *c = buf; *c; c++)
-            if (*c == '\n')
-                *c = '|';
-        size_t room = sizeof(d->notes) - d->notes_len - 2;
-        size_t k = (size_t)n < room ? (size_t)n : room;
-        memcpy(d->notes + d->notes_len, buf, k);
-        d->notes_len += k;
-        d->notes[d->notes_len++] = '|';
-        d->notes[d->notes_len] = 0;
         if (d->pid > 0 && waitpid(d->pid, NULL, WNOHANG) == d->pid) {
             d->pid = -1;
             return want && strstr(d->notes, want);

@@ -12,7 +12,8 @@
  * status, an observer's greedy stream is the same before, during and after;
  * once the fuzzer has left, the pool holds no pages and no requests, the
  * daemon holds no more descriptors or io_uring operations than before, and
- * SIGTERM exits 0. The log counts the rounds by kind and by outcome.
+ * SIGTERM exits 0. Every CHECK_EVERY_MS the daemon also reloads its
+ * configuration (SIGHUP), spin_us switched between 0 and 300. The log counts the rounds by kind and by outcome.
  * argv: llama8d model-dir. Environment: L8_FUZZ_SEED (the seed, default
  * fixed), L8_FUZZ_MS (the time budget of the rounds, default 7000),
  * L8_FUZZ_LOG (the daemon's log level, default err: at info it logs every
@@ -1054,10 +1055,15 @@ int main(int argc, char **argv)
     snprintf(mr, sizeof(mr), "%d", MAX_REQ);
     snprintf(mx, sizeof(mx), "%d", MAX_CLIENTS);
     const char *log = getenv("L8_FUZZ_LOG");
+    char conf[] = "/tmp/l8fuzz-conf-XXXXXX";
+    int cfd = mkstemp(conf);
+    REQUIRE(cfd >= 0, "mkstemp: %s", strerror(errno));
+    close(cfd);
     const char *extra[] = { "--max-ctx", mc, "--max-requests-per-client", mr,
                             "--max-clients", mx, "--hello-timeout-ms", "1000",
-                            "--log-level", log && *log ? log : "err", NULL };
+                            "--log-level", log && *log ? log : "err", "--config", conf, NULL };
     tdaemon_start(&d, argv[1], argv[2], extra);
+    unsigned reloads = 0;
     sock = d.sock;
     struct l8c_client *probe;
     char err[L8C_ERRLEN];
@@ -1100,6 +1106,13 @@ int main(int argc, char **argv)
         if (t_now_ms() - last_check >= CHECK_EVERY_MS) {
             check_alive(&d, "during the fuzzing");
             last_check = t_now_ms();
+            FILE *cf = fopen(conf, "w");
+            if (cf) {
+                fprintf(cf, "spin_us = %u\n", reloads++ % 2 ? 0u : 300u);
+                fclose(cf);
+            }
+            kill(d.pid, SIGHUP);
+            tdaemon_notify_drain(&d);
         }
     }
     uint64_t elapsed = t_now_ms() - t0;
@@ -1121,9 +1134,9 @@ int main(int argc, char **argv)
     obs_start();
     REQUIRE(obs_poll(60000), "observer on the quiet daemon after the fuzzing");
 
-    printf("%u rounds in %llu ms; observer runs: 1 before, %u during, 1 after the fuzzing; "
-           "identical: %s\n", round_no, (unsigned long long)elapsed, obs_runs - 2,
-           failures ? "see above" : "yes");
+    printf("%u rounds in %llu ms, %u reloads; observer runs: 1 before, %u during, 1 after the "
+           "fuzzing; identical: %s\n", round_no, (unsigned long long)elapsed, reloads,
+           obs_runs - 2, failures ? "see above" : "yes");
     printf("daemon descriptors %d -> %d, armed io_uring operations %d -> %d\n", fds0, fds1,
            polls0, polls1);
     printf("rounds by kind:\n");
@@ -1150,6 +1163,15 @@ int main(int argc, char **argv)
     l8c_close(probe);
     int rc = tdaemon_stop(&d);
     CHECK(rc == 0, "llama8d exit %d", rc);
+    /* Each reload ended (READY=1 after each RELOADING=1). */
+    int n_reloading = 0, n_ready = 0;
+    for (const char *p = d.notes; (p = strstr(p, "RELOADING=1")); p++)
+        n_reloading++;
+    for (const char *p = d.notes; (p = strstr(p, "READY=1")); p++)
+        n_ready++;
+    CHECK(reloads > 0 && n_reloading == (int)reloads && n_ready == n_reloading + 1,
+          "%u SIGHUPs: %d RELOADING=1, %d READY=1", reloads, n_reloading, n_ready);
+    unlink(conf);
     if (failures)
         return 1;
     printf("ok\n");
