@@ -342,6 +342,13 @@ static int load_file(struct l8d_conf *c, const char *path, bool must, char err[L
         memcpy(buf + n, tmp, r);
         n += r;
     }
+    /* A directory opens, and its read fails (EISDIR): not an empty file. */
+    if (ferror(f)) {
+        snprintf(err, L8D_ERRLEN, "%s: %s", path, strerror(errno));
+        free(buf);
+        fclose(f);
+        return -EINVAL;
+    }
     fclose(f);
     if (!buf)
         return 0;

@@ -101,6 +101,9 @@ int main(void)
     CHECK(strstr(err, "unknown option '--bogus'"), "message: %s", err);
     char *argv3[] = { "llama8d", "--config", "/nonexistent/llama8d.conf", "--model", "/m", NULL };
     CHECK(l8d_conf_from_args(&c, 5, argv3, err) == -EINVAL, "missing config");
+    char *argv3d[] = { "llama8d", "--config", "/tmp", "--model", "/m", NULL };
+    CHECK(l8d_conf_from_args(&c, 5, argv3d, err) == -EINVAL && strstr(err, "/tmp: Is a directory"),
+          "a directory as the config: %s", err);
     char *argv4[] = { "llama8d", "--config", "/dev/null", NULL };
     CHECK(l8d_conf_from_args(&c, 3, argv4, err) == -EINVAL && strstr(err, "no model"), "no model");
     char *argv5[] = { "llama8d", "--config", "/dev/null", "--model", "/m", "--max-batch", "64",
