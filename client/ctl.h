@@ -29,6 +29,9 @@ int ctl_read_stdin(char **buf, size_t *len);
 /* The tokenizer path: the option's value, else $LLAMA8_TOKENIZER, else $LLAMA8_MODEL
  * (a model directory); NULL if none is set. */
 const char *ctl_tokenizer_path(const char *opt);
+/* l8tok_load(path), saying on stderr why not (the file a directory stands
+ * for, what the error means), then hint (or nothing). Returns its result. */
+int ctl_tokenizer_load(const char *path, const char *hint, l8tok **out);
 
 /* How many bytes of s (at most max) to quote in a message without cutting
  * a UTF-8 character in two: for "%.*s". */

@@ -179,11 +179,7 @@ int ctl_load_tokenizer(const char *opt, const struct l8c_client *c, l8tok **out)
         fprintf(stderr, "llama8ctl: no tokenizer: give --tokenizer FILE\n");
         return -ENOENT;
     }
-    int rc = l8tok_load(path, out);
-    if (rc < 0)
-        fprintf(stderr, "llama8ctl: tokenizer %s: %s (give --tokenizer FILE, or --ids)\n", path,
-                strerror(-rc));
-    return rc;
+    return ctl_tokenizer_load(path, opt ? NULL : " (give --tokenizer FILE, or --ids)", out);
 }
 
 int ctl_parse_ids(const char *s, l8tok_ids *out)

@@ -59,12 +59,7 @@ static int load_tokenizer(const char *opt, l8tok **tok)
         fprintf(stderr, "llama8ctl: no tokenizer: pass --tokenizer FILE or set LLAMA8_TOKENIZER\n");
         return CTL_USAGE;
     }
-    int rc = l8tok_load(path, tok);
-    if (rc < 0) {
-        fprintf(stderr, "llama8ctl: cannot load tokenizer %s: %s\n", path, strerror(-rc));
-        return CTL_FAIL;
-    }
-    return CTL_OK;
+    return ctl_tokenizer_load(path, NULL, tok) < 0 ? CTL_FAIL : CTL_OK;
 }
 
 /* The arguments joined by spaces, or stdin. */

@@ -5,9 +5,11 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "l8_build.h"
@@ -212,6 +214,23 @@ const char *ctl_tokenizer_path(const char *opt)
     if (e && *e)
         return e;
     return NULL;
+}
+
+int ctl_tokenizer_load(const char *path, const char *hint, l8tok **out)
+{
+    int rc = l8tok_load(path, out);
+    if (rc == 0)
+        return 0;
+    struct stat st;
+    const bool dir = stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+    const char *why = rc == -EINVAL ? "not a tokenizer.json (not a regular file, malformed "
+                                      "JSON, or a vocabulary or merge that does not parse)"
+                    : rc == -ENOTSUP ? "a tokenizer this program does not implement (it reads "
+                                       "byte-level BPE with a Split pre-tokenizer, as Llama 3's)"
+                    : strerror(-rc);
+    fprintf(stderr, "llama8ctl: tokenizer %s%s: %s%s\n", path, dir ? "/tokenizer.json" : "", why,
+            hint ? hint : "");
+    return rc;
 }
 
 static void usage(FILE *f)

@@ -181,6 +181,14 @@ int main(int argc, char **argv)
     CHECK(r.status == 0 && strstr(r.out, "usage: llama8ctl tokenize"), "tokenize --help");
     RUN(&r, "", "tokenize", "-t", "/nonexistent/tokenizer.json", "x");
     CHECK(r.status == 1 && strstr(r.err, "No such file"), "missing tokenizer: %d %s", r.status, r.err);
+    /* A directory stands for its tokenizer.json, and the message names that file; a
+     * file that is not a tokenizer.json says so, not "Invalid argument". */
+    RUN(&r, "", "tokenize", "-t", "/sys", "x");
+    CHECK(r.status == 1 && strstr(r.err, "tokenizer /sys/tokenizer.json: No such file"),
+          "a directory without one: %d %s", r.status, r.err);
+    RUN(&r, "", "tokenize", "-t", "/dev/null", "x");
+    CHECK(r.status == 1 && strstr(r.err, "/dev/null: not a tokenizer.json"), "/dev/null: %d %s",
+          r.status, r.err);
     run(&r, "x", 1, NULL, "tokenize", (char *)NULL);
     CHECK(r.status == 2 && strstr(r.err, "no tokenizer"), "no tokenizer configured: %d %s", r.status, r.err);
 
