@@ -13,7 +13,7 @@ cd "$(dirname "$0")"
 
 BUILD=${BUILD:-build}
 DEBS="build-essential meson ninja-build pkg-config liburing-dev libprotobuf-c-dev
-protobuf-c-compiler libsystemd-dev libjson-c-dev libpcre2-dev systemd"
+protobuf-c-compiler libsystemd-dev libjson-c-dev libpcre2-dev systemd help2man"
 
 install_deps() {
     local missing=()

@@ -208,7 +208,7 @@ out:
 static void bench_usage(FILE *f)
 {
     fprintf(f,
-        "usage: llama8ctl bench [OPTIONS]\n"
+        "Usage: llama8ctl bench [OPTIONS]\n"
         "Run N greedy requests of random prompts against llama8d and report time to first\n"
         "token, submit -> prefill start, per-token delivery latency, inter-token latency,\n"
         "time per output token (p50/p99) and tokens/s; then this machine's floor for a\n"

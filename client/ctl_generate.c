@@ -374,7 +374,7 @@ static int run_one(struct l8c_client *c, struct stream_ctx *x, const uint32_t *i
 static void generate_usage(FILE *f)
 {
     fprintf(f,
-        "usage: llama8ctl generate [OPTIONS] [TEXT...]\n"
+        "Usage: llama8ctl generate [OPTIONS] [TEXT...]\n"
         "Send TEXT (or stdin) to llama8d as a user message in the Llama 3.1 chat format and\n"
         "print the reply as it is generated.\n\n"
         "  --raw                  no chat format: <|begin_of_text|> + the text's tokens\n"
@@ -546,7 +546,7 @@ out:
 static void chat_usage(FILE *f)
 {
     fprintf(f,
-        "usage: llama8ctl chat [OPTIONS]\n"
+        "Usage: llama8ctl chat [OPTIONS]\n"
         "Talk with the model: each line of stdin is a user message; the whole conversation\n"
         "is re-sent each turn (the daemon's prefix cache makes that cheap). Empty line or\n"
         "EOF ends; \"/reset\" forgets the history.\n\n"

@@ -582,7 +582,7 @@ static int pipe_loop(struct pipe *P)
 static void pipe_usage(FILE *f)
 {
     fprintf(f,
-        "usage: llama8ctl pipe [--socket PATH] [--tokenizer FILE]\n"
+        "Usage: llama8ctl pipe [--socket PATH] [--tokenizer FILE]\n"
         "Requests as JSON lines on stdin, their events as JSON lines on stdout, any number\n"
         "in flight over one connection: for editors and scripts.\n\n"
         "A request (one line; \"id\" and one prompt are required, the rest optional):\n"

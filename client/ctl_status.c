@@ -10,7 +10,7 @@
 
 static void status_usage(FILE *f)
 {
-    fprintf(f, "usage: llama8ctl status [--socket PATH] [--json]\n"
+    fprintf(f, "Usage: llama8ctl status [--socket PATH] [--json]\n"
                "Print the served model, KV pool use, clients, requests, errors sent, tokens/s and uptime.\n\n"
                "exit status: 0 ok, 1 the daemon failed to answer, 2 bad command line,\n"
                "3 no daemon at the socket\n");

@@ -17,7 +17,7 @@
 static void tokenize_usage(FILE *f)
 {
     fprintf(f,
-            "usage: llama8ctl tokenize [OPTIONS] [TEXT...]\n"
+            "Usage: llama8ctl tokenize [OPTIONS] [TEXT...]\n"
             "Encode TEXT (the arguments joined by single spaces) or, with no arguments, all of\n"
             "stdin byte for byte (a trailing newline included), and print the token ids.\n\n"
             "  -t, --tokenizer FILE   tokenizer.json or a model directory\n"
@@ -40,7 +40,7 @@ static void tokenize_usage(FILE *f)
 
 static void detokenize_usage(FILE *f)
 {
-    fprintf(f, "usage: llama8ctl detokenize [OPTIONS] [ID...]\n"
+    fprintf(f, "Usage: llama8ctl detokenize [OPTIONS] [ID...]\n"
                "Decode token ids (the arguments or, with none, stdin: decimal ids separated by\n"
                "spaces, newlines or commas) and write the text's exact bytes to stdout.\n\n"
                "  -t, --tokenizer FILE   tokenizer.json or a model directory\n"

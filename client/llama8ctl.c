@@ -235,11 +235,12 @@ int ctl_tokenizer_load(const char *path, const char *hint, l8tok **out)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: llama8ctl COMMAND [OPTIONS] [ARGS]\n"
+    fprintf(f, "Usage: llama8ctl COMMAND [OPTIONS] [ARGS]\n"
                "       llama8ctl COMMAND --help\n\ncommands:\n");
     for (size_t i = 0; i < N_COMMANDS; i++)
         fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].summary);
-    fprintf(f, "\nexit status: 0 success, 1 the operation failed, 2 bad command line\n");
+    fprintf(f, "\nexit status: 0 success, 1 the operation failed, 2 bad command line, 3 no daemon\n"
+               "(the commands that talk to llama8d)\n");
 }
 
 int main(int argc, char **argv)

@@ -377,7 +377,7 @@ void l8d_conf_usage(FILE *f)
         char both[96];
         snprintf(both, sizeof(both), "%s %.*s", flag, (int)w, h);
         h += w + (h[w] == ' ');
-        if (strlen(both) > 23)   /* the description on a line of its own */
+        if (strlen(both) >= 23)  /* 2 spaces at least, or a line of its own */
             fprintf(f, "  %s\n  %-23s %s\n", both, "", h);
         else
             fprintf(f, "  %-23s %s\n", both, h);

@@ -828,7 +828,7 @@ out:
 static void usage(FILE *f)
 {
     fprintf(f,
-"usage: llama8-mkmodel --out DIR [options]\n"
+"Usage: llama8-mkmodel --out DIR [options]\n"
 "\n"
 "Writes a synthetic Llama checkpoint in the layout of\n"
 "RedHatAI/Meta-Llama-3.1-8B-Instruct-FP8-dynamic: config.json,\n"

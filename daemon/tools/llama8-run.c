@@ -49,7 +49,7 @@ struct opts {
 static void usage(FILE *f)
 {
     fprintf(f,
-"usage: llama8-run --model DIR (--tokens 1,2,3 | --tokens-file FILE) [options]\n"
+"Usage: llama8-run --model DIR (--tokens 1,2,3 | --tokens-file FILE) [options]\n"
 "\n"
 "Runs the model in-process on a prompt of token ids and prints the generated\n"
 "ids (one line on stdout; timings on stderr).\n"

@@ -4,7 +4,8 @@
 # sysusers.d and tmpfiles.d under PREFIX/lib, llama8d in PREFIX/sbin with
 # the unit's ExecStart pointing at it, the client library's header, the
 # bash completion under both programs' names, the zsh completion where it
-# finds the bash one's parser, and the Vim package.
+# finds the bash one's parser, the Vim package, and the man pages when the
+# build made them (help2man), which groff reads without a warning.
 set -euo pipefail
 meson=$1 build=$2 prefix=$3
 d=$(mktemp -d "${TMPDIR:-/tmp}/l8-install.XXXXXX")
@@ -19,6 +20,17 @@ for f in lib/systemd/system/llama8d.service lib/systemd/system/llama8d.socket \
          share/bash-completion/completions/llama8d \
          share/vim/vimfiles/pack/llama8/opt/llama8/plugin/llama8.vim; do
     [ -e "$d$prefix/$f" ] || { echo "FAIL: $prefix/$f was not installed"; fail=1; }
+done
+for m in daemon/llama8d.8:man8 client/llama8ctl.1:man1; do
+    page=${m%:*} sec=${m#*:}
+    [ -f "$build/$page" ] || continue
+    f=$d$prefix/share/man/$sec/$(basename "$page")
+    if [ ! -f "$f" ]; then
+        echo "FAIL: $prefix/share/man/$sec/$(basename "$page") was not installed"; fail=1
+    elif command -v groff >/dev/null; then
+        w=$(groff -man -ww -z -Tutf8 "$f" 2>&1)
+        [ -z "$w" ] || { echo "FAIL: groff on $(basename "$page"): $w"; fail=1; }
+    fi
 done
 zshfn=$(find "$d$prefix/share/zsh" -name _llama8 2>/dev/null | head -1)
 if [ -z "$zshfn" ]; then

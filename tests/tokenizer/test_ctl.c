@@ -178,7 +178,7 @@ int main(int argc, char **argv)
     RUN(&r, "", "tokenize", "--system", "x", "y");
     CHECK(r.status == 2, "--system without --chat: %d", r.status);
     RUN(&r, "", "tokenize", "--help");
-    CHECK(r.status == 0 && strstr(r.out, "usage: llama8ctl tokenize"), "tokenize --help");
+    CHECK(r.status == 0 && strstr(r.out, "Usage: llama8ctl tokenize"), "tokenize --help");
     RUN(&r, "", "tokenize", "-t", "/nonexistent/tokenizer.json", "x");
     CHECK(r.status == 1 && strstr(r.err, "No such file"), "missing tokenizer: %d %s", r.status, r.err);
     /* A directory stands for its tokenizer.json, and the message names that file; a
@@ -212,7 +212,7 @@ int main(int argc, char **argv)
     RUN(&r, "12 abc", "detokenize");
     CHECK(r.status == 2, "not a number: %d", r.status);
     RUN(&r, "", "detokenize", "--help");
-    CHECK(r.status == 0 && strstr(r.out, "usage: llama8ctl detokenize"), "detokenize --help");
+    CHECK(r.status == 0 && strstr(r.out, "Usage: llama8ctl detokenize"), "detokenize --help");
 
     RUN(&r, "", "--help");
     CHECK(r.status == 0 && strstr(r.out, "tokenize") && strstr(r.out, "detokenize"), "--help");
