@@ -24,6 +24,8 @@ struct l8d_req {
     uint64_t id;
     uint32_t generated;      /* tokens delivered so far */
     uint32_t prompt_tokens;  /* for the STARTED event */
+    uint32_t cached_tokens;  /* of them, from the prefix cache (STARTED) */
+    uint64_t t_submit_ns, t_first_ns;  /* taken; its first token (0: none yet) */
     bool live;
     bool ignore_eos;
 };

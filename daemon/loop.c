@@ -173,6 +173,7 @@ static void start_step(struct l8d *d)
         struct l8d_req *r = slots[i].user;
         if (!r || !r->live)
             continue;
+        r->cached_tokens = slots[i].cached_tokens;
         struct l8_event ev = { .request_id = slots[i].id, .t_ns = t, .kind = L8_EV_STARTED,
                                .token = r->prompt_tokens, .index = slots[i].cached_tokens,
                                .logprob = 0.0f };

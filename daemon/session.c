@@ -528,10 +528,23 @@ static void push_error(struct l8d_session *s, uint64_t id, int code)
     push_refusal(s, id, code, L8_EF_NONE, 0, 0, NAN);
 }
 
-static void req_release(struct l8d_session *s, struct l8d_req *r)
+/* The request ended (how: its done reason, or why not): one line in the
+ * log, an operator's record of the daemon's work. */
+static void req_release(struct l8d_session *s, struct l8d_req *r, const char *how, uint64_t t_ns)
 {
     r->live = false;
     s->n_live--;
+    if (!l8_log_enabled(L8_LOG_INFO))
+        return;
+    char first[96] = "";
+    if (r->generated)
+        snprintf(first, sizeof(first), "; first token after %.1f ms, then %.1f tokens/s",
+                 (double)(r->t_first_ns - r->t_submit_ns) / 1e6,
+                 r->generated > 1 && t_ns > r->t_first_ns
+                     ? (double)(r->generated - 1) * 1e9 / (double)(t_ns - r->t_first_ns) : 0.0);
+    log_info("client %llu request %llu %s: %u prompt tokens (%u from the prefix cache), "
+             "%u generated%s", (unsigned long long)s->id, (unsigned long long)r->id, how,
+             r->prompt_tokens, r->cached_tokens, r->generated, first);
 }
 
 void l8d_session_on_sched_event(struct l8d *d, const struct l8_sched_event *e, uint64_t t_ns)
@@ -545,7 +558,8 @@ void l8d_session_on_sched_event(struct l8d *d, const struct l8_sched_event *e, u
     switch (e->kind) {
     case L8_SCHED_EV_TOKEN:
         ev.kind = L8_EV_TOKEN;
-        r->generated++;
+        if (!r->generated++)
+            r->t_first_ns = t_ns;
         break;
     case L8_SCHED_EV_DONE:
         ev.kind = L8_EV_DONE;
@@ -556,7 +570,8 @@ void l8d_session_on_sched_event(struct l8d *d, const struct l8_sched_event *e, u
                 if (d->eos[i] == e->token)
                     ev.reason = L8_DONE_EOS;
         }
-        req_release(s, r);
+        req_release(s, r, ev.reason == L8_DONE_EOS ? "done (eos)" : ev.reason == L8_DONE_STOP
+                          ? "done (stop id)" : "done (length)", t_ns);
         d->requests_done++;
         break;
     case L8_SCHED_EV_ERROR:
@@ -566,7 +581,7 @@ void l8d_session_on_sched_event(struct l8d *d, const struct l8_sched_event *e, u
         ev = (struct l8_event){ .request_id = e->id, .t_ns = t_ns, .kind = L8_EV_ERROR,
                                 .code = L8_ERR_INTERNAL, .logprob = NAN };
         d->errors[L8_ERR_INTERNAL]++;
-        req_release(s, r);
+        req_release(s, r, "failed (engine error)", t_ns);
         break;
     }
     l8d_session_push(s, &ev);
@@ -683,7 +698,7 @@ static void on_generate(struct l8d_session *s, const Llama8__GenerateRequest *g)
         return push_refusal(s, id, code, field, why.value, why.limit, why.fvalue);
     }
     *r = (struct l8d_req){ .s = s, .id = id, .prompt_tokens = g->prompt_count, .live = true,
-                           .ignore_eos = g->ignore_eos };
+                           .ignore_eos = g->ignore_eos, .t_submit_ns = l8d_now_ns() };
     s->n_live++;
     log_debug("client %llu request %llu: %u prompt tokens, %u new", (unsigned long long)s->id,
               (unsigned long long)id, g->prompt_count, g->max_new_tokens);
@@ -697,7 +712,7 @@ static void on_cancel(struct l8d_session *s, const Llama8__Cancel *c)
     struct l8_event ev = { .request_id = c->request_id, .t_ns = l8d_now_ns(),
                            .kind = L8_EV_DONE, .reason = L8_DONE_CANCELLED,
                            .index = r->generated, .logprob = NAN };
-    req_release(s, r);
+    req_release(s, r, "cancelled", ev.t_ns);
     l8d_session_push(s, &ev);
 }
 
@@ -777,7 +792,7 @@ void l8d_session_cut_all(struct l8d_session *s)
             continue;
         l8_sched_cancel(s->d->sched, s->id, r->id);
         uint64_t id = r->id;
-        req_release(s, r);
+        req_release(s, r, "cut (shutting down)", l8d_now_ns());
         push_error(s, id, L8_ERR_SHUTTING_DOWN);
     }
 }
