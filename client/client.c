@@ -768,18 +768,67 @@ int l8c_wait_events(struct l8c_client *c, struct l8_event *ev, int max, int time
     }
 }
 
-int l8c_status(struct l8c_client *c, struct l8c_status *out, int timeout_ms)
+/* A Status message into the library's struct. */
+static void take_status(const Llama8__Status *s, struct l8c_status *out)
+{
+    struct l8c_status o = { 0 };
+    snprintf(o.model_name, sizeof(o.model_name), "%s", s->model_name ? s->model_name : "");
+    snprintf(o.backend, sizeof(o.backend), "%s", s->backend ? s->backend : "");
+    o.pages_total = s->pages_total;
+    o.pages_used = s->pages_used;
+    o.pages_cached = s->pages_cached;
+    o.page_size = s->page_size;
+    o.clients = s->clients;
+    o.requests_running = s->requests_running;
+    o.requests_waiting = s->requests_waiting;
+    o.context_length = s->context_length;
+    o.tokens_per_s = s->tokens_per_s;
+    o.uptime_s = s->uptime_s;
+    o.tokens_generated = s->tokens_generated;
+    o.requests_done = s->requests_done;
+    o.prompt_tokens = s->prompt_tokens;
+    o.prompt_tokens_cached = s->prompt_tokens_cached;
+    o.draining = s->draining;
+    o.step_running_s = s->step_running_s;
+    o.step_stalled = s->step_stalled;
+    o.steps = s->steps;
+    o.step_time_s = s->step_time_s;
+    o.gap_steps = s->gap_steps;
+    o.gap_time_s = s->gap_time_s;
+    o.decode_steps = s->decode_steps;
+    o.decode_time_s = s->decode_time_s;
+    o.decode_rows = s->decode_rows;
+    o.fed_tokens = s->fed_tokens;
+    o.preemptions = s->preemptions;
+    o.mem_weights = s->mem_weights;
+    o.mem_kv_pool = s->mem_kv_pool;
+    o.mem_work = s->mem_work;
+    o.device_used = s->device_used;
+    o.device_total = s->device_total;
+    snprintf(o.prefix_cache, sizeof(o.prefix_cache), "%s",
+             s->prefix_cache ? s->prefix_cache : "");
+    o.spin_us = s->spin_us;
+    snprintf(o.log_level, sizeof(o.log_level), "%s", s->log_level ? s->log_level : "");
+    o.config_reloads = s->config_reloads;
+    snprintf(o.config_error, sizeof(o.config_error), "%s",
+             s->config_error ? s->config_error : "");
+    snprintf(o.config_restart, sizeof(o.config_restart), "%s",
+             s->config_restart ? s->config_restart : "");
+    for (size_t i = 0; i < s->n_errors && i < L8_ERR_MAX_; i++)
+        o.errors[i] = s->errors[i];
+    *out = o;
+}
+
+/* Sends msg on the control socket and takes the Status that answers it. */
+static int status_exchange(struct l8c_client *c, const Llama8__ClientMessage *msg,
+                           struct l8c_status *out, int timeout_ms)
 {
     int rc;
     if (!c || !out)
         return -EINVAL;
     if (c->dead)
         return -ECONNRESET;
-    Llama8__StatusRequest sr = LLAMA8__STATUS_REQUEST__INIT;
-    Llama8__ClientMessage cm = LLAMA8__CLIENT_MESSAGE__INIT;
-    cm.msg_case = LLAMA8__CLIENT_MESSAGE__MSG_STATUS_REQUEST;
-    cm.status_request = &sr;
-    if ((rc = send_ctl(c, &cm)) < 0)
+    if ((rc = send_ctl(c, msg)) < 0)
         return rc;
     Llama8__DaemonMessage *m = recv_ctl(c, timeout_ms, NULL, NULL, &rc);
     if (!m)
@@ -787,58 +836,35 @@ int l8c_status(struct l8c_client *c, struct l8c_status *out, int timeout_ms)
     if (m->msg_case == LLAMA8__DAEMON_MESSAGE__MSG_ERROR) {
         rc = take_error(c, m->error);
     } else if (m->msg_case != LLAMA8__DAEMON_MESSAGE__MSG_STATUS) {
-        set_err(c, 0, "daemon answered a status request with something else");
+        set_err(c, 0, "daemon answered with something other than its status");
         rc = -EPROTO;
     } else {
-        const Llama8__Status *s = m->status;
-        struct l8c_status o = { 0 };
-        snprintf(o.model_name, sizeof(o.model_name), "%s", s->model_name ? s->model_name : "");
-        snprintf(o.backend, sizeof(o.backend), "%s", s->backend ? s->backend : "");
-        o.pages_total = s->pages_total;
-        o.pages_used = s->pages_used;
-        o.pages_cached = s->pages_cached;
-        o.page_size = s->page_size;
-        o.clients = s->clients;
-        o.requests_running = s->requests_running;
-        o.requests_waiting = s->requests_waiting;
-        o.context_length = s->context_length;
-        o.tokens_per_s = s->tokens_per_s;
-        o.uptime_s = s->uptime_s;
-        o.tokens_generated = s->tokens_generated;
-        o.requests_done = s->requests_done;
-        o.prompt_tokens = s->prompt_tokens;
-        o.prompt_tokens_cached = s->prompt_tokens_cached;
-        o.draining = s->draining;
-        o.step_running_s = s->step_running_s;
-        o.step_stalled = s->step_stalled;
-        o.steps = s->steps;
-        o.step_time_s = s->step_time_s;
-        o.gap_steps = s->gap_steps;
-        o.gap_time_s = s->gap_time_s;
-        o.decode_steps = s->decode_steps;
-        o.decode_time_s = s->decode_time_s;
-        o.decode_rows = s->decode_rows;
-        o.fed_tokens = s->fed_tokens;
-        o.preemptions = s->preemptions;
-        o.mem_weights = s->mem_weights;
-        o.mem_kv_pool = s->mem_kv_pool;
-        o.mem_work = s->mem_work;
-        o.device_used = s->device_used;
-        o.device_total = s->device_total;
-        snprintf(o.prefix_cache, sizeof(o.prefix_cache), "%s",
-                 s->prefix_cache ? s->prefix_cache : "");
-        o.spin_us = s->spin_us;
-        snprintf(o.log_level, sizeof(o.log_level), "%s", s->log_level ? s->log_level : "");
-        o.config_reloads = s->config_reloads;
-        snprintf(o.config_error, sizeof(o.config_error), "%s",
-                 s->config_error ? s->config_error : "");
-        snprintf(o.config_restart, sizeof(o.config_restart), "%s",
-                 s->config_restart ? s->config_restart : "");
-        for (size_t i = 0; i < s->n_errors && i < L8_ERR_MAX_; i++)
-            o.errors[i] = s->errors[i];
-        *out = o;
+        take_status(m->status, out);
         rc = 0;
     }
     llama8__daemon_message__free_unpacked(m, NULL);
+    return rc;
+}
+
+int l8c_status(struct l8c_client *c, struct l8c_status *out, int timeout_ms)
+{
+    Llama8__StatusRequest sr = LLAMA8__STATUS_REQUEST__INIT;
+    Llama8__ClientMessage cm = LLAMA8__CLIENT_MESSAGE__INIT;
+    cm.msg_case = LLAMA8__CLIENT_MESSAGE__MSG_STATUS_REQUEST;
+    cm.status_request = &sr;
+    return status_exchange(c, &cm, out, timeout_ms);
+}
+
+int l8c_reload(struct l8c_client *c, struct l8c_status *out, int timeout_ms)
+{
+    Llama8__ReloadRequest rr = LLAMA8__RELOAD_REQUEST__INIT;
+    Llama8__ClientMessage cm = LLAMA8__CLIENT_MESSAGE__INIT;
+    cm.msg_case = LLAMA8__CLIENT_MESSAGE__MSG_RELOAD_REQUEST;
+    cm.reload_request = &rr;
+    int rc = status_exchange(c, &cm, out, timeout_ms);
+    if (rc == 0 && out->config_error[0]) {
+        set_err(c, 0, "the daemon refused its configuration: %s", out->config_error);
+        rc = -EINVAL;
+    }
     return rc;
 }

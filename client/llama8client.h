@@ -189,6 +189,13 @@ struct l8c_status {
     char config_restart[512];
 };
 int l8c_status(struct l8c_client *c, struct l8c_status *out, int timeout_ms);
+/* Has the daemon read its configuration again, as SIGHUP (systemctl reload)
+ * does, and fills out with its status after it. 0: applied (out says which
+ * changed keys wait for a restart); -EINVAL: the file was refused and the
+ * running configuration kept (out->config_error and l8c_last_error say
+ * why); -EPERM: only root and the daemon's own user may (the daemon then
+ * closes the connection); -ESHUTDOWN or other errors as l8c_status. */
+int l8c_reload(struct l8c_client *c, struct l8c_status *out, int timeout_ms);
 
 /* Names for codes, for messages. */
 const char *l8c_err_name(int code);

@@ -381,6 +381,29 @@ static void send_status(struct l8d_session *s)
     }
 }
 
+/* A reload asked for on the control socket (llama8ctl reload, the unit's
+ * ExecReload): what SIGHUP does, with the Status after it as the answer.
+ * The configuration is the administrator's: root and our own user only. */
+static void on_reload(struct l8d_session *s)
+{
+    struct l8d *d = s->d;
+    if (s->uid != 0 && s->uid != geteuid()) {
+        log_notice("client %llu (pid %d uid %u) asked for a reload: refused",
+                   (unsigned long long)s->id, (int)s->pid, (unsigned)s->uid);
+        l8d_session_close(s, L8_ERR_PERMISSION_DENIED,
+                          "only root and the daemon's user may reload its configuration");
+        return;
+    }
+    if (d->state != L8D_RUNNING) {
+        l8d_session_close(s, L8_ERR_SHUTTING_DOWN, "the daemon is shutting down");
+        return;
+    }
+    log_notice("client %llu (pid %d uid %u): reloading the configuration",
+               (unsigned long long)s->id, (int)s->pid, (unsigned)s->uid);
+    l8d_reload(d);
+    send_status(s);
+}
+
 /* Has the peer closed or shut down its sending side? On SOCK_SEQPACKET a
  * recv of 0 bytes is that, or an empty datagram from a peer still there. */
 static bool peer_gone(int fd)
@@ -414,6 +437,9 @@ void l8d_session_on_recv(struct l8d_session *s, int n, int msg_flags)
     else if (s->state == L8D_SESS_READY &&
              m->msg_case == LLAMA8__CLIENT_MESSAGE__MSG_STATUS_REQUEST)
         send_status(s);
+    else if (s->state == L8D_SESS_READY &&
+             m->msg_case == LLAMA8__CLIENT_MESSAGE__MSG_RELOAD_REQUEST)
+        on_reload(s);
     else
         l8d_session_close(s, L8_ERR_BAD_MESSAGE,
                           s->state == L8D_SESS_HELLO ? "expected Hello" : "unexpected message");

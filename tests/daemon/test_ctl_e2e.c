@@ -464,15 +464,23 @@ static void status_json(struct status *s)
 }
 
 /* The text form: the prefix cache's scope, the memory line, and no GPU
- * line for the cpu engine. */
+ * line for the cpu engine; after `llama8ctl reload` (which says so), the
+ * config line counts it. */
 static void test_status_text(void)
 {
-    const char *argv[] = { bin_ctl, "status", "--socket", dmn.sock, NULL };
+    const char *rl[] = { bin_ctl, "reload", "--socket", dmn.sock, NULL };
     struct buf o = {0};
+    run_ok(rl, NULL, 0, &o);
+    CHECK(!strcmp(o.p, "llama8d reloaded its configuration (log level info)\n"), "reload: %s",
+          o.p);
+    free(o.p);
+    o = (struct buf){0};
+    const char *argv[] = { bin_ctl, "status", "--socket", dmn.sock, NULL };
     run_ok(argv, NULL, 0, &o);
     CHECK(strstr(o.p, "positions each); prefix cache: user\n") &&
           strstr(o.p, "\nmemory:    weights ") && strstr(o.p, " GiB, KV pool ") &&
-          strstr(o.p, "(host)\n") && !strstr(o.p, "\ngpu:"), "status:\n%s", o.p);
+          strstr(o.p, "(host)\n") && !strstr(o.p, "\ngpu:") &&
+          strstr(o.p, "\nconfig:    log level info; reloaded 1 time\n"), "status:\n%s", o.p);
     free(o.p);
 }
 
@@ -1345,6 +1353,7 @@ static void test_errors(void)
         { bin_ctl, "chat", "--bogus", NULL },
         { bin_ctl, "status", "--bogus", NULL },
         { bin_ctl, "status", "extra", NULL },
+        { bin_ctl, "reload", "--json", NULL },
         { bin_ctl, "generate", "--messages", "x", NULL },
         { bin_ctl, "generate", "--messages", "--system", "s", NULL },
         { bin_ctl, "pipe", "--bogus", NULL },

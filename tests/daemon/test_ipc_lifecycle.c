@@ -236,11 +236,17 @@ static void test_reload(void)
     close(fd);
 
     /* A file the parser refuses, then none at all: the running
-     * configuration stays, Status says why. */
+     * configuration stays, Status says why. The first is asked for on the
+     * socket (llama8ctl reload), and its answer, the Status after it, says
+     * so. (The four clients max_clients allows: the status comes from it.) */
     write_file(conf, "log_level = info\nkv_pages = banana\n");
-    kill(d.pid, SIGHUP);
+    struct l8c_client *admin;
+    REQUIRE(l8c_connect(d.sock, "admin", &admin, err) == 0, "%s", err);
+    int rc = l8c_reload(admin, &st, 10000);
+    CHECK(rc == -EINVAL && strstr(st.config_error, "'banana'") &&
+              strstr(l8c_last_error(admin, NULL), "refused its configuration"),
+          "l8c_reload of a bad file: %d, '%s'", rc, l8c_last_error(admin, NULL));
     CHECK(reload_done(&d, 1), "refused reload: no READY=1 after RELOADING=1: %s", d.notes);
-    st = status_of(d.sock);
     CHECK(!strcmp(st.log_level, "debug") && st.config_reloads == 1 &&
               strstr(st.config_error, "llama8d.conf:2: kv_pages: bad value 'banana'") &&
               !strcmp(st.config_restart, "kv_pages"),
@@ -250,7 +256,7 @@ static void test_reload(void)
     unlink(conf);
     kill(d.pid, SIGHUP);
     CHECK(reload_done(&d, 2), "reload without a file: no READY=1: %s", d.notes);
-    st = status_of(d.sock);
+    REQUIRE(l8c_status(admin, &st, 10000) == 0, "status");
     CHECK(strstr(st.config_error, "No such file") && st.config_reloads == 1,
           "without the file: error '%s', %llu reloads", st.config_error,
           (unsigned long long)st.config_reloads);
@@ -259,7 +265,11 @@ static void test_reload(void)
      * keeps the 3 clients connected and refuses a fourth. */
     write_file(conf, "log_level = notice\nkv_pages = 8192\nhello_timeout_ms = 20000\n"
                      "max_clients = 2\n");
-    kill(d.pid, SIGHUP);
+    rc = l8c_reload(admin, &st, 10000);
+    CHECK(rc == 0 && !st.config_error[0] && !st.config_restart[0] && st.config_reloads == 2,
+          "l8c_reload back to the start: %d, error '%s', restart '%s', %llu reloads", rc,
+          st.config_error, st.config_restart, (unsigned long long)st.config_reloads);
+    l8c_close(admin);
     CHECK(reload_done(&d, 3), "fourth reload: no READY=1: %s", d.notes);
     struct l8c_client *fourth;
     CHECK(l8c_connect(d.sock, "fourth", &fourth, err) == -EUSERS,
@@ -307,17 +317,22 @@ static int child_status(pid_t kid)
     return WIFEXITED(st) && WEXITSTATUS(st) != 255 ? WEXITSTATUS(st) : -1;
 }
 
-/* l8c_connect as uid 65534 with the given supplementary groups: 0 connected,
- * 1 refused with EPERM, 2 another error, -1 the child failed. */
-static int connect_as_nobody(const char *sock, const gid_t *groups, int n)
+/* l8c_connect as uid 65534 with the given supplementary groups, then with
+ * reload, l8c_reload: 0 connected (and reloaded), 1 refused with EPERM, 2
+ * another error, -1 the child failed. */
+static int connect_as_nobody(const char *sock, const gid_t *groups, int n, bool reload)
 {
     pid_t kid = fork_as_nobody(groups, n);
     if (kid == 0) {
         struct l8c_client *c;
+        struct l8c_status st;
         char err[L8C_ERRLEN];
         int rc = l8c_connect(sock, "nobody", &c, err);
-        if (rc == 0)
+        if (rc == 0) {
+            if (reload)
+                rc = l8c_reload(c, &st, 10000);
             l8c_close(c);
+        }
         _exit(rc == 0 ? 0 : rc == -EPERM ? 1 : 2);
     }
     return child_status(kid);
@@ -336,10 +351,13 @@ static void test_permissions(void)
     struct tdaemon d;
     const char *extra[] = { "--allowed-group", gname, "--socket-mode", "0666", NULL };
     tdaemon_start(&d, bin, model, extra);
-    int r = connect_as_nobody(d.sock, NULL, 0);
+    int r = connect_as_nobody(d.sock, NULL, 0, false);
     CHECK(r == 1, "uid 65534 outside group %s: expected PERMISSION_DENIED, got %d", gname, r);
-    r = connect_as_nobody(d.sock, &gid, 1);
+    r = connect_as_nobody(d.sock, &gid, 1, false);
     CHECK(r == 0, "uid 65534 with supplementary group %s refused (%d)", gname, r);
+    /* A client may not have the daemon reload its configuration. */
+    r = connect_as_nobody(d.sock, &gid, 1, true);
+    CHECK(r == 1, "uid 65534 asked for a reload: expected PERMISSION_DENIED, got %d", r);
     struct l8c_client *c;
     char err[L8C_ERRLEN];
     CHECK(l8c_connect(d.sock, "root", &c, err) == 0, "root refused: %s", err);

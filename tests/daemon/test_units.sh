@@ -1,13 +1,14 @@
 #!/bin/sh
 # test_units.sh: the systemd units, sysusers.d and tmpfiles.d files as built.
-#   test_units.sh UNITDIR SRCDIR [LLAMA8D]
+#   test_units.sh UNITDIR SRCDIR [LLAMA8D [LLAMA8CTL]]
 # UNITDIR: the build's systemd/ (configured llama8d.service, .socket,
 # tmpfiles llama8d.conf); SRCDIR: the source systemd/ (sysusers.d, the
-# example configuration); LLAMA8D: the built daemon, used as ExecStart so
-# systemd-analyze can check the command exists (else /bin/true).
+# example configuration); LLAMA8D, LLAMA8CTL: the built programs, used as
+# ExecStart and ExecReload so systemd-analyze can check the commands exist
+# (else /bin/true).
 # Exit 0 pass, 1 fail, 77 skip (no systemd-analyze).
 set -u
-unitdir=$(cd "$1" && pwd) srcdir=$(cd "$2" && pwd) daemon=${3:-}
+unitdir=$(cd "$1" && pwd) srcdir=$(cd "$2" && pwd) daemon=${3:-} ctl=${4:-}
 command -v systemd-analyze >/dev/null 2>&1 || { echo "no systemd-analyze: skip"; exit 77; }
 
 tmp=$(mktemp -d) || exit 1
@@ -19,10 +20,14 @@ bad() { echo "FAIL: $*"; fail=1; }
 # only warns, so any output at all is a failure.
 mkdir "$tmp/units"
 cp "$unitdir/llama8d.service" "$unitdir/llama8d.socket" "$tmp/units/" || exit 1
-exe=/bin/true
-case $daemon in ''|/*) ;; *) daemon=$PWD/$daemon ;; esac
-[ -n "$daemon" ] && [ -x "$daemon" ] && exe=$daemon
-sed -i "s#^ExecStart=[^ ]*#ExecStart=$exe#" "$tmp/units/llama8d.service"
+# A built program's absolute path, or /bin/true.
+exe() {
+    case $1 in ''|/*) p=$1 ;; *) p=$PWD/$1 ;; esac
+    if [ -n "$1" ] && [ -x "$p" ]; then echo "$p"; else echo /bin/true; fi
+}
+daemon=$(exe "$daemon") ctl=$(exe "$ctl")
+sed -i -e "s#^ExecStart=[^ ]*#ExecStart=$daemon#" -e "s#^ExecReload=[^ ]*#ExecReload=$ctl#" \
+    "$tmp/units/llama8d.service"
 out=$(systemd-analyze verify "$tmp/units/llama8d.service" "$tmp/units/llama8d.socket" 2>&1)
 rc=$?
 [ $rc -eq 0 ] || bad "systemd-analyze verify exited $rc"
@@ -31,7 +36,6 @@ rc=$?
 # 2. The settings the issue requires, exactly.
 svc=$unitdir/llama8d.service sock=$unitdir/llama8d.socket
 for kv in Type=notify NotifyAccess=main WatchdogSec=30 Restart=on-failure User=llama8 \
-          "ExecReload=kill -HUP \$MAINPID" \
           Group=llama8 RuntimeDirectory=llama8d RuntimeDirectoryPreserve=yes \
           NoNewPrivileges=yes ProtectSystem=strict ProtectHome=yes PrivateTmp=yes \
           RestrictAddressFamilies=AF_UNIX DevicePolicy=closed \
@@ -39,7 +43,7 @@ for kv in Type=notify NotifyAccess=main WatchdogSec=30 Restart=on-failure User=l
           SystemCallFilter=@system-service SystemCallArchitectures=native; do
     grep -qx "$kv" "$svc" || bad "llama8d.service lacks '$kv'"
 done
-for kv in "ExecStart=.*/llama8d --config /.*/llama8d/llama8d.conf"; do
+for kv in "ExecStart=.*/llama8d --config /.*/llama8d/llama8d.conf" "ExecReload=/.*/llama8ctl reload"; do
     grep -qx "$kv" "$svc" || bad "llama8d.service lacks '$kv'"
 done
 grep -q '@[A-Z_]*@' "$svc" && bad "llama8d.service has an unsubstituted @VAR@"
@@ -82,5 +86,5 @@ else
     echo "no systemd-tmpfiles: tmpfiles.d not checked"
 fi
 
-[ $fail -eq 0 ] && echo "units ok (ExecStart checked with $exe)"
+[ $fail -eq 0 ] && echo "units ok (ExecStart checked with $daemon, ExecReload with $ctl)"
 exit $fail

@@ -1,0 +1,63 @@
+/* ctl_reload.c: `llama8ctl reload`: the daemon reads its configuration again
+ * (what SIGHUP does), and says here what came of it: the unit's ExecReload,
+ * so that `systemctl reload llama8d` waits for the reload and fails with
+ * the daemon's reason when the file is refused. */
+#include "ctl_ipc.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+static void reload_usage(FILE *f)
+{
+    fprintf(f, "Usage: llama8ctl reload [--socket PATH]\n"
+               "Have llama8d read its configuration file and flags again, as SIGHUP does:\n"
+               "log_level, spin_us, max_clients and the timeouts apply at once, other\n"
+               "changed keys wait for a restart (listed here). Root and the daemon's user only.\n\n"
+               "  --socket PATH          daemon socket (default $LLAMA8_SOCKET, else\n"
+               "                         /run/llama8d/llama8d.sock)\n"
+               "  -h, --help\n\n"
+               "exit status: 0 reloaded, 1 the file was refused (the running configuration\n"
+               "stays) or the daemon said no, 2 bad command line, 3 no daemon at the socket\n");
+}
+
+int ctl_reload(int argc, char **argv)
+{
+    enum { O_SOCKET = 1 };
+    static const struct option lo[] = {
+        {"socket", required_argument, 0, O_SOCKET}, {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
+    };
+    const char *sock = NULL;
+    int opt;
+    optind = 1;
+    while ((opt = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+        switch (opt) {
+        case O_SOCKET: sock = optarg; break;
+        case 'h': reload_usage(stdout); return CTL_OK;
+        default: reload_usage(stderr); return CTL_USAGE;
+        }
+    }
+    if (optind < argc) {
+        reload_usage(stderr);
+        return CTL_USAGE;
+    }
+    struct l8c_client *c;
+    int rc = ctl_connect(sock, "llama8ctl reload", &c);
+    if (rc != CTL_OK)
+        return rc;
+    struct l8c_status s;
+    rc = l8c_reload(c, &s, 30000);
+    if (rc < 0) {
+        fprintf(stderr, "llama8ctl: reload: %s\n",
+                l8c_last_error(c, NULL)[0] ? l8c_last_error(c, NULL) : strerror(-rc));
+        l8c_close(c);
+        return CTL_FAIL;
+    }
+    printf("llama8d reloaded its configuration (log level %s)", s.log_level);
+    if (s.config_restart[0])
+        printf("; waiting for a restart: %s", s.config_restart);
+    printf("\n");
+    l8c_close(c);
+    return CTL_OK;
+}
