@@ -1177,9 +1177,10 @@ int main(int argc, char **argv)
     int rc = tdaemon_stop(&d);
     CHECK(rc == 0, "llama8d exit %d", rc);
     /* Each reload ended (READY=1 after each RELOADING=1; one more READY=1
-     * from the start). */
+     * from the start). A fuzzed datagram that happens to be a ReloadRequest
+     * reloads too: at least ours. */
     count_notes(&d, &n_reloading, &n_ready);
-    CHECK(reloads > 0 && n_reloading == reloads && n_ready == n_reloading + 1,
+    CHECK(reloads > 0 && n_reloading >= reloads && n_ready == n_reloading + 1,
           "%u SIGHUPs: %u RELOADING=1, %u READY=1", reloads, n_reloading, n_ready);
     unlink(conf);
     if (failures)
