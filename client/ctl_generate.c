@@ -382,6 +382,7 @@ static void generate_usage(FILE *f)
         "  --system TEXT          a system message (chat format)\n"
         "  --messages             stdin is the conversation, a JSON array of\n"
         "                         {\"role\": \"system\"|\"user\"|\"assistant\", \"content\": TEXT}\n"
+        "  --logprobs             each token's log-probability, in --json's token events\n"
         "  --json                 one JSON object per line per event, instead of text:\n"
         "      {\"event\":\"started\",\"request\":ID,\"prompt_tokens\":P,\"cached_tokens\":N,...}\n"
         "                         prefill began; N of the P prompt positions came from the\n"
@@ -410,7 +411,8 @@ int ctl_generate(int argc, char **argv)
         CTL_COMMON_LONGOPTS,
         {"raw", no_argument, 0, O_RAW}, {"ids", required_argument, 0, O_IDS},
         {"system", required_argument, 0, O_SYSTEM}, {"json", no_argument, 0, O_JSON},
-        {"messages", no_argument, 0, O_MESSAGES}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
+        {"messages", no_argument, 0, O_MESSAGES}, {"logprobs", no_argument, 0, CTL_OPT_LOGPROBS},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
     };
     struct ctl_req_opts o;
     bool raw = false, json = false, messages = false;
@@ -439,6 +441,11 @@ int ctl_generate(int argc, char **argv)
     if (ids_arg && (optind < argc || o.n_stop_text || messages)) {
         fprintf(stderr, "llama8ctl: --ids excludes %s\n", optind < argc ? "TEXT"
                 : messages ? "--messages" : "--stop-text");
+        ctl_req_opts_free(&o);
+        return CTL_USAGE;
+    }
+    if (o.params.logprobs && !json) {
+        fprintf(stderr, "llama8ctl: --logprobs shows in --json's token events: give --json too\n");
         ctl_req_opts_free(&o);
         return CTL_USAGE;
     }

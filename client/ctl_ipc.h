@@ -36,7 +36,6 @@ enum {
     {"max-new", required_argument, 0, CTL_OPT_MAXNEW}, \
     {"stop", required_argument, 0, CTL_OPT_STOP}, \
     {"stop-text", required_argument, 0, CTL_OPT_STOP_TEXT}, \
-    {"logprobs", no_argument, 0, CTL_OPT_LOGPROBS}, \
     {"ignore-eos", no_argument, 0, CTL_OPT_IGNORE_EOS}, \
     {"priority", required_argument, 0, CTL_OPT_PRIORITY}, \
     {"stats", no_argument, 0, CTL_OPT_STATS}
@@ -50,7 +49,6 @@ enum {
     "  --stop ID              extra stop token id (repeatable)\n" \
     "  --stop-text TEXT       end the reply where TEXT appears, TEXT not printed\n" \
     "                         (repeatable; the escapes \\n \\t \\r \\\\ are read)\n" \
-    "  --logprobs             ask for log-probabilities (shown with --json)\n" \
     "  --ignore-eos           do not stop at the model's end-of-sequence ids\n" \
     "  --priority N           higher runs first\n" \
     "  --stats                after each reply, a line on stderr: prompt tokens (from\n" \

@@ -592,6 +592,33 @@ static void check_generate(const char *name, const char *const *flags, const cha
     free(e.p);
 }
 
+/* --logprobs: each token event of --json carries the chosen token's
+ * log-probability; greedy picks the most likely token, whose probability is
+ * at least 1 / vocabulary. */
+static void test_logprobs(void)
+{
+    const char *argv[] = { bin_ctl, "generate", "--socket", dmn.sock, "--json", "--logprobs",
+                           "--ids", "128000 9906 1917", "--max-new", "8", NULL };
+    struct buf o = {0};
+    run_ok(argv, NULL, 0, &o);
+    int tokens = 0;
+    for (char *line = o.p, *nl; line && *line; line = nl ? nl + 1 : NULL) {
+        nl = strchr(line, '\n');
+        if (nl)
+            *nl = 0;
+        json_object *j = parse_json(line, "generate --json --logprobs");
+        const char *ev = json_object_get_string(get(j, "event", json_type_string, line));
+        if (!strcmp(ev, "token")) {
+            double lp = get_num(j, "logprob", line);
+            CHECK(lp <= 0 && lp >= -11.7618, "logprob %f: %s", lp, line);   /* ln 128256 */
+            tokens++;
+        }
+        json_object_put(j);
+    }
+    CHECK(tokens == 8, "%d token events with logprobs", tokens);
+    free(o.p);
+}
+
 static void test_generate(void)
 {
     static const char *const prompt = "Write a haiku about shared memory.";
@@ -1354,6 +1381,8 @@ static void test_errors(void)
         { bin_ctl, "status", "--bogus", NULL },
         { bin_ctl, "status", "extra", NULL },
         { bin_ctl, "reload", "--json", NULL },
+        { bin_ctl, "generate", "--logprobs", "x", NULL },
+        { bin_ctl, "chat", "--logprobs", NULL },
         { bin_ctl, "generate", "--messages", "x", NULL },
         { bin_ctl, "generate", "--messages", "--system", "s", NULL },
         { bin_ctl, "pipe", "--bogus", NULL },
@@ -1481,6 +1510,7 @@ int main(int argc, char **argv)
 
     test_status_text();
     test_generate();
+    test_logprobs();
     test_stop_text();
     test_chat();
     test_pipe();
