@@ -36,7 +36,7 @@ n=$(ls "$CARRY"/debs/*.deb | wc -l)
 [ "$n" -ge 19 ] || { echo "prepare_carry: only $n packages downloaded" >&2; exit 1; }
 
 if [ "${1:-}" != --debs-only ]; then
-    [ -d build-carry ] || meson setup build-carry -Dcuda=enabled -Dgpu_archs=90a --buildtype=release
+    [ -d build-carry ] || meson setup build-carry -Dcuda=enabled -Dgpu_archs=90a -Dman=disabled --buildtype=release
     ninja -C build-carry -j2
     rm -rf "$CARRY/bin"
     mkdir -p "$CARRY/bin"

@@ -100,7 +100,7 @@ MK_T=0
 # A build folder left by an earlier call on the same machine is reused.
 if [ ${#MESON[@]} -gt 0 ]; then
     if [ -f build-gpu/build.ninja ] ||
-       timeout "$(tmo 90 300)" "${MESON[@]}" setup build-gpu -Dcuda=enabled -Dgpu_archs=90a \
+       timeout "$(tmo 90 300)" "${MESON[@]}" setup build-gpu -Dcuda=enabled -Dgpu_archs=90a -Dman=disabled \
            --buildtype=release >"$W/logs/build.log" 2>&1; then
         # mkmodel first (plain C, seconds): the checkpoint is written while nvcc works.
         if timeout 60 ninja -C build-gpu -j"$JOBS" daemon/tools/llama8-mkmodel >>"$W/logs/build.log" 2>&1; then
