@@ -228,9 +228,13 @@ static void notify_ready(struct l8d *d)
                l8_backend_name(d->conf.backend));
 }
 
-static void log_change(const char *key, const char *was, const char *now, bool live, void *ctx)
+static void log_change(const char *key, const char *was_raw, const char *now_raw, bool live,
+                       void *ctx)
 {
     struct l8d *d = ctx;
+    char was[256], now[256];   /* a path from the file, made fit for the journal */
+    l8_log_text(was, sizeof(was), was_raw, strlen(was_raw));
+    l8_log_text(now, sizeof(now), now_raw, strlen(now_raw));
     if (live) {
         log_notice("reload: %s = %s (was %s)", key, now, was);
         return;
