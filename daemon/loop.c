@@ -304,6 +304,20 @@ static void begin_drain(struct l8d *d)
     }
 }
 
+/* One sample of the tokens generated so far, for Status's tokens/s (the
+ * last 16, a second apart). */
+static void sample_rate(struct l8d *d, uint64_t now)
+{
+    struct l8_sched_stats st;
+    l8_sched_get_stats(d->sched, &st);
+    d->rate_t[d->rate_i] = now;
+    d->rate_tok[d->rate_i] = st.tokens_generated;
+    d->rate_i = (d->rate_i + 1) % 16;
+    if (d->rate_n < 16)
+        d->rate_n++;
+    d->last_sample_ns = now;
+}
+
 static void housekeeping(struct l8d *d)
 {
     uint64_t now = l8d_now_ns();
@@ -329,16 +343,8 @@ static void housekeeping(struct l8d *d)
         sd_notify(0, "WATCHDOG=1");
         d->last_watchdog_ns = now;
     }
-    if (now - d->last_sample_ns >= 1000000000ull) {
-        struct l8_sched_stats st;
-        l8_sched_get_stats(d->sched, &st);
-        d->rate_t[d->rate_i] = now;
-        d->rate_tok[d->rate_i] = st.tokens_generated;
-        d->rate_i = (d->rate_i + 1) % 16;
-        if (d->rate_n < 16)
-            d->rate_n++;
-        d->last_sample_ns = now;
-    }
+    if (now - d->last_sample_ns >= 1000000000ull)
+        sample_rate(d, now);
     /* A connection that never says Hello would hold its slot (max_clients)
      * for as long as it stays open. */
     for (uint32_t i = 0; i < d->n_slots; i++) {
@@ -525,6 +531,7 @@ static void reap_closed(struct l8d *d)
 int l8d_loop_run(struct l8d *d)
 {
     d->one = 1;
+    sample_rate(d, l8d_now_ns());   /* the first: a reply before the first tick counts */
     arm_accept(d);
     arm_engine(d);
     arm_signal(d);

@@ -320,13 +320,15 @@ static void send_status(struct l8d_session *s)
     struct l8_sched_stats st;
     l8_sched_get_stats(d->sched, &st);
     uint64_t now = l8d_now_ns();
+    /* Tokens/s from the oldest of the last 16 one-second samples to now:
+     * a burst just ended counts (the samples alone left a reply that took
+     * under a second at 0/s), an idle quarter of a minute reads 0. */
     double rate = 0;
-    if (d->rate_n >= 2) {
-        uint32_t newest = (d->rate_i + 15) % 16;
+    if (d->rate_n >= 1) {
         uint32_t oldest = (d->rate_i + 16 - d->rate_n) % 16;
-        double dt = (double)(d->rate_t[newest] - d->rate_t[oldest]) / 1e9;
-        if (dt > 0)
-            rate = (double)(d->rate_tok[newest] - d->rate_tok[oldest]) / dt;
+        double dt = (double)(now - d->rate_t[oldest]) / 1e9;
+        if (dt >= 0.1)
+            rate = (double)(st.tokens_generated - d->rate_tok[oldest]) / dt;
     }
     Llama8__Status o = LLAMA8__STATUS__INIT;
     o.model_name = d->model_name;

@@ -16,7 +16,8 @@
  *    clients connected), the others listed in Status as
  *    waiting for a restart, a bad or missing file refused with the running
  *    configuration kept, a request streaming through it all; no reload
- *    while draining.
+ *    while draining;
+ *  - Status's tokens/s right after a short reply.
  * argv: llama8d model-dir */
 #include "ipc_helper.h"
 
@@ -298,6 +299,32 @@ static void test_reload(void)
     rmdir(dir);
 }
 
+/* Status's tokens/s counts a reply that took under a second, right after
+ * it (it used to read 0 until two one-second samples framed it). */
+static void test_rate(void)
+{
+    struct tdaemon d;
+    tdaemon_start(&d, bin, model, NULL);
+    struct l8c_client *c;
+    char err[L8C_ERRLEN];
+    REQUIRE(l8c_connect(d.sock, "rate", &c, err) == 0, "%s", err);
+    uint32_t prompt[4] = { 1, 2, 3, 4 };
+    struct l8c_params p;
+    l8c_params_init(&p);
+    p.max_new_tokens = 32;
+    p.ignore_eos = true;
+    static struct tstream st[2];
+    REQUIRE(l8c_submit_id(c, 1, prompt, 4, &p) == 0 && tcollect(c, st, 1, 1, 30000), "reply");
+    usleep(200 * 1000);
+    struct l8c_status s;
+    REQUIRE(l8c_status(c, &s, 10000) == 0, "status");
+    CHECK(s.tokens_generated == 32 && s.tokens_per_s > 0 && s.tokens_per_s <= 32 / 0.1,
+          "%llu tokens, %.1f/s, %.2f s after the start", (unsigned long long)s.tokens_generated,
+          s.tokens_per_s, s.uptime_s);
+    l8c_close(c);
+    CHECK(tdaemon_stop(&d) == 0, "exit");
+}
+
 /* Fork a child running as uid/gid 65534 with the given supplementary
  * groups (exit 255 if it cannot be); 0 in the child, its pid here. */
 static pid_t fork_as_nobody(const gid_t *groups, int n)
@@ -506,6 +533,7 @@ int main(int argc, char **argv)
     test_prefix_cache_scope();
     test_socket_activation();
     test_reload();
+    test_rate();
     if (failures)
         return 1;
     printf("ok\n");
