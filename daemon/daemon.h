@@ -197,10 +197,11 @@ void l8d_session_cut_all(struct l8d_session *s);
 /* An Error datagram on fd (best effort, never blocks; counted in d->errors). */
 void l8d_send_error(struct l8d *d, int fd, int code, uint64_t request_id, const char *msg);
 
-/* llama8d.c: read the configuration again (SIGHUP) and apply its live
- * keys; what changed, what waits for a restart, or why the file was
- * refused, goes to the log and to Status. */
-void l8d_reload(struct l8d *d);
+/* llama8d.c: read the configuration again (SIGHUP, a ReloadRequest) and
+ * apply its live keys; what changed, what waits for a restart, or why the
+ * file was refused, goes to the log and to Status. -ESHUTDOWN (nothing
+ * done) while draining. */
+int l8d_reload(struct l8d *d);
 
 /* loop.c */
 int  l8d_loop_run(struct l8d *d);

@@ -244,10 +244,14 @@ static void log_change(const char *key, const char *was_raw, const char *now_raw
     snprintf(d->restart_keys + n, sizeof(d->restart_keys) - n, "%s%s", n ? ", " : "", key);
 }
 
-void l8d_reload(struct l8d *d)
+int l8d_reload(struct l8d *d)
 {
     struct l8d_conf next;
     char err[L8D_ERRLEN] = "";
+    if (d->state != L8D_RUNNING) {   /* no READY=1 while systemd sees it stopping */
+        log_notice("draining: no reload");
+        return -ESHUTDOWN;
+    }
     /* MONOTONIC_USEC: systemd pairs this reload with the READY=1 after it. */
     sd_notifyf(0, "RELOADING=1\nSTATUS=reloading the configuration\nMONOTONIC_USEC=%llu",
                (unsigned long long)(l8d_now_ns() / 1000));
@@ -272,6 +276,7 @@ void l8d_reload(struct l8d *d)
                    d->restart_keys[0] ? "; waiting for a restart: " : "", d->restart_keys);
     }
     notify_ready(d);
+    return 0;
 }
 
 static int setup(struct l8d *d, int argc, char **argv)

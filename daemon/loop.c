@@ -426,11 +426,9 @@ static void on_cqe(struct l8d *d, struct io_uring_cqe *cqe)
             if (si->ssi_signo != SIGHUP) {
                 log_notice("signal %u received", si->ssi_signo);
                 begin_drain(d);
-            } else if (d->state == L8D_RUNNING) {
+            } else {
                 log_notice("SIGHUP: reloading the configuration");
                 l8d_reload(d);
-            } else {
-                log_notice("SIGHUP while draining: no reload");
             }
         }
         arm_signal(d);

@@ -388,7 +388,6 @@ static void send_status(struct l8d_session *s)
  * The configuration is the administrator's: root and our own user only. */
 static void on_reload(struct l8d_session *s)
 {
-    struct l8d *d = s->d;
     if (s->uid != 0 && s->uid != geteuid()) {
         log_notice("client %llu (pid %d uid %u) asked for a reload: refused",
                    (unsigned long long)s->id, (int)s->pid, (unsigned)s->uid);
@@ -396,14 +395,12 @@ static void on_reload(struct l8d_session *s)
                           "only root and the daemon's user may reload its configuration");
         return;
     }
-    if (d->state != L8D_RUNNING) {
-        l8d_session_close(s, L8_ERR_SHUTTING_DOWN, "the daemon is shutting down");
-        return;
-    }
     log_notice("client %llu (pid %d uid %u): reloading the configuration",
                (unsigned long long)s->id, (int)s->pid, (unsigned)s->uid);
-    l8d_reload(d);
-    send_status(s);
+    if (l8d_reload(s->d) < 0)
+        l8d_session_close(s, L8_ERR_SHUTTING_DOWN, "the daemon is shutting down");
+    else
+        send_status(s);
 }
 
 /* Has the peer closed or shut down its sending side? On SOCK_SEQPACKET a
