@@ -28,6 +28,20 @@ _llama8_opts()
     _llama8_optlines=${_llama8_help_cache[$key]}
 }
 
+# "NAME DESCRIPTION" lines: the commands: section of llama8ctl --help ($1).
+_llama8_commands()
+{
+    "$1" --help 2>/dev/null | sed -n '/^commands:/,/^$/s/^  \([a-z][a-z]*\)  *\(.*\)/\1 \2/p'
+}
+
+# The option lines of _llama8_opts, printed (for zsh's completion, which runs
+# this script's parser through bash).
+_llama8_print_opts()
+{
+    _llama8_opts "$@"
+    printf '%s' "$_llama8_optlines"
+}
+
 _llama8_parse_help()
 {
     local line col desc item name val shorts re_usage='\[(--[a-z0-9-]+)( [A-Z][A-Z_]*)?\]'
@@ -139,7 +153,7 @@ _llama8ctl()
         [[ ${COMP_WORDS[i]} == -* ]] || { cmd=${COMP_WORDS[i]}; break; }
     done
     if [[ -z $cmd ]]; then
-        cmds=$("$prog" --help 2>/dev/null | sed -n '/^commands:/,/^$/s/^  \([a-z]\+\) .*/\1/p')
+        cmds=$(_llama8_commands "$prog" | cut -d' ' -f1)
         if [[ ${COMP_WORDS[COMP_CWORD]} == -* ]]; then
             mapfile -t COMPREPLY < <(compgen -W "--help --version" -- "${COMP_WORDS[COMP_CWORD]}")
         else
