@@ -26,6 +26,18 @@
 
 static const char *bin, *model;
 
+/* Submits request id: n prompt tokens, exactly max_new tokens generated
+ * (the model's eos ids do not stop it). 0 or l8c_submit_id's error. */
+static int submit_fixed(struct l8c_client *c, uint64_t id, const uint32_t *prompt, uint32_t n,
+                        uint32_t max_new)
+{
+    struct l8c_params p;
+    l8c_params_init(&p);
+    p.max_new_tokens = max_new;
+    p.ignore_eos = true;
+    return l8c_submit_id(c, id, prompt, n, &p);
+}
+
 static void test_notify_and_drain(void)
 {
     struct tdaemon d;
@@ -39,17 +51,13 @@ static void test_notify_and_drain(void)
     uint32_t prompt[16];
     for (int i = 0; i < 16; i++)
         prompt[i] = (uint32_t)(i * 3 + 1);
-    struct l8c_params p;
-    l8c_params_init(&p);
-    p.max_new_tokens = 60;
-    p.ignore_eos = true;
-    REQUIRE(l8c_submit_id(c, 1, prompt, 16, &p) == 0, "submit");
+    REQUIRE(submit_fixed(c, 1, prompt, 16, 60) == 0, "submit");
     struct l8_event ev;
     while (l8c_wait_events(c, &ev, 1, 10000) == 1 && ev.kind != L8_EV_TOKEN)
         ;
     kill(d.pid, SIGTERM);
     CHECK(tdaemon_notify_wait(&d, "STOPPING=1", 10000), "no STOPPING=1: %s", d.notes);
-    REQUIRE(l8c_submit_id(c, 2, prompt, 16, &p) == 0, "submit during drain");
+    REQUIRE(submit_fixed(c, 2, prompt, 16, 60) == 0, "submit during drain");
     static struct tstream st[3];
     st[1].n = 1;   /* the token read above */
     CHECK(tcollect(c, st, 2, 2, 60000), "drain did not finish the streams");
@@ -68,11 +76,7 @@ static struct l8c_client *connect_endless(const char *sock, const char *name)
     char err[L8C_ERRLEN];
     REQUIRE(l8c_connect(sock, name, &c, err) == 0, "%s", err);
     uint32_t prompt[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
-    struct l8c_params p;
-    l8c_params_init(&p);
-    p.max_new_tokens = 100000;
-    p.ignore_eos = true;
-    REQUIRE(l8c_submit_id(c, 1, prompt, 8, &p) == 0, "submit");
+    REQUIRE(submit_fixed(c, 1, prompt, 8, 100000) == 0, "submit");
     return c;
 }
 
@@ -309,12 +313,8 @@ static void test_rate(void)
     char err[L8C_ERRLEN];
     REQUIRE(l8c_connect(d.sock, "rate", &c, err) == 0, "%s", err);
     uint32_t prompt[4] = { 1, 2, 3, 4 };
-    struct l8c_params p;
-    l8c_params_init(&p);
-    p.max_new_tokens = 32;
-    p.ignore_eos = true;
     static struct tstream st[2];
-    REQUIRE(l8c_submit_id(c, 1, prompt, 4, &p) == 0 && tcollect(c, st, 1, 1, 30000), "reply");
+    REQUIRE(submit_fixed(c, 1, prompt, 4, 32) == 0 && tcollect(c, st, 1, 1, 30000), "reply");
     usleep(200 * 1000);
     struct l8c_status s;
     REQUIRE(l8c_status(c, &s, 10000) == 0, "status");
@@ -403,13 +403,9 @@ static int cached_prompt_tokens(const char *sock)
     uint32_t prompt[40];
     for (uint32_t i = 0; i < 40; i++)
         prompt[i] = 100 + 3 * i;
-    struct l8c_params p;
-    l8c_params_init(&p);
-    p.max_new_tokens = 4;
-    p.ignore_eos = true;
     static struct tstream st[2];
     memset(st, 0, sizeof st);
-    int rc = l8c_submit_id(c, 1, prompt, 40, &p) == 0 && tcollect(c, st, 1, 1, 30000) &&
+    int rc = submit_fixed(c, 1, prompt, 40, 4) == 0 && tcollect(c, st, 1, 1, 30000) &&
                      st[1].started && st[1].n == 4
                  ? (int)st[1].started_cached : -1;
     l8c_close(c);
@@ -505,12 +501,8 @@ static void test_socket_activation(void)
     CHECK(rc == 0, "connect through socket activation: %s", err);
     if (rc == 0) {
         uint32_t prompt[4] = { 1, 9, 8, 7 };
-        struct l8c_params p;
-        l8c_params_init(&p);
-        p.max_new_tokens = 5;
-        p.ignore_eos = true;
         static struct tstream s[2];
-        CHECK(l8c_submit_id(c, 1, prompt, 4, &p) == 0 && tcollect(c, s, 1, 1, 30000) &&
+        CHECK(submit_fixed(c, 1, prompt, 4, 5) == 0 && tcollect(c, s, 1, 1, 30000) &&
               s[1].n == 5, "generate through socket activation");
         l8c_close(c);
     }
