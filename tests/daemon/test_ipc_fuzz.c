@@ -13,7 +13,8 @@
  * once the fuzzer has left, the pool holds no pages and no requests, the
  * daemon holds no more descriptors or io_uring operations than before, and
  * SIGTERM exits 0. Every CHECK_EVERY_MS the daemon also reloads its
- * configuration (SIGHUP), spin_us switched between 0 and 300. The log counts the rounds by kind and by outcome.
+ * configuration (SIGHUP), spin_us switched between 0 and 300. The log
+ * counts the rounds by kind and by outcome.
  * argv: llama8d model-dir. Environment: L8_FUZZ_SEED (the seed, default
  * fixed), L8_FUZZ_MS (the time budget of the rounds, default 7000),
  * L8_FUZZ_LOG (the daemon's log level, default err: at info it logs every
