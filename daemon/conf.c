@@ -39,6 +39,7 @@ static const struct key keys[] = {
     { "max_ctx", K_U32, F(max_ctx), "N prompt + new tokens per request (0: the model's)", RESTART },
     { "max_new_tokens", K_U32, F(max_new_tokens), "N new tokens per request (0: max_ctx)", RESTART },
     { "max_clients", K_U32, F(max_clients), "N connected clients", LIVE },
+    { "admin_clients", K_U32, F(admin_clients), "N more connections, beyond max_clients, for root and the daemon's user (a reload, a status)", LIVE },
     { "max_requests_per_client", K_U32, F(max_requests_per_client), "N requests in flight per client", RESTART },
     { "max_requests", K_U32, F(max_requests), "N live requests in all", RESTART },
     { "socket_mode", K_U32, F(socket_mode), "MODE permissions of a socket we create (octal, 0660)", RESTART },
@@ -79,6 +80,7 @@ void l8d_conf_defaults(struct l8d_conf *c)
     c->max_batch = 64;
     c->max_step_tokens = 512;
     c->max_clients = 256;
+    c->admin_clients = 2;
     c->max_requests_per_client = 64;
     c->max_requests = 4096;
     c->drain_timeout_ms = 10000;
@@ -468,6 +470,11 @@ int l8d_conf_from_args(struct l8d_conf *c, int argc, char **argv, char err[L8D_E
         !c->max_requests_per_client || c->max_step_tokens < c->max_batch) {
         snprintf(err, L8D_ERRLEN, "page_size, max_batch, max_step_tokens (>= max_batch), "
                                   "max_clients and max_requests_per_client must be positive");
+        return -EINVAL;
+    }
+    if ((uint64_t)c->max_clients + c->admin_clients > L8D_MAX_CONNECTIONS) {
+        snprintf(err, L8D_ERRLEN, "max_clients + admin_clients must be at most %u",
+                 L8D_MAX_CONNECTIONS);
         return -EINVAL;
     }
     return 0;

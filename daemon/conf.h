@@ -11,6 +11,8 @@
 #define L8D_DEFAULT_CONF "/etc/llama8d/llama8d.conf"
 #define L8D_ERRLEN 512
 #define L8D_SPIN_MAX_US 1000000u
+/* max_clients + admin_clients: the session slots are an array. */
+#define L8D_MAX_CONNECTIONS (1u << 20)
 /* spin_us = auto on the cuda engine: a decode step at any batch, or a
  * 512-token prefill chunk, ends inside it on the 8B model. */
 #define L8D_SPIN_AUTO_US 20000u
@@ -38,6 +40,8 @@ struct l8d_conf {
     uint32_t max_ctx;          /* prompt + new tokens per request (0 = model's) */
     uint32_t max_new_tokens;   /* per request cap (0 = max_ctx) */
     uint32_t max_clients;
+    uint32_t admin_clients;    /* connections beyond max_clients that only root
+                                  and the daemon's own uid may take */
     uint32_t max_requests_per_client;
     uint32_t max_requests;     /* live requests in the whole daemon */
     uint32_t drain_timeout_ms; /* SIGTERM: how long running requests may finish */

@@ -105,7 +105,7 @@ struct l8d {
     uint8_t sig_buf[128];    /* struct signalfd_siginfo */
     struct __kernel_timespec tick;
     bool timer_armed;
-    /* Sessions: slots [0, max_clients); a NULL slot is free. */
+    /* Sessions: slots [0, max_clients + admin_clients); a NULL slot is free. */
     struct l8d_session **sessions;
     uint32_t n_slots, n_sessions;
     uint32_t *slot_gen;

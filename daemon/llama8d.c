@@ -192,8 +192,9 @@ static uint32_t auto_spin_us(enum l8_backend backend)
     return CPU_COUNT(&set) >= 4 ? L8D_SPIN_AUTO_US : 0;
 }
 
-/* Session slots [0, n): more of them for a larger max_clients (a reload
- * may raise it; a lower one only refuses new clients). io_uring's user data
+/* Session slots [0, n): more of them for a larger max_clients +
+ * admin_clients (a reload may raise it; a lower one only refuses new
+ * clients). io_uring's user data
  * names a slot by index and generation, never by address, so the arrays may
  * move. */
 static int grow_slots(struct l8d *d, uint32_t n)
@@ -265,9 +266,9 @@ int l8d_reload(struct l8d *d)
         l8d_conf_take_live(&d->conf_read, &next);
         l8d_conf_take_live(&d->conf, &next);
         l8_log_set_level(d->conf.log_level);
-        if (grow_slots(d, d->conf.max_clients) < 0)
-            log_err("reload: no memory for %u client slots: at most %u clients",
-                    d->conf.max_clients, d->n_slots);
+        if (grow_slots(d, d->conf.max_clients + d->conf.admin_clients) < 0)
+            log_err("reload: no memory for %u client slots: at most %u connections",
+                    d->conf.max_clients + d->conf.admin_clients, d->n_slots);
         resolve_spin(d);
         l8d_et_set_spin(d->et, d->spin_ns);
         d->reloads++;
@@ -450,7 +451,7 @@ static int setup(struct l8d *d, int argc, char **argv)
         return rc;
     d->et_fd = l8d_et_done_fd(d->et);
 
-    if ((rc = grow_slots(d, d->conf.max_clients)) < 0)
+    if ((rc = grow_slots(d, d->conf.max_clients + d->conf.admin_clients)) < 0)
         return rc;
     if ((rc = io_uring_queue_init(URING_ENTRIES, &d->ring, 0)) < 0) {
         log_err("io_uring: %s", strerror(-rc));

@@ -125,6 +125,12 @@ static int send_daemon_msg(int fd, const Llama8__DaemonMessage *m, const int *fd
 
 /* ---------------------------------------------------------------- admission */
 
+/* The administrator: root and the daemon's own user. */
+static bool uid_is_admin(uid_t uid)
+{
+    return uid == 0 || uid == geteuid();
+}
+
 /* Root and the daemon's own user always; otherwise membership of the
  * allowed group, from the peer's credentials as they were at connect():
  * its primary gid (SO_PEERCRED) and supplementary groups (SO_PEERGROUPS),
@@ -132,7 +138,7 @@ static int send_daemon_msg(int fd, const Llama8__DaemonMessage *m, const int *fd
  * say. */
 static bool peer_allowed(struct l8d *d, int fd, const struct ucred *cr)
 {
-    if (cr->uid == 0 || cr->uid == geteuid())
+    if (uid_is_admin(cr->uid))
         return true;
     if (!d->have_group)
         return false;
@@ -183,10 +189,15 @@ int l8d_session_accept(struct l8d *d, int fd)
             slot = i;
             break;
         }
-    /* A reload may have lowered max_clients under the slots there are. */
-    if (slot == d->n_slots || d->n_sessions >= d->conf.max_clients) {
-        log_warn("refused pid %d: %u clients connected (max_clients)", (int)cr.pid,
-                 d->n_sessions);
+    /* admin_clients more for the administrator, so that a reload (the
+     * unit's ExecReload) or a status gets in when clients fill max_clients.
+     * A reload may have lowered the limit under the slots there are. */
+    const uint32_t limit =
+        d->conf.max_clients + (uid_is_admin(cr.uid) ? d->conf.admin_clients : 0);
+    if (slot == d->n_slots || d->n_sessions >= limit) {
+        log_warn("refused pid %d uid %u: %u clients connected (max_clients %u, admin_clients %u)",
+                 (int)cr.pid, (unsigned)cr.uid, d->n_sessions, d->conf.max_clients,
+                 d->conf.admin_clients);
         refuse(d, fd, L8_ERR_TOO_MANY_CLIENTS, "too many clients");
         return 0;
     }
@@ -388,7 +399,7 @@ static void send_status(struct l8d_session *s)
  * The configuration is the administrator's: root and our own user only. */
 static void on_reload(struct l8d_session *s)
 {
-    if (s->uid != 0 && s->uid != geteuid()) {
+    if (!uid_is_admin(s->uid)) {
         log_notice("client %llu (pid %d uid %u) asked for a reload: refused",
                    (unsigned long long)s->id, (int)s->pid, (unsigned)s->uid);
         l8d_session_close(s, L8_ERR_PERMISSION_DENIED,

@@ -147,7 +147,8 @@ int main(int argc, char **argv)
     snprintf(mr, sizeof(mr), "%d", MAX_REQ);
     snprintf(mx, sizeof(mx), "%d", MAX_CLIENTS);
     const char *extra[] = { "--max-ctx", mc, "--max-requests-per-client", mr,
-                            "--max-clients", mx, "--hello-timeout-ms", "1000", NULL };
+                            "--max-clients", mx, "--hello-timeout-ms", "1000",
+                            "--admin-clients", "0", NULL };   /* we are the daemon's user */
     tdaemon_start(&d, argv[1], argv[2], extra);
     sock = d.sock;
     for (uint32_t i = 0; i < 1024; i++)

@@ -8,6 +8,8 @@
  *  - a client's own event loop learns that the daemon died (SIGKILL);
  *  - permissions: a uid outside the allowed group is refused, one with the
  *    group as a supplementary group is let in (needs root, else skipped);
+ *  - admin_clients: with max_clients taken, root still gets in and reloads
+ *    (needs root);
  *  - prefix_cache: user (the default) keeps each uid's cached pages to it,
  *    shared and off do what they say (needs root, else skipped);
  *  - socket activation through systemd-socket-activate (skipped if absent);
@@ -194,7 +196,7 @@ static void test_reload(void)
     REQUIRE(mkdtemp(dir), "mkdtemp");
     snprintf(conf, sizeof conf, "%s/llama8d.conf", dir);
     write_file(conf, "log_level = notice\nkv_pages = 8192\nhello_timeout_ms = 20000\n"
-                     "max_clients = 2\n");
+                     "max_clients = 2\nadmin_clients = 0\n");
     struct tdaemon d;
     /* --spin-us on the command line: a reload keeps it over the file's. */
     const char *extra[] = { "--config", conf, "--spin-us", "0", "--drain-timeout-ms", "300",
@@ -210,7 +212,7 @@ static void test_reload(void)
     CHECK(read_tokens(c, 2) == 2, "no tokens before the reload");
 
     write_file(conf, "log_level = debug\nkv_pages = 16384\nhello_timeout_ms = 200\n"
-                     "spin_us = 500\nmax_clients = 4\n");
+                     "spin_us = 500\nmax_clients = 4\nadmin_clients = 0\n");
     kill(d.pid, SIGHUP);
     CHECK(reload_done(&d, 0), "no RELOADING=1 (with MONOTONIC_USEC) then READY=1: %s", d.notes);
     st = status_of(d.sock);
@@ -269,7 +271,7 @@ static void test_reload(void)
     /* Back to the start's file: nothing waits for a restart; max_clients 2
      * keeps the 3 clients connected and refuses a fourth. */
     write_file(conf, "log_level = notice\nkv_pages = 8192\nhello_timeout_ms = 20000\n"
-                     "max_clients = 2\n");
+                     "max_clients = 2\nadmin_clients = 0\n");
     rc = l8c_reload(admin, &st, 10000);
     CHECK(rc == 0 && !st.config_error[0] && !st.config_restart[0] && st.config_reloads == 2,
           "l8c_reload back to the start: %d, error '%s', restart '%s', %llu reloads", rc,
@@ -345,8 +347,8 @@ static int child_status(pid_t kid)
 }
 
 /* l8c_connect as uid 65534 with the given supplementary groups, then with
- * reload, l8c_reload: 0 connected (and reloaded), 1 refused with EPERM, 2
- * another error, -1 the child failed. */
+ * reload, l8c_reload: 0 connected (and reloaded), 1 refused with EPERM, 3
+ * with EUSERS (too many clients), 2 another error, -1 the child failed. */
 static int connect_as_nobody(const char *sock, const gid_t *groups, int n, bool reload)
 {
     pid_t kid = fork_as_nobody(groups, n);
@@ -360,9 +362,76 @@ static int connect_as_nobody(const char *sock, const gid_t *groups, int n, bool 
                 rc = l8c_reload(c, &st, 10000);
             l8c_close(c);
         }
-        _exit(rc == 0 ? 0 : rc == -EPERM ? 1 : 2);
+        _exit(rc == 0 ? 0 : rc == -EPERM ? 1 : rc == -EUSERS ? 3 : 2);
     }
     return child_status(kid);
+}
+
+/* A child as uid 65534 in group gid that connects and stays connected
+ * until *release is closed: its pid, and in *connected whether it got in. */
+static pid_t hold_as_nobody(const char *sock, gid_t gid, int *release, bool *connected)
+{
+    int ready[2], hold[2];
+    REQUIRE(pipe(ready) == 0 && pipe(hold) == 0, "pipe");
+    pid_t kid = fork_as_nobody(&gid, 1);
+    if (kid == 0) {
+        close(ready[0]);
+        close(hold[1]);
+        struct l8c_client *c;
+        char err[L8C_ERRLEN];
+        char ok = l8c_connect(sock, "holder", &c, err) == 0;
+        if (write(ready[1], &ok, 1) != 1 || read(hold[0], &ok, 1) < 0)
+            _exit(2);
+        _exit(0);   /* the connection closes with the process */
+    }
+    close(ready[1]);
+    close(hold[0]);
+    char ok = 0;
+    *connected = kid > 0 && read(ready[0], &ok, 1) == 1 && ok;
+    close(ready[0]);
+    *release = hold[1];
+    return kid;
+}
+
+/* admin_clients: with max_clients taken by other users, root (and the
+ * daemon's user) still get in, up to admin_clients more, and may reload. */
+static void test_admin_clients(void)
+{
+    if (geteuid() != 0) {
+        fprintf(stderr, "admin_clients: not root, skipped\n");
+        return;
+    }
+    struct group *g = getgrnam("daemon");
+    gid_t gid = g ? g->gr_gid : 1;
+    struct tdaemon d;
+    const char *extra[] = { "--allowed-group", g ? g->gr_name : "daemon", "--socket-mode", "0666",
+                            "--max-clients", "1", "--admin-clients", "1", NULL };
+    tdaemon_start(&d, bin, model, extra);
+    int release;
+    bool in;
+    pid_t holder = hold_as_nobody(d.sock, gid, &release, &in);
+    CHECK(in, "the first client (uid 65534) refused under max_clients 1");
+    int r = connect_as_nobody(d.sock, &gid, 1, false);
+    CHECK(r == 3, "a second uid 65534 client past max_clients 1: expected TOO_MANY_CLIENTS, got %d",
+          r);
+    struct l8c_client *admin, *more;
+    struct l8c_status st;
+    char err[L8C_ERRLEN];
+    REQUIRE(l8c_connect(d.sock, "admin", &admin, err) == 0,
+            "root refused with max_clients taken by others and admin_clients 1: %s", err);
+    CHECK(l8c_reload(admin, &st, 10000) == 0 && st.clients == 2 && st.config_reloads == 1,
+          "root's reload with the clients full: %u clients, %llu reloads (%s)", st.clients,
+          (unsigned long long)st.config_reloads, l8c_last_error(admin, NULL));
+    CHECK(l8c_connect(d.sock, "admin 2", &more, err) == -EUSERS,
+          "root let in past max_clients + admin_clients: %s", err);
+    l8c_close(admin);
+    close(release);
+    CHECK(child_status(holder) == 0, "the holding client's process");
+    /* Its slot frees as the daemon sees the hang-up. */
+    for (int i = 0; i < 100 && (r = connect_as_nobody(d.sock, &gid, 1, false)) == 3; i++)
+        usleep(20000);
+    CHECK(r == 0, "uid 65534 refused after the others left (%d)", r);
+    CHECK(tdaemon_stop(&d) == 0, "exit");
 }
 
 static void test_permissions(void)
@@ -522,6 +591,7 @@ int main(int argc, char **argv)
     test_drain_timeout();
     test_own_loop_hangup();
     test_permissions();
+    test_admin_clients();
     test_prefix_cache_scope();
     test_socket_activation();
     test_reload();
