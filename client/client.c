@@ -819,13 +819,13 @@ static void take_status(const Llama8__Status *s, struct l8c_status *out)
     *out = o;
 }
 
-/* Sends msg on the control socket and takes the Status that answers it. */
-static int status_exchange(struct l8c_client *c, const Llama8__ClientMessage *msg,
-                           struct l8c_status *out, int timeout_ms)
+/* Sends msg on the control socket and takes the answer, which must be of
+ * kind want (an Error datagram is the daemon's refusal): *out to free. */
+static int exchange(struct l8c_client *c, const Llama8__ClientMessage *msg,
+                    Llama8__DaemonMessage__MsgCase want, int timeout_ms,
+                    Llama8__DaemonMessage **out)
 {
     int rc;
-    if (!c || !out)
-        return -EINVAL;
     if (c->dead)
         return -ECONNRESET;
     if ((rc = send_ctl(c, msg)) < 0)
@@ -833,17 +833,33 @@ static int status_exchange(struct l8c_client *c, const Llama8__ClientMessage *ms
     Llama8__DaemonMessage *m = recv_ctl(c, timeout_ms, NULL, NULL, &rc);
     if (!m)
         return rc;
+    if (m->msg_case == want) {
+        *out = m;
+        return 0;
+    }
     if (m->msg_case == LLAMA8__DAEMON_MESSAGE__MSG_ERROR) {
         rc = take_error(c, m->error);
-    } else if (m->msg_case != LLAMA8__DAEMON_MESSAGE__MSG_STATUS) {
-        set_err(c, 0, "daemon answered with something other than its status");
-        rc = -EPROTO;
     } else {
-        take_status(m->status, out);
-        rc = 0;
+        set_err(c, 0, "the daemon answered with another message than the one asked for");
+        rc = -EPROTO;
     }
     llama8__daemon_message__free_unpacked(m, NULL);
     return rc;
+}
+
+/* Sends msg on the control socket and takes the Status that answers it. */
+static int status_exchange(struct l8c_client *c, const Llama8__ClientMessage *msg,
+                           struct l8c_status *out, int timeout_ms)
+{
+    if (!c || !out)
+        return -EINVAL;
+    Llama8__DaemonMessage *m;
+    int rc = exchange(c, msg, LLAMA8__DAEMON_MESSAGE__MSG_STATUS, timeout_ms, &m);
+    if (rc < 0)
+        return rc;
+    take_status(m->status, out);
+    llama8__daemon_message__free_unpacked(m, NULL);
+    return 0;
 }
 
 int l8c_status(struct l8c_client *c, struct l8c_status *out, int timeout_ms)
@@ -867,4 +883,52 @@ int l8c_reload(struct l8c_client *c, struct l8c_status *out, int timeout_ms)
         rc = -EINVAL;
     }
     return rc;
+}
+
+int l8c_clients(struct l8c_client *c, struct l8c_client_info *out, size_t cap, size_t *n,
+                int timeout_ms)
+{
+    if (!c || !n || (cap && !out))
+        return -EINVAL;
+    /* timeout_ms bounds the whole list, every page (< 0: no bound). */
+    const uint64_t deadline = l8c_now_ns() + (uint64_t)(timeout_ms < 0 ? 0 : timeout_ms) * 1000000;
+    Llama8__ClientsRequest cr = LLAMA8__CLIENTS_REQUEST__INIT;
+    Llama8__ClientMessage cm = LLAMA8__CLIENT_MESSAGE__INIT;
+    cm.msg_case = LLAMA8__CLIENT_MESSAGE__MSG_CLIENTS_REQUEST;
+    cm.clients_request = &cr;
+    size_t got = 0;
+    for (bool more = true; more;) {
+        Llama8__DaemonMessage *m;
+        const uint64_t t = l8c_now_ns();
+        const int left = timeout_ms < 0 ? -1
+                         : t >= deadline ? 0 : (int)((deadline - t + 999999) / 1000000);
+        int rc = exchange(c, &cm, LLAMA8__DAEMON_MESSAGE__MSG_CLIENT_LIST, left, &m);
+        if (rc < 0)
+            return rc;
+        const Llama8__ClientList *l = m->client_list;
+        /* A page that moves nothing forward would loop: the daemon's fault. */
+        more = l->more && l->n_clients > 0;
+        for (size_t i = 0; i < l->n_clients; i++) {
+            const Llama8__ClientInfo *ci = l->clients[i];
+            if (ci->id <= cr.after_id) {
+                more = false;
+                break;
+            }
+            cr.after_id = ci->id;
+            if (got < cap) {
+                struct l8c_client_info *o = &out[got];
+                *o = (struct l8c_client_info){
+                    .id = ci->id, .pid = ci->pid, .uid = ci->uid,
+                    .connected_s = ci->connected_s, .requests = ci->requests,
+                    .requests_done = ci->requests_done, .prompt_tokens = ci->prompt_tokens,
+                    .tokens_generated = ci->tokens_generated, .held = ci->held,
+                };
+                snprintf(o->name, sizeof(o->name), "%s", ci->name ? ci->name : "");
+            }
+            got++;
+        }
+        llama8__daemon_message__free_unpacked(m, NULL);
+    }
+    *n = got;
+    return 0;
 }

@@ -86,6 +86,7 @@ int ctl_generate(int argc, char **argv);
 int ctl_chat(int argc, char **argv);
 int ctl_status(int argc, char **argv);
 int ctl_reload(int argc, char **argv);
+int ctl_clients(int argc, char **argv);
 int ctl_bench(int argc, char **argv);
 
 /* One request's reply (ctl_stream.c): its tokens through the streaming

@@ -197,6 +197,29 @@ int l8c_status(struct l8c_client *c, struct l8c_status *out, int timeout_ms);
  * closes the connection); -ESHUTDOWN or other errors as l8c_status. */
 int l8c_reload(struct l8c_client *c, struct l8c_status *out, int timeout_ms);
 
+/* One connected client as the daemon sees it (l8c_clients). */
+struct l8c_client_info {
+    uint64_t id;               /* its l8c_info()->client_id */
+    char name[65];             /* the name it gave l8c_connect, as the daemon logs it */
+    int32_t pid;               /* from its socket's credentials at connect */
+    uint32_t uid;
+    double connected_s;        /* since it connected */
+    uint32_t requests;         /* in flight now (running or waiting) */
+    uint64_t requests_done;    /* ended in any way since it connected */
+    uint64_t prompt_tokens;    /* of the requests it submitted */
+    uint64_t tokens_generated; /* delivered to it */
+    bool held;                 /* its event ring is full: its requests wait for it to read */
+};
+/* The clients connected to the daemon that this connection may see (root
+ * and the daemon's own user: all; anyone else: those of their own uid), in
+ * connection order, this one included: the first cap into out, and in *n
+ * how many there are (more than cap: ask again with room for them). The
+ * daemon answers a page at a time, so a client that connects or leaves
+ * meanwhile may be missing or listed. timeout_ms bounds the whole call.
+ * 0, or errors as l8c_status. */
+int l8c_clients(struct l8c_client *c, struct l8c_client_info *out, size_t cap, size_t *n,
+                int timeout_ms);
+
 /* Names for codes, for messages. */
 const char *l8c_err_name(int code);
 /* What an ERROR record says was wrong, in words, into buf (returned):

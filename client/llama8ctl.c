@@ -20,6 +20,7 @@ static const struct ctl_cmd commands[] = {
     {"generate", ctl_generate, "prompt -> streamed reply from llama8d"},
     {"chat", ctl_chat, "interactive conversation with llama8d"},
     {"status", ctl_status, "what llama8d is doing"},
+    {"clients", ctl_clients, "who is connected to llama8d and what each is doing"},
     {"reload", ctl_reload, "llama8d reads its configuration again (root, its user)"},
     {"bench", ctl_bench, "latency and throughput of llama8d"},
     {"pipe", ctl_pipe, "JSON-lines requests on stdin, events on stdout (for editors)"},

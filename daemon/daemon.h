@@ -69,6 +69,9 @@ struct l8d_session {
     /* Requests. */
     struct l8d_req *reqs;    /* [max_requests_per_client] */
     uint32_t n_live;
+    /* Since it connected (the client list): requests taken and ended, their
+     * prompt tokens, the tokens delivered. */
+    uint64_t requests_done, prompt_tokens, tokens_generated;
     /* io_uring buffers: the control recv and the doorbell read. */
     uint8_t rx[L8_MAX_CTL_MSG];
     struct iovec rx_iov;

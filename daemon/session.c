@@ -394,6 +394,76 @@ static void send_status(struct l8d_session *s)
     }
 }
 
+static int by_id(const void *a, const void *b)
+{
+    const struct l8d_session *x = *(struct l8d_session *const *)a;
+    const struct l8d_session *y = *(struct l8d_session *const *)b;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+/* One page of the client list: the welcomed sessions this one may see (all
+ * for the administrator, else its own uid's) with ids above after_id, in
+ * id order, as many as fit in one datagram. */
+static void send_clients(struct l8d_session *s, uint64_t after_id)
+{
+    struct l8d *d = s->d;
+    const bool all = uid_is_admin(s->uid);
+    const size_t cap = d->n_sessions;
+    struct l8d_session **v = malloc(cap * sizeof(*v));
+    Llama8__ClientInfo *ci = malloc(cap * sizeof(*ci));
+    Llama8__ClientInfo **ptrs = malloc(cap * sizeof(*ptrs));
+    int rc = -ENOMEM;
+    if (!v || !ci || !ptrs)
+        goto out;
+    size_t n = 0;
+    for (uint32_t i = 0; i < d->n_slots && n < cap; i++) {
+        struct l8d_session *o = d->sessions[i];
+        if (o && o->state == L8D_SESS_READY && o->id > after_id && (all || o->uid == s->uid))
+            v[n++] = o;
+    }
+    qsort(v, n, sizeof(*v), by_id);
+    const uint64_t now = l8d_now_ns();
+    Llama8__ClientList list = LLAMA8__CLIENT_LIST__INIT;
+    list.clients = ptrs;
+    list.more = true;   /* while measuring: the page's size as if it were cut */
+    Llama8__DaemonMessage m = LLAMA8__DAEMON_MESSAGE__INIT;
+    m.msg_case = LLAMA8__DAEMON_MESSAGE__MSG_CLIENT_LIST;
+    m.client_list = &list;
+    for (size_t i = 0; i < n; i++) {
+        const struct l8d_session *o = v[i];
+        Llama8__ClientInfo *c = &ci[i];
+        llama8__client_info__init(c);
+        c->id = o->id;
+        c->name = (char *)o->name;
+        c->pid = o->pid;
+        c->uid = o->uid;
+        c->connected_s = (double)(now - o->t_accept_ns) / 1e9;
+        c->requests = o->n_live;
+        c->requests_done = o->requests_done;
+        c->prompt_tokens = o->prompt_tokens;
+        c->tokens_generated = o->tokens_generated;
+        c->held = o->bl_n > 0;
+        ptrs[i] = c;
+        list.n_clients = i + 1;
+        if (llama8__daemon_message__get_packed_size(&m) > L8_MAX_CTL_MSG) {
+            list.n_clients = i;   /* this one and the rest on the next page */
+            break;
+        }
+    }
+    list.more = list.n_clients < n;
+    rc = send_daemon_msg(s->fd, &m, NULL, 0);
+out:
+    free(v);
+    free(ci);
+    free(ptrs);
+    if (rc < 0) {
+        log_info("client %llu: client list not sent: %s", (unsigned long long)s->id,
+                 strerror(-rc));
+        l8d_session_close(s, rc == -ENOMEM ? L8_ERR_INTERNAL : 0,
+                          rc == -ENOMEM ? "out of memory" : NULL);
+    }
+}
+
 /* A reload asked for on the control socket (llama8ctl reload, the unit's
  * ExecReload): what SIGHUP does, with the Status after it as the answer.
  * The configuration is the administrator's: root and our own user only. */
@@ -450,6 +520,9 @@ void l8d_session_on_recv(struct l8d_session *s, int n, int msg_flags)
     else if (s->state == L8D_SESS_READY &&
              m->msg_case == LLAMA8__CLIENT_MESSAGE__MSG_RELOAD_REQUEST)
         on_reload(s);
+    else if (s->state == L8D_SESS_READY &&
+             m->msg_case == LLAMA8__CLIENT_MESSAGE__MSG_CLIENTS_REQUEST)
+        send_clients(s, m->clients_request->after_id);
     else
         l8d_session_close(s, L8_ERR_BAD_MESSAGE,
                           s->state == L8D_SESS_HELLO ? "expected Hello" : "unexpected message");
@@ -570,6 +643,7 @@ static void req_release(struct l8d_session *s, struct l8d_req *r, const char *ho
 {
     r->live = false;
     s->n_live--;
+    s->requests_done++;
     if (!l8_log_enabled(L8_LOG_INFO))
         return;
     char first[96] = "";
@@ -596,6 +670,7 @@ void l8d_session_on_sched_event(struct l8d *d, const struct l8_sched_event *e, u
         ev.kind = L8_EV_TOKEN;
         if (!r->generated++)
             r->t_first_ns = t_ns;
+        s->tokens_generated++;
         break;
     case L8_SCHED_EV_DONE:
         ev.kind = L8_EV_DONE;
@@ -736,6 +811,7 @@ static void on_generate(struct l8d_session *s, const Llama8__GenerateRequest *g)
     *r = (struct l8d_req){ .s = s, .id = id, .prompt_tokens = g->prompt_count, .live = true,
                            .ignore_eos = g->ignore_eos, .t_submit_ns = l8d_now_ns() };
     s->n_live++;
+    s->prompt_tokens += g->prompt_count;
     log_debug("client %llu request %llu: %u prompt tokens, %u new", (unsigned long long)s->id,
               (unsigned long long)id, g->prompt_count, g->max_new_tokens);
 }

@@ -1,4 +1,4 @@
-/* test_ctl_e2e: llama8ctl's daemon commands (generate, chat, pipe, status, bench)
+/* test_ctl_e2e: llama8ctl's daemon commands (generate, chat, pipe, status, clients, bench)
  * run as programs against the real llama8d on a synthetic checkpoint with
  * the real Llama 3.1 vocabulary, checked against llama8-run in-process.
  *
@@ -482,6 +482,71 @@ static void test_status_text(void)
           strstr(o.p, "(host)\n") && !strstr(o.p, "\ngpu:") &&
           strstr(o.p, "\nconfig:    log level info; reloaded 1 time\n"), "status:\n%s", o.p);
     free(o.p);
+}
+
+/* llama8ctl clients: beside its own connection, one of ours that ran a
+ * request (8 prompt tokens, 5 generated): both listed, ours with its pid,
+ * uid and counts, the command's own marked, in the table and in JSON. */
+static void test_clients(void)
+{
+    struct l8c_client *c;
+    char err[L8C_ERRLEN];
+    REQUIRE(l8c_connect(dmn.sock, "e2e holder", &c, err) == 0, "%s", err);
+    const uint32_t prompt[8] = { 1, 5, 9, 13, 17, 21, 25, 29 };
+    struct l8c_params p;
+    l8c_params_init(&p);
+    p.max_new_tokens = 5;
+    p.ignore_eos = true;
+    static struct tstream st[2];
+    memset(st, 0, sizeof st);
+    REQUIRE(l8c_submit_id(c, 1, prompt, 8, &p) == 0 && tcollect(c, st, 1, 1, 30000) &&
+                st[1].n == 5, "the holder's request");
+    const char *aj[] = { bin_ctl, "clients", "--json", "--socket", dmn.sock, NULL };
+    struct buf o = {0};
+    run_ok(aj, NULL, 0, &o);
+    json_object *j = parse_json(o.p, "clients --json");
+    REQUIRE(json_object_is_type(j, json_type_array), "clients --json: not an array: %s", o.p);
+    int holder = 0, self = 0;
+    int64_t last_id = 0;
+    for (size_t i = 0; i < json_object_array_length(j); i++) {
+        json_object *e = json_object_array_get_idx(j, i);
+        const char *w = "clients --json entry";
+        const char *name = json_object_get_string(get(e, "name", json_type_string, w));
+        const int64_t id = get_int(e, "id", w);
+        CHECK(id > last_id, "clients not in id order: %s", o.p);
+        last_id = id;
+        if (!strcmp(name, "e2e holder")) {
+            holder++;
+            CHECK(id == (int64_t)l8c_info(c)->client_id && get_int(e, "pid", w) == getpid() &&
+                      get_int(e, "uid", w) == getuid() && get_int(e, "requests", w) == 0 &&
+                      get_int(e, "requests_done", w) == 1 &&
+                      get_int(e, "prompt_tokens", w) == 8 &&
+                      get_int(e, "tokens_generated", w) == 5 &&
+                      !json_object_get_boolean(get(e, "held", json_type_boolean, w)) &&
+                      !json_object_get_boolean(get(e, "self", json_type_boolean, w)) &&
+                      get_num(e, "connected_s", w) > 0,
+                  "the holder's entry: %s", json_object_to_json_string(e));
+        }
+        if (json_object_get_boolean(get(e, "self", json_type_boolean, w))) {
+            self++;
+            CHECK(!strcmp(name, "llama8ctl clients") && get_int(e, "requests_done", w) == 0,
+                  "the command's own entry: %s", json_object_to_json_string(e));
+        }
+    }
+    CHECK(holder == 1 && self == 1, "clients --json: holder %d, self %d: %s", holder, self, o.p);
+    json_object_put(j);
+    free(o.p);
+    o = (struct buf){0};
+    const char *at[] = { bin_ctl, "clients", "--socket", dmn.sock, NULL };
+    run_ok(at, NULL, 0, &o);
+    char line[160];
+    snprintf(line, sizeof line, " %d ", (int)getpid());
+    const char *h = strstr(o.p, "e2e holder");
+    CHECK(!strncmp(o.p, "    ID      PID    UID CONNECTED  REQS     DONE     PROMPT     TOKENS  NAME\n",
+                   75) && strstr(o.p, line) && h && strstr(o.p, "  llama8ctl clients (this one)\n"),
+          "clients:\n%s", o.p);
+    free(o.p);
+    l8c_close(c);
 }
 
 /* status --json once the daemon has seen every client that left go: a
@@ -1509,6 +1574,7 @@ int main(int argc, char **argv)
           s.generated);
 
     test_status_text();
+    test_clients();
     test_generate();
     test_logprobs();
     test_stop_text();

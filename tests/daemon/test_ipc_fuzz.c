@@ -206,7 +206,10 @@ static struct answer read_answer(int fd, int timeout_ms)
         }
         switch (m->msg_case) {
         case LLAMA8__DAEMON_MESSAGE__MSG_WELCOME: a.welcome = true; break;
-        case LLAMA8__DAEMON_MESSAGE__MSG_STATUS: a.status = true; break;
+        case LLAMA8__DAEMON_MESSAGE__MSG_STATUS:
+        case LLAMA8__DAEMON_MESSAGE__MSG_CLIENT_LIST:   /* answers that keep the connection */
+            a.status = true;
+            break;
         case LLAMA8__DAEMON_MESSAGE__MSG_ERROR:
             a.code = (int)m->error->code;
             /* the rule: an error says what was wrong */
@@ -266,12 +269,12 @@ static uint32_t random_version(void)
     return chance(70) ? L8_PROTO_VERSION : chance(50) ? v[rn(4)] : (uint32_t)rnd();
 }
 
-/* A control message: garbage, a StatusRequest, a Hello, or one of those
- * mutated; sometimes past L8_MAX_CTL_MSG. */
+/* A control message: garbage, a StatusRequest, a ClientsRequest, a Hello,
+ * or one of those mutated; sometimes past L8_MAX_CTL_MSG. */
 static size_t random_ctl(uint8_t *b, size_t cap)
 {
     size_t n;
-    switch (rn(4)) {
+    switch (rn(5)) {
     case 0:   /* garbage of every size, 0 and past the limit included */
         n = chance(10) ? 0 : chance(15) ? L8_MAX_CTL_MSG + 1 + rn(4000) : 1 + rn(chance(50) ? 16 : 600);
         fill_random(b, n);
@@ -288,6 +291,15 @@ static size_t random_ctl(uint8_t *b, size_t cap)
             n += add;
         }
         break;
+    case 2: {   /* ClientsRequest from any id */
+        Llama8__ClientsRequest cr = LLAMA8__CLIENTS_REQUEST__INIT;
+        cr.after_id = chance(50) ? rn(8) : rnd();
+        Llama8__ClientMessage m = LLAMA8__CLIENT_MESSAGE__INIT;
+        m.msg_case = LLAMA8__CLIENT_MESSAGE__MSG_CLIENTS_REQUEST;
+        m.clients_request = &cr;
+        n = llama8__client_message__pack(&m, b);
+        break;
+    }
     default:
         n = pack_hello(b, random_version(), chance(20) ? rn(4000) : rn(40));
         break;

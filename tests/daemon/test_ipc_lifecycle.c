@@ -10,6 +10,9 @@
  *    group as a supplementary group is let in (needs root, else skipped);
  *  - admin_clients: with max_clients taken, root still gets in and reloads
  *    (needs root);
+ *  - the client list (l8c_clients): every client in connection order over
+ *    several pages, each one's counts, a held one; uid 65534 sees its own
+ *    clients only (needs root);
  *  - prefix_cache: user (the default) keeps each uid's cached pages to it,
  *    shared and off do what they say (needs root, else skipped);
  *  - socket activation through systemd-socket-activate (skipped if absent);
@@ -327,6 +330,78 @@ static void test_rate(void)
     CHECK(tdaemon_stop(&d) == 0, "exit");
 }
 
+/* The entry of client id in v[0, n), or NULL. */
+static const struct l8c_client_info *find_client(const struct l8c_client_info *v, size_t n,
+                                                 uint64_t id)
+{
+    for (size_t i = 0; i < n; i++)
+        if (v[i].id == id)
+            return &v[i];
+    return NULL;
+}
+
+/* l8c_clients: 60 clients with 64-byte names (more than one datagram's
+ * worth, so the list comes in pages), in connection order; the counts of
+ * a finished request, an endless one whose events are not read (held once
+ * the 64-entry event ring is full), a short array (the count, the first
+ * ones). */
+static void test_clients(void)
+{
+    struct tdaemon d;
+    const char *extra[] = { "--eq-entries", "64", NULL };
+    tdaemon_start(&d, bin, model, extra);
+    enum { N = 60 };
+    struct l8c_client *cs[N];
+    char err[L8C_ERRLEN];
+    for (int i = 0; i < N; i++) {
+        char name[65];
+        snprintf(name, sizeof name, "client %02d %-54s", i, "of the list");
+        REQUIRE(l8c_connect(d.sock, name, &cs[i], err) == 0, "client %d: %s", i, err);
+    }
+    const uint32_t prompt[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
+    static struct tstream st[2];
+    REQUIRE(submit_fixed(cs[3], 1, prompt, 8, 5) == 0 && tcollect(cs[3], st, 1, 1, 30000) &&
+                st[1].n == 5, "client 3's request");
+    REQUIRE(submit_fixed(cs[7], 1, prompt, 6, 100000) == 0, "client 7's request");
+    static struct l8c_client_info v[N + 8];
+    size_t n = 0;
+    const struct l8c_client_info *e7 = NULL;
+    for (int t = 0; t < 200 && !(e7 && e7->held); t++) {   /* until its ring fills */
+        REQUIRE(l8c_clients(cs[0], v, N + 8, &n, 10000) == 0, "l8c_clients: %s",
+                l8c_last_error(cs[0], NULL));
+        e7 = find_client(v, n, l8c_info(cs[7])->client_id);
+        usleep(10000);
+    }
+    CHECK(n == N, "%zu clients listed, %d connected", n, N);
+    bool order = true, names = true;
+    for (size_t i = 0; i < n && i < N; i++) {
+        char name[65];
+        snprintf(name, sizeof name, "client %02zu %-54s", i, "of the list");
+        order &= v[i].id == l8c_info(cs[i])->client_id && (i == 0 || v[i].id > v[i - 1].id);
+        names &= !strcmp(v[i].name, name) && v[i].pid == getpid() && v[i].uid == getuid() &&
+                 v[i].connected_s > 0;
+    }
+    CHECK(order && names, "the list is not the clients in connection order with their names");
+    const struct l8c_client_info *e3 = find_client(v, n, l8c_info(cs[3])->client_id);
+    CHECK(e3 && e3->requests == 0 && e3->requests_done == 1 && e3->prompt_tokens == 8 &&
+              e3->tokens_generated == 5 && !e3->held,
+          "client 3: %u in flight, %llu done, %llu prompt, %llu generated, held %d",
+          e3 ? e3->requests : 0, e3 ? (unsigned long long)e3->requests_done : 0,
+          e3 ? (unsigned long long)e3->prompt_tokens : 0,
+          e3 ? (unsigned long long)e3->tokens_generated : 0, e3 ? e3->held : -1);
+    CHECK(e7 && e7->requests == 1 && e7->requests_done == 0 && e7->prompt_tokens == 6 &&
+              e7->tokens_generated >= 64 && e7->held,
+          "client 7 (not reading): %u in flight, %llu generated, held %d", e7 ? e7->requests : 0,
+          e7 ? (unsigned long long)e7->tokens_generated : 0, e7 ? e7->held : -1);
+    /* Room for 5: the first 5, and how many there are. */
+    struct l8c_client_info few[5];
+    CHECK(l8c_clients(cs[1], few, 5, &n, 10000) == 0 && n == N &&
+              few[4].id == l8c_info(cs[4])->client_id, "5 of %zu", n);
+    for (int i = 0; i < N; i++)
+        l8c_close(cs[i]);
+    CHECK(tdaemon_stop(&d) == 0, "exit");
+}
+
 /* Fork a child running as uid/gid 65534 with the given supplementary
  * groups (exit 255 if it cannot be); 0 in the child, its pid here. */
 static pid_t fork_as_nobody(const gid_t *groups, int n)
@@ -457,6 +532,32 @@ static void test_permissions(void)
     struct l8c_client *c;
     char err[L8C_ERRLEN];
     CHECK(l8c_connect(d.sock, "root", &c, err) == 0, "root refused: %s", err);
+    /* The client list: uid 65534 sees its own clients (a holder and
+     * itself), not root's; root sees them all. */
+    int release;
+    bool in;
+    pid_t holder = hold_as_nobody(d.sock, gid, &release, &in);
+    CHECK(in, "the holder (uid 65534) refused");
+    pid_t kid = fork_as_nobody(&gid, 1);
+    if (kid == 0) {
+        struct l8c_client *k;
+        struct l8c_client_info v[4];
+        size_t n = 0;
+        if (l8c_connect(d.sock, "nobody's", &k, err) < 0 || l8c_clients(k, v, 4, &n, 10000) < 0)
+            _exit(2);
+        _exit(n == 2 && v[0].uid == 65534 && !strcmp(v[0].name, "holder") && v[1].uid == 65534 &&
+                      !strcmp(v[1].name, "nobody's") ? 0 : 1);
+    }
+    r = child_status(kid);
+    CHECK(r == 0, "uid 65534's client list: expected its holder and itself (%d)", r);
+    struct l8c_client_info v[4];
+    size_t n = 0;
+    CHECK(l8c_clients(c, v, 4, &n, 10000) == 0 && n >= 2 && n <= 3 && !strcmp(v[0].name, "root") &&
+              v[0].uid == 0 && !strcmp(v[1].name, "holder") && v[1].uid == 65534,
+          "root's client list: %zu, the first two '%s' '%s'", n, n > 0 ? v[0].name : "",
+          n > 1 ? v[1].name : "");
+    close(release);
+    CHECK(child_status(holder) == 0, "the holder's process");
     l8c_close(c);
     CHECK(tdaemon_stop(&d) == 0, "exit");
 }
@@ -592,6 +693,7 @@ int main(int argc, char **argv)
     test_own_loop_hangup();
     test_permissions();
     test_admin_clients();
+    test_clients();
     test_prefix_cache_scope();
     test_socket_activation();
     test_reload();
