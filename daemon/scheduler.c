@@ -42,6 +42,8 @@ enum { LIST_WAITING, LIST_RUNNING, LIST_DOOMED, LIST_COUNT };
 
 struct list { struct req *head, *tail; uint32_t n; };
 
+struct owner_count { uint64_t owner; uint32_t n; bool used; };
+
 struct l8_sched {
     struct l8_sched_opts o;
     struct l8_kvpool *pool;
@@ -57,6 +59,10 @@ struct l8_sched {
     struct req **step_req;
     uint32_t n_step;
     bool in_flight;
+    /* running requests per owner while a step is built (fair share):
+     * open addressing, [n_owner_slots], a power of two >= 2 * max_seqs */
+    struct owner_count *owners;
+    uint32_t n_owner_slots;
     /* stats */
     uint64_t preemptions, tokens_generated, prompt_tokens, cached_tokens, steps;
 };
@@ -154,6 +160,65 @@ static void req_free(struct l8_sched *s, struct req *r)
     free(r);
 }
 
+/* ---- fair share ---------------------------------------------------------- */
+
+/* owner's running count, added (at 0) if add and absent; NULL if absent. */
+static uint32_t *owner_slot(struct l8_sched *s, uint64_t owner, bool add)
+{
+    uint32_t mask = s->n_owner_slots - 1;
+    for (uint32_t i = (uint32_t)(owner * 0x9e3779b97f4a7c15ULL >> 40) & mask;; i = (i + 1) & mask) {
+        struct owner_count *o = &s->owners[i];
+        if (o->used && o->owner == owner)
+            return &o->n;
+        if (!o->used) {
+            if (!add)
+                return NULL;
+            *o = (struct owner_count){ .owner = owner, .used = true };
+            return &o->n;
+        }
+    }
+}
+
+static uint32_t running_of(struct l8_sched *s, uint64_t owner)
+{
+    const uint32_t *n = owner_slot(s, owner, false);
+    return n ? *n : 0;
+}
+
+/* At most max_seqs owners run, so the table is at most half full. */
+static void count_owners(struct l8_sched *s)
+{
+    memset(s->owners, 0, s->n_owner_slots * sizeof(*s->owners));
+    for (struct req *r = s->lists[LIST_RUNNING].head; r; r = r->next)
+        (*owner_slot(s, r->owner, true))++;
+}
+
+static bool held(const struct l8_sched *s, const struct req *r)
+{
+    return s->o.held && s->o.held(s->o.ctx, r->user);
+}
+
+/* The waiting request to admit next: of the highest priority waiting, the
+ * one whose owner runs the fewest requests, the earliest of those. Held
+ * ones are passed over. NULL if none. */
+static struct req *next_admission(struct l8_sched *s)
+{
+    struct req *best = NULL;
+    uint32_t best_n = UINT32_MAX;
+    for (struct req *r = s->lists[LIST_WAITING].head; r && best_n > 0; r = r->next) {
+        if (best && r->priority < best->priority)
+            break;
+        if (held(s, r))
+            continue;
+        const uint32_t n = running_of(s, r->owner);
+        if (n < best_n) {
+            best = r;
+            best_n = n;
+        }
+    }
+    return best;
+}
+
 static void preempt(struct l8_sched *s, struct req *r)
 {
     /* Its registered pages stay in the prefix cache (LRU), so the
@@ -162,6 +227,37 @@ static void preempt(struct l8_sched *s, struct req *r)
     list_remove(s, r);
     list_insert_sorted(s, LIST_WAITING, r);
     s->preemptions++;
+    uint32_t *n = owner_slot(s, r->owner, false);
+    if (n && *n)
+        (*n)--;
+}
+
+/* With every sequence slot taken, the request next_admission() picks gets
+ * one if its owner runs at least two fewer than another owner: the
+ * youngest request, of no higher priority, of the owner that runs the most
+ * is preempted for it. One a step, so shares even out over steps without
+ * a burst of recomputation; preempting for a difference of one would only
+ * swap the two owners back and forth. */
+static void preempt_for_fair_share(struct l8_sched *s)
+{
+    if (s->lists[LIST_RUNNING].n < s->o.max_seqs)
+        return;
+    const struct req *w = next_admission(s);
+    if (!w)
+        return;
+    struct req *victim = NULL;
+    uint32_t most = running_of(s, w->owner) + 1;
+    /* From the tail: the lowest priority and the youngest first. */
+    for (struct req *r = s->lists[LIST_RUNNING].tail; r && r->priority <= w->priority;
+         r = r->prev) {
+        const uint32_t n = running_of(s, r->owner);
+        if (n > most) {
+            victim = r;
+            most = n;
+        }
+    }
+    if (victim)
+        preempt(s, victim);
 }
 
 /* Give r pages covering positions [0, npos). When the pool is empty,
@@ -207,11 +303,15 @@ int l8_sched_new(const struct l8_sched_opts *o, struct l8_sched **out)
     s->seqs = calloc(o->max_seqs, sizeof(*s->seqs));
     s->slots = calloc(o->max_seqs, sizeof(*s->slots));
     s->step_req = calloc(o->max_seqs, sizeof(*s->step_req));
+    s->n_owner_slots = 16;
+    while (s->n_owner_slots < 2 * (uint64_t)o->max_seqs && s->n_owner_slots < (1u << 30))
+        s->n_owner_slots <<= 1;
+    s->owners = calloc(s->n_owner_slots, sizeof(*s->owners));
     s->n_buckets = 16;
     while (s->n_buckets < 2 * (uint64_t)s->o.max_requests && s->n_buckets < (1u << 24))
         s->n_buckets <<= 1;
     s->by_id = calloc(s->n_buckets, sizeof(*s->by_id));
-    if (!s->seqs || !s->slots || !s->step_req || !s->by_id)
+    if (!s->seqs || !s->slots || !s->step_req || !s->by_id || !s->owners)
         goto err;
     *out = s;
     return 0;
@@ -232,6 +332,7 @@ void l8_sched_free(struct l8_sched *s)
     free(s->seqs);
     free(s->slots);
     free(s->step_req);
+    free(s->owners);
     free(s);
 }
 
@@ -456,17 +557,14 @@ static bool admit(struct l8_sched *s, struct req *r)
     return true;
 }
 
-static bool held(const struct l8_sched *s, const struct req *r)
-{
-    return s->o.held && s->o.held(s->o.ctx, r->user);
-}
-
 int l8_sched_build_step(struct l8_sched *s, struct l8_seq **seqs, uint32_t *n)
 {
     if (s->in_flight)
         return -EBUSY;
     uint32_t budget = s->o.max_step_tokens;
     s->n_step = 0;
+    count_owners(s);
+    preempt_for_fair_share(s);
 
     /* 1. Decodes, oldest first: they never wait behind prefill, so the
      * per-token latency of running streams stays one step. */
@@ -489,18 +587,16 @@ int l8_sched_build_step(struct l8_sched *s, struct l8_seq **seqs, uint32_t *n)
             continue;
         add_seq(s, r, left < budget ? left : budget, &budget);
     }
-    /* 3. Admit from the head of the queue while budget, slots and pages
-     * last. The head is never skipped (FIFO within a priority), unless
-     * held. */
-    for (struct req *r = s->lists[LIST_WAITING].head, *next;
-         r && budget > 0 && s->lists[LIST_RUNNING].n < s->o.max_seqs; r = next) {
-        next = r->next;
-        if (held(s, r))
-            continue;
+    /* 3. Admit while budget, slots and pages last, in next_admission()'s
+     * order. The one it picks is never skipped for a later one that would
+     * fit, so a large request is not starved by small ones. */
+    for (struct req *r; budget > 0 && s->lists[LIST_RUNNING].n < s->o.max_seqs &&
+                        (r = next_admission(s));) {
         if (!admit(s, r))
             break;
         list_remove(s, r);
         list_insert_sorted(s, LIST_RUNNING, r);
+        (*owner_slot(s, r->owner, true))++;
         uint32_t left = r->n_tokens - r->n_computed;
         add_seq(s, r, left < budget ? left : budget, &budget);
     }

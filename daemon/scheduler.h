@@ -15,12 +15,13 @@
  * running requests still in their prompt, then the first chunks of newly
  * admitted requests, all within max_step_tokens tokens (chunked prefill)
  * and max_seqs sequences. Waiting requests are admitted in order of
- * priority (higher first), then arrival (FIFO); the head of the queue is
- * never overtaken, so a large request is not starved by small ones. A
- * request is admitted only when the pool can give pages for its whole
- * remaining prompt plus one page of headroom per running request (so it
- * is not preempted right back out at their next page boundary), and at
- * most max_seqs requests run at once, so every running request decodes in
+ * priority (higher first), then the owner with the fewest running
+ * requests, then arrival (FIFO); the one that order picks is never
+ * overtaken by a later one that fits, so a large request is not starved by
+ * small ones. A request is admitted only when the pool can give pages for
+ * its whole remaining prompt plus one page of headroom per running request
+ * (so it is not preempted right back out at their next page boundary), and
+ * at most max_seqs requests run at once, so every running request decodes in
  * every step. Each l8_seq samples only on the chunk that reaches the last
  * known token; its history is every token before pos + n_tokens (prompt
  * and generated), sample_index the count generated so far.
@@ -33,6 +34,14 @@
  * logits of the first sample). Pages are shared only between requests of
  * one cache_scope (llama8d: one uid), so a request's start, and its
  * cached count, says nothing of other scopes' prompts.
+ *
+ * Fair share: the owners (clients) share the step's max_seqs slots. When
+ * they are all taken and the request admission would pick belongs to an
+ * owner running at least two fewer than another, that other owner's
+ * youngest request of no higher priority is preempted for it, one a step:
+ * a client with one request is not kept waiting for a whole generation by
+ * a batch job that filled the slots, and two busy clients even out at
+ * equal shares (to within one), where preemption stops.
  *
  * Preemption: when a running request needs a new page and the pool has
  * none (free or reclaimable), the youngest running request (lowest

@@ -774,6 +774,104 @@ static void test_priority(void)
     world_fini(&w);
 }
 
+/* Requests of each owner among a step's slots. */
+static void owners_in_step(const struct world *w, uint32_t n, uint32_t *n1, uint32_t *n2)
+{
+    const struct l8_sched_slot *sl = l8_sched_step_slots(w->s);
+    *n1 = *n2 = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        *n1 += sl[i].owner == 1;
+        *n2 += sl[i].owner == 2;
+    }
+}
+
+static uint64_t preemptions(const struct world *w)
+{
+    struct l8_sched_stats st;
+    l8_sched_get_stats(w->s, &st);
+    return st.preemptions;
+}
+
+/* Fair share of the slots between owners. Owner 1 fills them; owner 2's
+ * request gets one (owner 1's youngest preempted for it, and it admitted
+ * before owner 1's earlier waiting ones), but not while held, nor one of
+ * lower priority; nothing more is preempted at a difference of one. Two
+ * owners with 4 each even out at 2 and 2, one preemption a step. Every
+ * stream is what it is alone. */
+static void test_fair_share(void)
+{
+    struct world w;
+    CHECK_EQ(world_init(&w, 256, 4, 64, 4, 64), 0);
+    static uint32_t p[6][5], q[2][3];
+    for (int i = 0; i < 6; i++)
+        fill(p[i], 5, 100 * (uint32_t)i + 1);
+    for (int i = 0; i < 2; i++)
+        fill(q[i], 3, 100 * (uint32_t)i + 7);
+    for (int i = 0; i < 6; i++) {
+        struct l8_sched_req r = req(1, (uint64_t)i + 1, p[i], 5, 30);
+        CHECK_EQ(l8_sched_submit(w.s, &r, NULL), 0);
+    }
+    CHECK_EQ(step(&w, __LINE__), 4);                  /* 1-4 run, 5 and 6 wait */
+    bool hold = true;
+    struct l8_sched_req r21 = req(2, 1, q[0], 3, 8), r22 = req(2, 2, q[1], 3, 8);
+    r21.user = &hold;
+    r22.priority = -1;
+    CHECK_EQ(l8_sched_submit(w.s, &r21, NULL), 0);
+    CHECK_EQ(l8_sched_submit(w.s, &r22, NULL), 0);
+    uint32_t n1, n2;
+    CHECK_EQ(step(&w, __LINE__), 4);                  /* held, lower priority: nothing */
+    owners_in_step(&w, 4, &n1, &n2);
+    CHECK_EQ(n1, 4);
+    CHECK_EQ(preemptions(&w), 0);
+    hold = false;
+    struct l8_seq *seqs;
+    uint32_t n;
+    CHECK_EQ(l8_sched_build_step(w.s, &seqs, &n), 0);
+    CHECK_EQ(n, 4);
+    owners_in_step(&w, n, &n1, &n2);
+    CHECK_EQ(n1, 3);
+    CHECK_EQ(n2, 1);
+    CHECK_EQ(preemptions(&w), 1);
+    for (uint32_t i = 0; i < n; i++)                  /* the youngest of owner 1 went */
+        CHECK(l8_sched_step_slots(w.s)[i].owner != 1 || l8_sched_step_slots(w.s)[i].id != 4);
+    CHECK_EQ(exec_step(&w.x, w.s, seqs, n), 0);
+    CHECK_EQ(l8_sched_step_done(w.s, seqs, n, 0), 0);
+    CHECK_EQ(step(&w, __LINE__), 4);                  /* 3 and 1: it stays so */
+    run_all(&w, 64, 4);
+    CHECK_EQ(preemptions(&w), 1);
+    for (int i = 0; i < 6; i++)
+        check_stream(&w, 1, (uint64_t)i + 1, p[i], 5, 30, NULL, 0, 0, __LINE__);
+    check_stream(&w, 2, 1, q[0], 3, 8, NULL, 0, 0, __LINE__);
+    check_stream(&w, 2, 2, q[1], 3, 8, NULL, 0, 0, __LINE__);
+    world_fini(&w);
+
+    CHECK_EQ(world_init(&w, 256, 4, 64, 4, 64), 0);
+    for (uint64_t o = 1; o <= 2; o++) {
+        for (int i = 0; i < 4; i++) {
+            struct l8_sched_req r = req(o, (uint64_t)i + 1, p[i], 5, 12);
+            CHECK_EQ(l8_sched_submit(w.s, &r, NULL), 0);
+        }
+        if (o == 1)
+            CHECK_EQ(step(&w, __LINE__), 4);
+    }
+    static const uint32_t want1[3] = { 3, 2, 2 };
+    for (int k = 0; k < 3; k++) {
+        CHECK_EQ(l8_sched_build_step(w.s, &seqs, &n), 0);
+        owners_in_step(&w, n, &n1, &n2);
+        CHECK_EQ(n1, want1[k]);
+        CHECK_EQ(n2, 4 - want1[k]);
+        CHECK_EQ(preemptions(&w), k < 2 ? (uint64_t)k + 1 : 2);
+        CHECK_EQ(exec_step(&w.x, w.s, seqs, n), 0);
+        CHECK_EQ(l8_sched_step_done(w.s, seqs, n, 0), 0);
+    }
+    run_all(&w, 64, 4);
+    CHECK_EQ(preemptions(&w), 2);
+    for (uint64_t o = 1; o <= 2; o++)
+        for (int i = 0; i < 4; i++)
+            check_stream(&w, o, (uint64_t)i + 1, p[i], 5, 12, NULL, 0, 0, __LINE__);
+    world_fini(&w);
+}
+
 /* A held request (its client takes no events) gets no row and no
  * admission while held, keeps its pages, and does not hold up the others;
  * released, every stream is what it would have been alone. */
@@ -1228,6 +1326,7 @@ int main(void)
     test_head_of_line();
     test_priority();
     test_held();
+    test_fair_share();
     test_cancel();
     test_cancel_owner();
     test_engine_error();
