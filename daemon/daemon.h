@@ -102,6 +102,14 @@ struct l8d {
     int listen_fd;
     bool socket_activated;   /* listen_fd came from systemd: never unlink */
     bool accept_armed;
+    /* Out of descriptors: a spare one (an eventfd) let go to take a
+     * waiting connection and refuse it; the listening socket polled
+     * instead of accepted on (accept_by_poll); accepting paused until
+     * accept_resume_ns when even that fails; failures counted and logged
+     * at most every 10 s. */
+    int spare_fd;
+    bool accept_by_poll;
+    uint64_t accept_resume_ns, accept_log_ns, accept_failures;
     int signal_fd;
     int et_fd;               /* engine completion eventfd */
     uint64_t et_val;
@@ -176,6 +184,10 @@ struct l8d {
 
 /* session.c */
 int  l8d_session_accept(struct l8d *d, int fd);
+/* Out of descriptors: take the connections waiting to be accepted (up to
+ * 64), through the spare descriptor, and refuse them (TOO_MANY_CLIENTS).
+ * 0, also when none waits; a negative errno when it could not. */
+int  l8d_session_refuse_waiting(struct l8d *d);
 /* The socket delivered a datagram of n bytes (n <= 0: hang-up/error). */
 void l8d_session_on_recv(struct l8d_session *s, int n, int msg_flags);
 /* Take what the submission ring holds. */

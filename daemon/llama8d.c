@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -280,6 +282,29 @@ int l8d_reload(struct l8d *d)
     return 0;
 }
 
+/* Each client holds three descriptors (its socket and two eventfds; a
+ * fourth, the memfd, during its handshake). The soft limit is often 1024,
+ * too few for max_clients 256 and the rest: raise it to the hard limit
+ * (nothing here uses select()), and say so if that is still short. */
+static void raise_nofile(struct l8d *d)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+        return;
+    if (rl.rlim_cur < rl.rlim_max) {
+        const rlim_t want = rl.rlim_max == RLIM_INFINITY ? (rlim_t)1 << 20 : rl.rlim_max;
+        struct rlimit up = { .rlim_cur = want, .rlim_max = rl.rlim_max };
+        if (want > rl.rlim_cur && setrlimit(RLIMIT_NOFILE, &up) == 0)
+            rl.rlim_cur = want;
+    }
+    const uint64_t need = 3ull * (d->conf.max_clients + d->conf.admin_clients) + 64;
+    if ((uint64_t)rl.rlim_cur < need)
+        log_warn("%llu file descriptors (RLIMIT_NOFILE) for %u clients, which need about %llu: "
+                 "clients past the limit are refused (raise LimitNOFILE=, or lower max_clients)",
+                 (unsigned long long)rl.rlim_cur, d->conf.max_clients + d->conf.admin_clients,
+                 (unsigned long long)need);
+}
+
 static int setup(struct l8d *d, int argc, char **argv)
 {
     char err[L8D_ERRLEN] = "", lerr[L8_ERRLEN] = "";
@@ -293,8 +318,11 @@ static int setup(struct l8d *d, int argc, char **argv)
     d->argv = argv;
     d->conf_read = d->conf;
     l8_log_init(d->conf.log_level);
-    d->listen_fd = d->signal_fd = d->et_fd = -1;
+    d->listen_fd = d->signal_fd = d->et_fd = d->spare_fd = -1;
     d->start_ns = l8d_now_ns();
+    raise_nofile(d);
+    if ((d->spare_fd = eventfd(0, EFD_CLOEXEC)) < 0)
+        return -errno;
 
     /* Signals: handled through signalfd on the loop; blocked before any
      * thread exists so every thread inherits the mask. */
@@ -490,6 +518,8 @@ static void teardown(struct l8d *d)
     l8_model_free(d->model);
     if (d->signal_fd >= 0)
         close(d->signal_fd);
+    if (d->spare_fd >= 0)
+        close(d->spare_fd);
     free(d->prompt_buf);
     free(d->msg_buf);
 }

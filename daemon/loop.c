@@ -3,6 +3,9 @@
  * Operations in flight and their user_data (op | slot << 8 | gen << 32):
  *   ACCEPT    multishot accept on the listening socket (re-armed when a
  *             CQE comes without IORING_CQE_F_MORE)
+ *   LISTEN    poll of the listening socket in place of ACCEPT while out of
+ *             descriptors (io_uring's accept fails at once then, with or
+ *             without a connection waiting)
  *   RECV      recvmsg of one control datagram per client
  *   DOORBELL  8-byte read of a client's submission eventfd
  *   ENGINE    8-byte read of the engine thread's completion eventfd
@@ -31,6 +34,7 @@
 #include "daemon.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -41,7 +45,7 @@
 
 #include "log.h"
 
-enum op { OP_ACCEPT = 1, OP_RECV, OP_DOORBELL, OP_ENGINE, OP_SIGNAL, OP_TIMER,
+enum op { OP_ACCEPT = 1, OP_LISTEN, OP_RECV, OP_DOORBELL, OP_ENGINE, OP_SIGNAL, OP_TIMER,
           OP_WAKE, OP_CANCEL };
 
 #define TICK_NS      (100ull * 1000000ull)   /* housekeeping period */
@@ -77,11 +81,17 @@ static struct io_uring_sqe *get_sqe(struct l8d *d)
 
 static void arm_accept(struct l8d *d)
 {
-    if (d->accept_armed || d->listen_fd < 0 || d->state != L8D_RUNNING)
+    if (d->accept_armed || d->listen_fd < 0 || d->state != L8D_RUNNING ||
+        (d->accept_resume_ns && l8d_now_ns() < d->accept_resume_ns))
         return;
     struct io_uring_sqe *sqe = get_sqe(d);
-    io_uring_prep_multishot_accept(sqe, d->listen_fd, NULL, NULL, SOCK_CLOEXEC);
-    io_uring_sqe_set_data64(sqe, ud(OP_ACCEPT, 0, 0));
+    if (d->accept_by_poll) {
+        io_uring_prep_poll_add(sqe, d->listen_fd, POLLIN);
+        io_uring_sqe_set_data64(sqe, ud(OP_LISTEN, 0, 0));
+    } else {
+        io_uring_prep_multishot_accept(sqe, d->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+        io_uring_sqe_set_data64(sqe, ud(OP_ACCEPT, 0, 0));
+    }
     d->accept_armed = true;
 }
 
@@ -118,6 +128,34 @@ static void arm_timer(struct l8d *d)
     io_uring_prep_timeout(sqe, &d->tick, 0, 0);
     io_uring_sqe_set_data64(sqe, ud(OP_TIMER, 0, 0));
     d->timer_armed = true;
+}
+
+/* accept failed for a reason of ours, not of the connection: re-armed as
+ * it was, it would fail again at once, a busy loop. Out of descriptors,
+ * the connections waiting are refused with TOO_MANY_CLIENTS (through the
+ * spare descriptor) and the listening socket is polled instead (a
+ * connection: accept again, and refuse it too if nothing was freed
+ * meanwhile); otherwise, or if that fails too, accepting pauses for a
+ * tick. Logged at most every 10 s. */
+static void accept_failed(struct l8d *d, int res)
+{
+    const uint64_t now = l8d_now_ns();
+    d->accept_failures++;
+    bool paused = false;
+    if ((res == -EMFILE || res == -ENFILE) && l8d_session_refuse_waiting(d) == 0) {
+        d->accept_by_poll = true;   /* accept again when a connection comes */
+    } else {
+        d->accept_resume_ns = now + TICK_NS;
+        paused = true;
+    }
+    if (now - d->accept_log_ns >= 10ull * 1000000000ull || !d->accept_log_ns) {
+        log_warn("accept: %s (%llu time%s since the last message): %s", strerror(-res),
+                 (unsigned long long)d->accept_failures, d->accept_failures == 1 ? "" : "s",
+                 paused ? "accepting paused for 100 ms"
+                        : "connections refused with TOO_MANY_CLIENTS while it lasts");
+        d->accept_log_ns = now;
+        d->accept_failures = 0;
+    }
 }
 
 void l8d_loop_arm_session(struct l8d *d, struct l8d_session *s)
@@ -299,7 +337,7 @@ static void begin_drain(struct l8d *d)
     d->drain_deadline_ns = l8d_now_ns() + (uint64_t)d->conf.drain_timeout_ms * 1000000ull;
     if (d->accept_armed) {
         struct io_uring_sqe *sqe = get_sqe(d);
-        io_uring_prep_cancel64(sqe, ud(OP_ACCEPT, 0, 0), 0);
+        io_uring_prep_cancel64(sqe, ud(d->accept_by_poll ? OP_LISTEN : OP_ACCEPT, 0, 0), 0);
         io_uring_sqe_set_data64(sqe, ud(OP_CANCEL, 0, 0));
     }
 }
@@ -393,13 +431,16 @@ static void on_cqe(struct l8d *d, struct io_uring_cqe *cqe)
     struct l8d_session *s;
     int res = cqe->res;
     switch (ud_op(u)) {
+    case OP_LISTEN:   /* a connection waits: try accepting it */
+        d->accept_armed = d->accept_by_poll = false;
+        break;
     case OP_ACCEPT:
         if (!(cqe->flags & IORING_CQE_F_MORE))
             d->accept_armed = false;
         if (res >= 0)
             l8d_session_accept(d, res);
-        else if (res != -ECANCELED)
-            log_warn("accept: %s", strerror(-res));
+        else if (res != -ECANCELED && res != -ECONNABORTED && res != -EINTR)
+            accept_failed(d, res);
         break;
     case OP_RECV:
         if (!(s = session_of(d, u)))

@@ -165,6 +165,28 @@ static bool peer_allowed(struct l8d *d, int fd, const struct ucred *cr)
     return false;
 }
 
+int l8d_session_refuse_waiting(struct l8d *d)
+{
+    if (d->spare_fd < 0 && (d->spare_fd = eventfd(0, EFD_CLOEXEC)) < 0)
+        return -errno;
+    close(d->spare_fd);
+    d->spare_fd = -1;
+    /* The listening socket may block (one from systemd): poll first. A
+     * bounded number a call: the loop comes back for the rest. */
+    struct pollfd p = { d->listen_fd, POLLIN, 0 };
+    int rc = 0;
+    for (int i = 0; i < 64 && rc == 0 && poll(&p, 1, 0) == 1; i++) {
+        int fd = accept4(d->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+        if (fd >= 0)
+            refuse(d, fd, L8_ERR_TOO_MANY_CLIENTS, "the daemon is out of file descriptors");
+        else if (errno != EAGAIN && errno != ECONNABORTED)
+            rc = -errno;
+    }
+    if ((d->spare_fd = eventfd(0, EFD_CLOEXEC)) < 0 && rc == 0)
+        rc = -errno;
+    return rc;
+}
+
 int l8d_session_accept(struct l8d *d, int fd)
 {
     struct ucred cr;
@@ -281,7 +303,10 @@ static void on_hello(struct l8d_session *s, const Llama8__Hello *h)
     }
     if ((rc = make_shm(s)) < 0) {
         log_err("client %llu: shared memory: %s", (unsigned long long)s->id, strerror(-rc));
-        l8d_session_close(s, L8_ERR_INTERNAL, "cannot create shared memory");
+        if (rc == -EMFILE || rc == -ENFILE)
+            l8d_session_close(s, L8_ERR_TOO_MANY_CLIENTS, "the daemon is out of file descriptors");
+        else
+            l8d_session_close(s, L8_ERR_INTERNAL, "cannot create shared memory");
         return;
     }
     Llama8__Welcome w = LLAMA8__WELCOME__INIT;

@@ -5,7 +5,8 @@
  * disconnected alone; one that fills its event doorbell leaves nothing
  * armed in the daemon's io_uring; a connection flood is refused past
  * max_clients; and all along an observer request streams exactly the
- * tokens it streams on a quiet daemon.
+ * tokens it streams on a quiet daemon. Out of file descriptors, it refuses
+ * what it cannot take, without spinning, and recovers.
  * argv: llama8d model-dir */
 #include <math.h>
 
@@ -136,6 +137,74 @@ static void observer_submit(struct l8c_client *c, uint64_t id)
     for (uint32_t i = 0; i < 40; i++)
         op[i] = (i * 37 + 11) % 2048;
     REQUIRE(l8c_submit_id(c, id, op, 40, &p) == 0, "observer submit");
+}
+
+/* CPU time the process has used, in clock ticks. */
+static long cpu_ticks(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+    if (f)
+        fclose(f);
+    buf[n] = 0;
+    const char *p = strrchr(buf, ')');   /* the name may hold spaces */
+    unsigned long ut = 0, st = 0;
+    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+        return -1;
+    return (long)(ut + st);
+}
+
+/* Out of descriptors (a daemon under RLIMIT_NOFILE 64, filled with silent
+ * connections): a connection past the limit is refused with
+ * TOO_MANY_CLIENTS and a message instead of waiting unanswered, the daemon
+ * does not spin on the failing accept (before: a core and a log line per
+ * try), and once descriptors are free a client gets in and streams. */
+static void test_out_of_descriptors(const char *bin, const char *model)
+{
+    struct tdaemon d;
+    const char *prefix[] = { "prlimit", "--nofile=64:64", NULL };
+    const char *extra[] = { "--hello-timeout-ms", "0", "--max-clients", "100", NULL };
+    tdaemon_start_argv(&d, prefix, bin, model, extra);
+    enum { MAXFD = 80 };
+    int fds[MAXFD], n = 0, refused = -1;
+    for (; n < MAXFD; n++) {
+        fds[n] = raw_socket(d.sock);
+        if (!still_connected(fds[n])) {   /* it answered: the refusal */
+            refused = fds[n];
+            break;
+        }
+    }
+    CHECK(refused >= 0, "%d silent connections under RLIMIT_NOFILE 64 and none refused", n);
+    if (refused >= 0)
+        expect_error_and_hangup(refused, L8_ERR_TOO_MANY_CLIENTS, "past the descriptors");
+    const long t0 = cpu_ticks(d.pid);
+    usleep(500 * 1000);
+    const long used = cpu_ticks(d.pid) - t0;
+    CHECK(t0 >= 0 && used <= 10, "the daemon used %ld ticks in 0.5 s out of descriptors", used);
+    struct l8c_client *c;
+    char err[L8C_ERRLEN];
+    CHECK(l8c_connect(d.sock, "one more", &c, err) == -EUSERS &&
+              strstr(err, "out of file descriptors"),
+          "a client out of descriptors: %s", err);
+    for (int i = 0; i <= n && i < MAXFD; i++)
+        close(fds[i]);
+    int rc = -1;
+    for (int i = 0; i < 100 && rc < 0; i++)   /* the daemon sees the hang-ups */
+        if ((rc = l8c_connect(d.sock, "after", &c, err)) < 0)
+            usleep(10000);
+    CHECK(rc == 0, "no client after the descriptors were freed: %s", err);
+    if (rc == 0) {
+        struct l8c_params p;
+        l8c_params_init(&p);
+        p.max_new_tokens = 4;
+        struct l8_event ev = submit_expect_event(c, 1, 8, &p);
+        CHECK(ev.kind == L8_EV_STARTED, "a request after the descriptors were freed: event %d",
+              ev.kind);
+        l8c_close(c);
+    }
+    CHECK(tdaemon_stop(&d) == 0, "exit");
 }
 
 int main(int argc, char **argv)
@@ -536,6 +605,7 @@ int main(int argc, char **argv)
     l8c_close(probe);
     int rc = tdaemon_stop(&d);
     CHECK(rc == 0, "llama8d exit %d", rc);
+    test_out_of_descriptors(argv[1], argv[2]);
     if (failures)
         return 1;
     printf("ok\n");
