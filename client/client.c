@@ -308,6 +308,7 @@ static int take_welcome(struct l8c_client *c, const Llama8__Welcome *w,
     i->max_prompt_tokens = w->max_prompt_tokens;
     i->max_new_tokens = w->max_new_tokens;
     i->max_stop_ids = w->max_stop_ids;
+    i->max_priority = w->max_priority;
     i->sq_entries = w->sq_entries;
     i->eq_entries = w->eq_entries;
     i->arena_size = w->arena_size;
@@ -549,6 +550,10 @@ const char *l8c_error_text(const struct l8_event *e, char buf[L8C_ERRLEN])
     case L8_EF_REQUESTS:
         snprintf(buf, L8C_ERRLEN, "%u requests in flight: the limit is %u", v, lim);
         break;
+    case L8_EF_PRIORITY:
+        snprintf(buf, L8C_ERRLEN, "priority %u: above %u is for root and the daemon's user", v,
+                 lim);
+        break;
     case L8_EF_PROMPT_RANGE:
         snprintf(buf, L8C_ERRLEN, "the prompt at offset %u is not inside the shared arena "
                  "(%u bytes) or not 4-aligned", v, lim);
@@ -582,6 +587,9 @@ static void check_request(const struct l8c_info *in, const uint32_t *prompt, uin
         REFUSE(L8_ERR_BAD_PARAMS, L8_EF_MAX_NEW, p->max_new_tokens, in->max_new_tokens, NAN);
     if (p->n_stop_ids > in->max_stop_ids)
         REFUSE(L8_ERR_BAD_PARAMS, L8_EF_STOP_IDS, p->n_stop_ids, in->max_stop_ids, NAN);
+    if (p->priority > in->max_priority)
+        REFUSE(L8_ERR_BAD_PARAMS, L8_EF_PRIORITY, (uint32_t)p->priority,
+               (uint32_t)(in->max_priority < 0 ? 0 : in->max_priority), NAN);
     for (uint32_t i = 0; i < p->n_stop_ids; i++)
         if (p->stop_ids[i] >= in->vocab_size)
             REFUSE(L8_ERR_BAD_TOKEN, L8_EF_STOP_ID, p->stop_ids[i], in->vocab_size, NAN);

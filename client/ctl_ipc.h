@@ -50,7 +50,7 @@ enum {
     "  --stop-text TEXT       end the reply where TEXT appears, TEXT not printed\n" \
     "                         (repeatable; the escapes \\n \\t \\r \\\\ are read)\n" \
     "  --ignore-eos           do not stop at the model's end-of-sequence ids\n" \
-    "  --priority N           higher runs first\n" \
+    "  --priority N           higher runs first (above 0: root and llama8d's user)\n" \
     "  --stats                after each reply, a line on stderr: prompt tokens (from\n" \
     "                         the prefix cache), tokens generated, time to first token\n" \
     "                         and tokens/s after it\n"

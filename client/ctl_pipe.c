@@ -73,6 +73,7 @@ static void say_ready(const struct l8c_info *in)
     json_object_object_add(o, "max_prompt_tokens", json_object_new_int64(in->max_prompt_tokens));
     json_object_object_add(o, "max_new_tokens", json_object_new_int64(in->max_new_tokens));
     json_object_object_add(o, "max_requests", json_object_new_int64(in->max_requests));
+    json_object_object_add(o, "max_priority", json_object_new_int64(in->max_priority));
     ctl_print_json(o);
 }
 
@@ -593,11 +594,12 @@ static void pipe_usage(FILE *f)
         "   \"logprobs\":B, \"ignore_eos\":B, \"priority\":N}\n"
         "  ID: a string or an integer, unique among the requests still running;\n"
         "  \"max_new\" defaults to 256, or the daemon's max_new_tokens if lower;\n"
+        "  \"priority\": higher first; above 0 only for root and llama8d's user;\n"
         "  \"messages\" and \"text\" are chat-formatted, \"raw\" is <|begin_of_text|> + S.\n"
         "{\"cancel\":ID} cancels one. Requests past the daemon's per-client limit wait here.\n\n"
         "Events, one JSON object a line: first \"ready\" (model, backend, context_length,\n"
-        "  max_prompt_tokens, max_new_tokens, max_requests), then with the request's \"id\"\n"
-        "  (null for a line without one) as `generate --json`'s:\n"
+        "  max_prompt_tokens, max_new_tokens, max_requests, max_priority), then with the\n"
+        "  request's \"id\" (null for a line without one) as `generate --json`'s:\n"
         "  started, token (with \"text\"), done (\"reason\": eos|stop|length|context|\n"
         "  cancelled|stop_text), or error (\"error\": the daemon's error name, and a\n"
         "  \"message\" saying what was wrong; for a bad line, or one past a limit the\n"

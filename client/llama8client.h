@@ -55,6 +55,8 @@ struct l8c_info {
     uint32_t max_prompt_tokens;
     uint32_t max_new_tokens;
     uint32_t max_stop_ids;
+    int32_t max_priority;      /* the highest priority it may ask for: 0, or
+                                  INT32_MAX for root and the daemon's user */
     uint32_t sq_entries, eq_entries, arena_size;
 };
 
@@ -71,7 +73,8 @@ struct l8c_params {
     uint32_t n_stop_ids;
     bool logprobs;
     bool ignore_eos;
-    int32_t priority;
+    int32_t priority;           /* higher first among waiting requests; above 0
+                                   only for root and the daemon's user */
 };
 
 /* Greedy, 256 new tokens, no stop ids beyond the model's eos. */

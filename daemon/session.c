@@ -325,6 +325,9 @@ static void on_hello(struct l8d_session *s, const Llama8__Hello *h)
     w.max_prompt_tokens = d->max_prompt;
     w.max_new_tokens = d->max_new;
     w.max_stop_ids = d->max_stop_ids;
+    /* As with nice(1): anyone may step back, only the administrator ahead
+     * of the others (their fair share is within a priority). */
+    w.max_priority = uid_is_admin(s->uid) ? INT32_MAX : 0;
     w.shm_size = s->map_size;
     w.sq_entries = s->geo.sq_entries;
     w.eq_entries = s->geo.eq_entries;
@@ -785,6 +788,9 @@ static void on_generate(struct l8d_session *s, const Llama8__GenerateRequest *g)
     if (g->n_stop_ids > d->max_stop_ids)
         return push_refusal(s, id, L8_ERR_BAD_PARAMS, L8_EF_STOP_IDS, (uint32_t)g->n_stop_ids,
                             d->max_stop_ids, NAN);
+    if (g->priority > 0 && !uid_is_admin(s->uid))
+        return push_refusal(s, id, L8_ERR_BAD_PARAMS, L8_EF_PRIORITY, (uint32_t)g->priority, 0,
+                            NAN);
     if (find_req(s, id))
         return push_error(s, id, L8_ERR_DUPLICATE_REQUEST);
     if (s->n_live >= d->conf.max_requests_per_client)

@@ -148,7 +148,9 @@ enum l8_err_field {
                                  the daemon's queue when that is full */
     L8_EF_PROMPT_RANGE = 13,  /* prompt_offset; limit: arena_size (the prompt
                                  is not inside the arena, or not 4-aligned) */
-    L8_EF_MAX_ = 14,
+    L8_EF_PRIORITY = 14,      /* priority; limit: Welcome.max_priority (above 0
+                                 is for root and the daemon's user) */
+    L8_EF_MAX_ = 15,
 };
 
 /* One event record, produced by the daemon. t_ns is CLOCK_MONOTONIC in the

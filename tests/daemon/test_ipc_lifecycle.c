@@ -7,7 +7,9 @@
  *    drain deadline reach a loop that is not asleep in io_uring);
  *  - a client's own event loop learns that the daemon died (SIGKILL);
  *  - permissions: a uid outside the allowed group is refused, one with the
- *    group as a supplementary group is let in (needs root, else skipped);
+ *    group as a supplementary group is let in, may not reload, and may
+ *    lower its requests' priority but not raise it above 0 (needs root,
+ *    else skipped);
  *  - admin_clients: with max_clients taken, root still gets in and reloads
  *    (needs root);
  *  - the client list (l8c_clients): every client in connection order over
@@ -532,6 +534,39 @@ static void test_permissions(void)
     struct l8c_client *c;
     char err[L8C_ERRLEN];
     CHECK(l8c_connect(d.sock, "root", &c, err) == 0, "root refused: %s", err);
+    /* Priority: uid 65534 may step back (-2), not ahead (1): announced in
+     * the Welcome, checked by the library, refused by the daemon. */
+    pid_t pk = fork_as_nobody(&gid, 1);
+    if (pk == 0) {
+        struct l8c_client *k;
+        const uint32_t prompt[4] = { 1, 2, 3, 4 };
+        struct l8c_params p;
+        l8c_params_init(&p);
+        p.max_new_tokens = 2;
+        p.priority = 1;
+        char why[L8C_ERRLEN], text[L8C_ERRLEN];
+        struct l8_event ev;
+        if (l8c_connect(d.sock, "ahead", &k, err) < 0 || l8c_info(k)->max_priority != 0)
+            _exit(2);
+        if (l8c_check_request(k, prompt, 4, &p, why) != L8_ERR_BAD_PARAMS ||
+            !strstr(why, "priority 1: above 0 is for root"))
+            _exit(3);
+        if (l8c_submit_id(k, 1, prompt, 4, &p) < 0 || l8c_wait_events(k, &ev, 1, 10000) != 1 ||
+            ev.kind != L8_EV_ERROR || ev.code != L8_ERR_BAD_PARAMS ||
+            ev.reason != L8_EF_PRIORITY || ev.token != 1 ||
+            !strstr(l8c_error_text(&ev, text), "priority 1: above 0 is for root"))
+            _exit(4);
+        p.priority = -2;
+        if (l8c_submit_id(k, 2, prompt, 4, &p) < 0 || l8c_wait_events(k, &ev, 1, 10000) != 1 ||
+            ev.kind != L8_EV_STARTED)
+            _exit(5);
+        _exit(0);
+    }
+    r = child_status(pk);
+    CHECK(r == 0, "uid 65534's priorities: step %d failed", r);
+    CHECK(l8c_info(c)->max_priority == INT32_MAX, "root's max_priority %d",
+          l8c_info(c)->max_priority);
+
     /* The client list: uid 65534 sees its own clients (a holder and
      * itself), not root's; root sees them all. */
     int release;
