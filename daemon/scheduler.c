@@ -233,11 +233,12 @@ static void preempt(struct l8_sched *s, struct req *r)
 }
 
 /* With every sequence slot taken, the request next_admission() picks gets
- * one if its owner runs at least two fewer than another owner: the
- * youngest request, of no higher priority, of the owner that runs the most
- * is preempted for it. One a step, so shares even out over steps without
- * a burst of recomputation; preempting for a difference of one would only
- * swap the two owners back and forth. */
+ * one held by a request of no higher priority that is held (its client
+ * reads no events, so the slot does nothing), or else one of the owner
+ * that runs the most, if that is at least two more than its own: the
+ * youngest such request is preempted for it. One a step, so shares even
+ * out over steps without a burst of recomputation; preempting for a
+ * difference of one would only swap the two owners back and forth. */
 static void preempt_for_fair_share(struct l8_sched *s)
 {
     if (s->lists[LIST_RUNNING].n < s->o.max_seqs)
@@ -250,6 +251,10 @@ static void preempt_for_fair_share(struct l8_sched *s)
     /* From the tail: the lowest priority and the youngest first. */
     for (struct req *r = s->lists[LIST_RUNNING].tail; r && r->priority <= w->priority;
          r = r->prev) {
+        if (held(s, r)) {
+            victim = r;
+            break;
+        }
         const uint32_t n = running_of(s, r->owner);
         if (n > most) {
             victim = r;

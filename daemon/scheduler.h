@@ -38,7 +38,8 @@
  * Fair share: the owners (clients) share the step's max_seqs slots. When
  * they are all taken and the request admission would pick belongs to an
  * owner running at least two fewer than another, that other owner's
- * youngest request of no higher priority is preempted for it, one a step:
+ * youngest request of no higher priority is preempted for it (a held
+ * request of no higher priority before any other), one a step:
  * a client with one request is not kept waiting for a whole generation by
  * a batch job that filled the slots, and two busy clients even out at
  * equal shares (to within one), where preemption stops.

@@ -796,8 +796,9 @@ static uint64_t preemptions(const struct world *w)
  * request gets one (owner 1's youngest preempted for it, and it admitted
  * before owner 1's earlier waiting ones), but not while held, nor one of
  * lower priority; nothing more is preempted at a difference of one. Two
- * owners with 4 each even out at 2 and 2, one preemption a step. Every
- * stream is what it is alone. */
+ * owners with 4 each even out at 2 and 2, one preemption a step. A held
+ * running request gives its slot up first. Every stream is what it is
+ * alone. */
 static void test_fair_share(void)
 {
     struct world w;
@@ -869,6 +870,34 @@ static void test_fair_share(void)
     for (uint64_t o = 1; o <= 2; o++)
         for (int i = 0; i < 4; i++)
             check_stream(&w, o, (uint64_t)i + 1, p[i], 5, 12, NULL, 0, 0, __LINE__);
+    world_fini(&w);
+
+    /* Owners 1 and 3 run one each in the 2 slots, owner 1's held: owner
+     * 2's request takes the held one's slot (by counts, 1 and 1 against 0,
+     * nothing would be preempted); released, owner 1's comes back. */
+    CHECK_EQ(world_init(&w, 256, 4, 64, 2, 64), 0);
+    bool held1 = false;
+    struct l8_sched_req h1 = req(1, 1, p[0], 5, 12), h3 = req(3, 1, p[1], 5, 12),
+                        h2 = req(2, 1, p[2], 5, 12);
+    h1.user = &held1;
+    CHECK_EQ(l8_sched_submit(w.s, &h1, NULL), 0);
+    CHECK_EQ(l8_sched_submit(w.s, &h3, NULL), 0);
+    CHECK_EQ(step(&w, __LINE__), 2);
+    held1 = true;
+    CHECK_EQ(l8_sched_submit(w.s, &h2, NULL), 0);
+    CHECK_EQ(l8_sched_build_step(w.s, &seqs, &n), 0);
+    CHECK_EQ(n, 2);
+    CHECK_EQ(preemptions(&w), 1);
+    for (uint32_t i = 0; i < n; i++)
+        CHECK(l8_sched_step_slots(w.s)[i].owner != 1);
+    CHECK_EQ(exec_step(&w.x, w.s, seqs, n), 0);
+    CHECK_EQ(l8_sched_step_done(w.s, seqs, n, 0), 0);
+    held1 = false;
+    run_all(&w, 64, 2);
+    CHECK_EQ(preemptions(&w), 1);
+    check_stream(&w, 1, 1, p[0], 5, 12, NULL, 0, 0, __LINE__);
+    check_stream(&w, 3, 1, p[1], 5, 12, NULL, 0, 0, __LINE__);
+    check_stream(&w, 2, 1, p[2], 5, 12, NULL, 0, 0, __LINE__);
     world_fini(&w);
 }
 
