@@ -78,29 +78,13 @@ static void print_table(const struct l8c_client_info *v, size_t n, uint64_t self
 
 int ctl_clients(int argc, char **argv)
 {
-    enum { O_SOCKET = 1 };
-    static const struct option lo[] = {
-        {"json", no_argument, 0, 'j'}, {"socket", required_argument, 0, O_SOCKET},
-        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
-    };
     const char *sock = NULL;
     bool json = false;
-    int opt;
-    optind = 1;
-    while ((opt = getopt_long(argc, argv, "hj", lo, NULL)) != -1) {
-        switch (opt) {
-        case 'j': json = true; break;
-        case O_SOCKET: sock = optarg; break;
-        case 'h': clients_usage(stdout); return CTL_OK;
-        default: clients_usage(stderr); return CTL_USAGE;
-        }
-    }
-    if (optind < argc) {
-        clients_usage(stderr);
-        return CTL_USAGE;
-    }
+    int rc = ctl_plain_opts(argc, argv, clients_usage, &sock, &json);
+    if (rc >= 0)
+        return rc;
     struct l8c_client *c;
-    int rc = ctl_connect(sock, "llama8ctl clients", &c);
+    rc = ctl_connect(sock, "llama8ctl clients", &c);
     if (rc != CTL_OK)
         return rc;
     /* Room for what the daemon said there were, and some: others may

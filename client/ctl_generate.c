@@ -154,6 +154,30 @@ int ctl_req_opt(struct ctl_req_opts *o, int opt, const char *arg)
     return 0;
 }
 
+int ctl_plain_opts(int argc, char **argv, void (*usage)(FILE *), const char **sock, bool *json)
+{
+    enum { O_SOCKET = 1 };
+    static const struct option lo[] = {
+        {"json", no_argument, 0, 'j'}, {"socket", required_argument, 0, O_SOCKET},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
+    };
+    int opt;
+    optind = 1;
+    while ((opt = getopt_long(argc, argv, json ? "hj" : "h", json ? lo : lo + 1, NULL)) != -1) {
+        switch (opt) {
+        case 'j': *json = true; break;
+        case O_SOCKET: *sock = optarg; break;
+        case 'h': usage(stdout); return CTL_OK;
+        default: usage(stderr); return CTL_USAGE;
+        }
+    }
+    if (optind < argc) {
+        usage(stderr);
+        return CTL_USAGE;
+    }
+    return -1;
+}
+
 int ctl_connect(const char *socket, const char *name, struct l8c_client **out)
 {
     char err[L8C_ERRLEN];

@@ -3,6 +3,7 @@
  * event printing. */
 #pragma once
 #include <getopt.h>
+#include <stdio.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -75,6 +76,10 @@ int ctl_req_opt(struct ctl_req_opts *o, int opt, const char *arg);
 /* max_new_tokens left at 0 (the options' default): 256, or the daemon's
  * max_new_tokens where that is lower. */
 void ctl_default_max_new(struct l8c_params *p, const struct l8c_info *in);
+/* The command line of a daemon command whose only options are --socket
+ * PATH, --json (where json is not NULL) and --help, with no arguments: -1
+ * to go on, else its exit status (CTL_OK after --help, CTL_USAGE). */
+int ctl_plain_opts(int argc, char **argv, void (*usage)(FILE *), const char **sock, bool *json);
 /* Connect; prints why not. Returns CTL_OK, CTL_NOCONN or CTL_FAIL. */
 int ctl_connect(const char *socket, const char *name, struct l8c_client **out);
 /* Load the tokenizer: --tokenizer, else the served model's directory. */

@@ -24,27 +24,12 @@ static void reload_usage(FILE *f)
 
 int ctl_reload(int argc, char **argv)
 {
-    enum { O_SOCKET = 1 };
-    static const struct option lo[] = {
-        {"socket", required_argument, 0, O_SOCKET}, {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0},
-    };
     const char *sock = NULL;
-    int opt;
-    optind = 1;
-    while ((opt = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
-        switch (opt) {
-        case O_SOCKET: sock = optarg; break;
-        case 'h': reload_usage(stdout); return CTL_OK;
-        default: reload_usage(stderr); return CTL_USAGE;
-        }
-    }
-    if (optind < argc) {
-        reload_usage(stderr);
-        return CTL_USAGE;
-    }
+    int rc = ctl_plain_opts(argc, argv, reload_usage, &sock, NULL);
+    if (rc >= 0)
+        return rc;
     struct l8c_client *c;
-    int rc = ctl_connect(sock, "llama8ctl reload", &c);
+    rc = ctl_connect(sock, "llama8ctl reload", &c);
     if (rc != CTL_OK)
         return rc;
     struct l8c_status s;

@@ -18,29 +18,13 @@ static void status_usage(FILE *f)
 
 int ctl_status(int argc, char **argv)
 {
-    enum { O_JSON = 1, O_SOCKET };
-    static const struct option lo[] = {
-        {"json", no_argument, 0, O_JSON}, {"socket", required_argument, 0, O_SOCKET},
-        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
-    };
     const char *sock = NULL;
     bool json = false;
-    int opt;
-    optind = 1;
-    while ((opt = getopt_long(argc, argv, "hj", lo, NULL)) != -1) {
-        switch (opt) {
-        case O_JSON: case 'j': json = true; break;
-        case O_SOCKET: sock = optarg; break;
-        case 'h': status_usage(stdout); return CTL_OK;
-        default: status_usage(stderr); return CTL_USAGE;
-        }
-    }
-    if (optind < argc) {
-        status_usage(stderr);
-        return CTL_USAGE;
-    }
+    int rc = ctl_plain_opts(argc, argv, status_usage, &sock, &json);
+    if (rc >= 0)
+        return rc;
     struct l8c_client *c;
-    int rc = ctl_connect(sock, "llama8ctl status", &c);
+    rc = ctl_connect(sock, "llama8ctl status", &c);
     if (rc != CTL_OK)
         return rc;
     struct l8c_status s;
