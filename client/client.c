@@ -928,6 +928,7 @@ int l8c_clients(struct l8c_client *c, struct l8c_client_info *out, size_t cap, s
                 *o = (struct l8c_client_info){
                     .id = ci->id, .pid = ci->pid, .uid = ci->uid,
                     .connected_s = ci->connected_s, .requests = ci->requests,
+                    .running = ci->running, .kv_pages = ci->kv_pages,
                     .requests_done = ci->requests_done, .prompt_tokens = ci->prompt_tokens,
                     .tokens_generated = ci->tokens_generated, .held = ci->held,
                 };

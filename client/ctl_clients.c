@@ -12,7 +12,8 @@ static void clients_usage(FILE *f)
 {
     fprintf(f, "Usage: llama8ctl clients [--socket PATH] [--json]\n"
                "List the clients connected to llama8d, oldest first: id, pid, uid, how long\n"
-               "connected, requests in flight and done, prompt tokens and tokens generated, name.\n"
+               "connected, requests in flight (REQS), of them running in a sequence slot (RUN),\n"
+               "the KV pages they hold, requests done, prompt tokens, tokens generated, name.\n"
                "'held': its event ring is full, so its requests wait for it to read. Root and\n"
                "the daemon's user see every client, anyone else the clients of their own uid.\n\n"
                "  --socket PATH          daemon socket (default $LLAMA8_SOCKET, else\n"
@@ -48,6 +49,8 @@ static void print_json(const struct l8c_client_info *v, size_t n, uint64_t self)
         json_object_object_add(o, "uid", json_object_new_int64(v[i].uid));
         json_object_object_add(o, "connected_s", json_object_new_double(v[i].connected_s));
         json_object_object_add(o, "requests", json_object_new_int64(v[i].requests));
+        json_object_object_add(o, "running", json_object_new_int64(v[i].running));
+        json_object_object_add(o, "kv_pages", json_object_new_int64(v[i].kv_pages));
         json_object_object_add(o, "requests_done", json_object_new_uint64(v[i].requests_done));
         json_object_object_add(o, "prompt_tokens", json_object_new_uint64(v[i].prompt_tokens));
         json_object_object_add(o, "tokens_generated",
@@ -62,14 +65,15 @@ static void print_json(const struct l8c_client_info *v, size_t n, uint64_t self)
 
 static void print_table(const struct l8c_client_info *v, size_t n, uint64_t self)
 {
-    printf("%6s %8s %6s %9s %5s %8s %10s %10s  %s\n", "ID", "PID", "UID", "CONNECTED", "REQS",
-           "DONE", "PROMPT", "TOKENS", "NAME");
+    printf("%5s %7s %6s %9s %4s %4s %7s %7s %9s %9s  %s\n", "ID", "PID", "UID", "CONNECTED",
+           "REQS", "RUN", "PAGES", "DONE", "PROMPT", "TOKENS", "NAME");
     for (size_t i = 0; i < n; i++) {
         char age[32];
         fmt_age(age, sizeof(age), v[i].connected_s);
-        printf("%6llu %8d %6u %9s %5u %8llu %10llu %10llu  %s%s%s\n",
+        printf("%5llu %7d %6u %9s %4u %4u %7u %7llu %9llu %9llu  %s%s%s\n",
                (unsigned long long)v[i].id, (int)v[i].pid, (unsigned)v[i].uid, age,
-               (unsigned)v[i].requests, (unsigned long long)v[i].requests_done,
+               (unsigned)v[i].requests, (unsigned)v[i].running, (unsigned)v[i].kv_pages,
+               (unsigned long long)v[i].requests_done,
                (unsigned long long)v[i].prompt_tokens,
                (unsigned long long)v[i].tokens_generated, v[i].name,
                v[i].held ? " (held)" : "", v[i].id == self ? " (this one)" : "");

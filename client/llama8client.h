@@ -208,6 +208,8 @@ struct l8c_client_info {
     uint32_t uid;
     double connected_s;        /* since it connected */
     uint32_t requests;         /* in flight now (running or waiting) */
+    uint32_t running;          /* of them, running (one of the step's max_batch slots) */
+    uint32_t kv_pages;         /* KV pages they hold (a page two share counts twice) */
     uint64_t requests_done;    /* ended in any way since it connected */
     uint64_t prompt_tokens;    /* of the requests it submitted */
     uint64_t tokens_generated; /* delivered to it */

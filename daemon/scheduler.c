@@ -739,6 +739,7 @@ void l8_sched_owner_stats(const struct l8_sched *s, uint64_t owner,
         for (const struct req *r = s->lists[w].head; r; r = r->next)
             if (r->owner == owner) {
                 out->requests += w != LIST_DOOMED;
+                out->running += w == LIST_RUNNING;
                 out->pages += r->n_pages;
             }
 }

@@ -187,6 +187,7 @@ struct l8_sched_stats {
 
 struct l8_sched_owner_stats {
     uint32_t requests;       /* live: waiting + running */
+    uint32_t running;        /* of them, running (holding a sequence slot) */
     uint32_t pages;          /* page-table entries held (a shared page counts
                                 once per request holding it) */
 };

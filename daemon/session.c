@@ -471,6 +471,10 @@ static void send_clients(struct l8d_session *s, uint64_t after_id)
         c->prompt_tokens = o->prompt_tokens;
         c->tokens_generated = o->tokens_generated;
         c->held = o->bl_n > 0;
+        struct l8_sched_owner_stats os;
+        l8_sched_owner_stats(d->sched, o->id, &os);
+        c->running = os.running;
+        c->kv_pages = os.pages;
         ptrs[i] = c;
         list.n_clients = i + 1;
         if (llama8__daemon_message__get_packed_size(&m) > L8_MAX_CTL_MSG) {

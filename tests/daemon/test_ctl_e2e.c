@@ -519,6 +519,7 @@ static void test_clients(void)
             holder++;
             CHECK(id == (int64_t)l8c_info(c)->client_id && get_int(e, "pid", w) == getpid() &&
                       get_int(e, "uid", w) == getuid() && get_int(e, "requests", w) == 0 &&
+                      get_int(e, "running", w) == 0 && get_int(e, "kv_pages", w) == 0 &&
                       get_int(e, "requests_done", w) == 1 &&
                       get_int(e, "prompt_tokens", w) == 8 &&
                       get_int(e, "tokens_generated", w) == 5 &&
@@ -542,8 +543,10 @@ static void test_clients(void)
     char line[160];
     snprintf(line, sizeof line, " %d ", (int)getpid());
     const char *h = strstr(o.p, "e2e holder");
-    CHECK(!strncmp(o.p, "    ID      PID    UID CONNECTED  REQS     DONE     PROMPT     TOKENS  NAME\n",
-                   75) && strstr(o.p, line) && h && strstr(o.p, "  llama8ctl clients (this one)\n"),
+    static const char head[] =
+        "   ID     PID    UID CONNECTED REQS  RUN   PAGES    DONE    PROMPT    TOKENS  NAME\n";
+    CHECK(!strncmp(o.p, head, sizeof head - 1) && strstr(o.p, line) && h &&
+              strstr(o.p, "  llama8ctl clients (this one)\n"),
           "clients:\n%s", o.p);
     free(o.p);
     l8c_close(c);

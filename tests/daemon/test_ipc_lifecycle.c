@@ -385,15 +385,19 @@ static void test_clients(void)
     }
     CHECK(order && names, "the list is not the clients in connection order with their names");
     const struct l8c_client_info *e3 = find_client(v, n, l8c_info(cs[3])->client_id);
-    CHECK(e3 && e3->requests == 0 && e3->requests_done == 1 && e3->prompt_tokens == 8 &&
-              e3->tokens_generated == 5 && !e3->held,
+    CHECK(e3 && e3->requests == 0 && e3->running == 0 && e3->kv_pages == 0 &&
+              e3->requests_done == 1 && e3->prompt_tokens == 8 && e3->tokens_generated == 5 &&
+              !e3->held,
           "client 3: %u in flight, %llu done, %llu prompt, %llu generated, held %d",
           e3 ? e3->requests : 0, e3 ? (unsigned long long)e3->requests_done : 0,
           e3 ? (unsigned long long)e3->prompt_tokens : 0,
           e3 ? (unsigned long long)e3->tokens_generated : 0, e3 ? e3->held : -1);
-    CHECK(e7 && e7->requests == 1 && e7->requests_done == 0 && e7->prompt_tokens == 6 &&
-              e7->tokens_generated >= 64 && e7->held,
-          "client 7 (not reading): %u in flight, %llu generated, held %d", e7 ? e7->requests : 0,
+    /* Its 6 + 64 or more positions fill 5 or more 16-position pages. */
+    CHECK(e7 && e7->requests == 1 && e7->running == 1 && e7->kv_pages >= 5 &&
+              e7->requests_done == 0 && e7->prompt_tokens == 6 && e7->tokens_generated >= 64 &&
+              e7->held,
+          "client 7 (not reading): %u in flight, %u running, %u pages, %llu generated, held %d",
+          e7 ? e7->requests : 0, e7 ? e7->running : 0, e7 ? e7->kv_pages : 0,
           e7 ? (unsigned long long)e7->tokens_generated : 0, e7 ? e7->held : -1);
     /* Room for 5: the first 5, and how many there are. */
     struct l8c_client_info few[5];
