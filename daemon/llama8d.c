@@ -225,6 +225,31 @@ static void resolve_spin(struct l8d *d)
     d->spin_ns = (uint64_t)d->conf.spin_us * 1000;
 }
 
+/* Each client holds three descriptors (its socket and two eventfds; a
+ * fourth, the memfd, during its handshake): say so when the limit is short
+ * for max_clients + admin_clients (at start, and after a reload). */
+static void check_nofile(const struct l8d *d)
+{
+    struct rlimit rl;
+    const uint64_t n = (uint64_t)d->conf.max_clients + d->conf.admin_clients, need = 3 * n + 64;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && (uint64_t)rl.rlim_cur < need)
+        log_warn("%llu file descriptors (RLIMIT_NOFILE) for %llu clients, which need about %llu: "
+                 "clients past the limit are refused (raise LimitNOFILE=, or lower max_clients)",
+                 (unsigned long long)rl.rlim_cur, (unsigned long long)n,
+                 (unsigned long long)need);
+}
+
+/* The soft limit is often 1024, too few for max_clients 256 and the rest:
+ * raise it to the hard limit (nothing here uses select()). */
+static void raise_nofile(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur >= rl.rlim_max)
+        return;
+    rl.rlim_cur = rl.rlim_max == RLIM_INFINITY ? (rlim_t)1 << 20 : rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);   /* if refused, check_nofile says what there is */
+}
+
 static void notify_ready(struct l8d *d)
 {
     sd_notifyf(0, "READY=1\nSTATUS=serving %s on %s", d->model_name,
@@ -271,6 +296,7 @@ int l8d_reload(struct l8d *d)
         if (grow_slots(d, d->conf.max_clients + d->conf.admin_clients) < 0)
             log_err("reload: no memory for %u client slots: at most %u connections",
                     d->conf.max_clients + d->conf.admin_clients, d->n_slots);
+        check_nofile(d);
         resolve_spin(d);
         l8d_et_set_spin(d->et, d->spin_ns);
         d->reloads++;
@@ -280,29 +306,6 @@ int l8d_reload(struct l8d *d)
     }
     notify_ready(d);
     return 0;
-}
-
-/* Each client holds three descriptors (its socket and two eventfds; a
- * fourth, the memfd, during its handshake). The soft limit is often 1024,
- * too few for max_clients 256 and the rest: raise it to the hard limit
- * (nothing here uses select()), and say so if that is still short. */
-static void raise_nofile(struct l8d *d)
-{
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
-        return;
-    if (rl.rlim_cur < rl.rlim_max) {
-        const rlim_t want = rl.rlim_max == RLIM_INFINITY ? (rlim_t)1 << 20 : rl.rlim_max;
-        struct rlimit up = { .rlim_cur = want, .rlim_max = rl.rlim_max };
-        if (want > rl.rlim_cur && setrlimit(RLIMIT_NOFILE, &up) == 0)
-            rl.rlim_cur = want;
-    }
-    const uint64_t need = 3ull * (d->conf.max_clients + d->conf.admin_clients) + 64;
-    if ((uint64_t)rl.rlim_cur < need)
-        log_warn("%llu file descriptors (RLIMIT_NOFILE) for %u clients, which need about %llu: "
-                 "clients past the limit are refused (raise LimitNOFILE=, or lower max_clients)",
-                 (unsigned long long)rl.rlim_cur, d->conf.max_clients + d->conf.admin_clients,
-                 (unsigned long long)need);
 }
 
 static int setup(struct l8d *d, int argc, char **argv)
@@ -320,7 +323,8 @@ static int setup(struct l8d *d, int argc, char **argv)
     l8_log_init(d->conf.log_level);
     d->listen_fd = d->signal_fd = d->et_fd = d->spare_fd = -1;
     d->start_ns = l8d_now_ns();
-    raise_nofile(d);
+    raise_nofile();
+    check_nofile(d);
     if ((d->spare_fd = eventfd(0, EFD_CLOEXEC)) < 0)
         return -errno;
 
