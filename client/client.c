@@ -787,6 +787,8 @@ static void take_status(const Llama8__Status *s, struct l8c_status *out)
     o.pages_cached = s->pages_cached;
     o.page_size = s->page_size;
     o.clients = s->clients;
+    o.max_clients = s->max_clients;
+    o.admin_clients = s->admin_clients;
     o.requests_running = s->requests_running;
     o.requests_waiting = s->requests_waiting;
     o.context_length = s->context_length;

@@ -82,6 +82,8 @@ int ctl_status(int argc, char **argv)
         json_object_object_add(o, "config_reloads", json_object_new_uint64(s.config_reloads));
         json_object_object_add(o, "config_error", json_object_new_string(s.config_error));
         json_object_object_add(o, "config_restart", json_object_new_string(s.config_restart));
+        json_object_object_add(o, "max_clients", json_object_new_int64(s.max_clients));
+        json_object_object_add(o, "admin_clients", json_object_new_int64(s.admin_clients));
         puts(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY));
         json_object_put(o);
     } else {
@@ -95,7 +97,8 @@ int ctl_status(int argc, char **argv)
         if (s.device_total)
             printf("gpu:       %.2f of %.2f GiB in use after the engine started (all processes)\n",
                    (double)s.device_used / GIB, (double)s.device_total / GIB);
-        printf("clients:   %u\n", s.clients);
+        printf("clients:   %u (at most %u, and %u more for root and llama8d's user; "
+               "llama8ctl clients lists them)\n", s.clients, s.max_clients, s.admin_clients);
         printf("requests:  %u running, %u waiting, %llu done\n", s.requests_running,
                s.requests_waiting, (unsigned long long)s.requests_done);
         printf("tokens:    %llu generated, %.1f/s; %llu prompt (%llu from cache)\n",

@@ -190,6 +190,9 @@ struct l8c_status {
     uint64_t config_reloads;
     char config_error[512];
     char config_restart[512];
+    /* Clients connected at most (max_clients), and how many more root and
+     * the daemon's own user may connect beyond them (admin_clients). */
+    uint32_t max_clients, admin_clients;
 };
 int l8c_status(struct l8c_client *c, struct l8c_status *out, int timeout_ms);
 /* Has the daemon read its configuration again, as SIGHUP (systemctl reload)

@@ -383,6 +383,8 @@ static void send_status(struct l8d_session *s)
     o.pages_cached = st.pages_cached;
     o.page_size = l8_engine_page_size(d->engine);
     o.clients = d->n_sessions;
+    o.max_clients = d->conf.max_clients;
+    o.admin_clients = d->conf.admin_clients;
     o.requests_running = st.running;
     o.requests_waiting = st.waiting;
     o.tokens_per_s = rate;

@@ -433,6 +433,8 @@ static void status_json(struct status *s)
     CHECK(s->pages_total > 0 && s->pages_used >= 0 && s->pages_used <= s->pages_total &&
           get_int(j, "pages_cached", w) >= 0, "pages %s", o.p);
     s->clients = get_int(j, "clients", w);
+    CHECK(get_int(j, "max_clients", w) == 256 && get_int(j, "admin_clients", w) == 2,
+          "max_clients, admin_clients %s", o.p);
     s->running = get_int(j, "requests_running", w);
     s->waiting = get_int(j, "requests_waiting", w);
     s->done = get_int(j, "requests_done", w);
@@ -480,7 +482,9 @@ static void test_status_text(void)
     CHECK(strstr(o.p, "positions each); prefix cache: user\n") &&
           strstr(o.p, "\nmemory:    weights ") && strstr(o.p, " GiB, KV pool ") &&
           strstr(o.p, "(host)\n") && !strstr(o.p, "\ngpu:") &&
-          strstr(o.p, "\nconfig:    log level info; reloaded 1 time\n"), "status:\n%s", o.p);
+          strstr(o.p, "\nconfig:    log level info; reloaded 1 time\n") &&
+          strstr(o.p, "\nclients:   1 (at most 256, and 2 more for root and llama8d's user; "),
+          "status:\n%s", o.p);
     free(o.p);
 }
 

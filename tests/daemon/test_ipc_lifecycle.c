@@ -222,7 +222,8 @@ static void test_reload(void)
     CHECK(reload_done(&d, 0), "no RELOADING=1 (with MONOTONIC_USEC) then READY=1: %s", d.notes);
     st = status_of(d.sock);
     CHECK(!strcmp(st.log_level, "debug") && st.config_reloads == 1 && !st.config_error[0] &&
-              !strcmp(st.config_restart, "kv_pages") && st.pages_total == 8192 && st.spin_us == 0,
+              !strcmp(st.config_restart, "kv_pages") && st.pages_total == 8192 && st.spin_us == 0 &&
+              st.max_clients == 4 && st.admin_clients == 0,
           "after a reload: log level %s, %llu reloads, error '%s', restart '%s', %u pages, "
           "spin %u us", st.log_level, (unsigned long long)st.config_reloads, st.config_error,
           st.config_restart, st.pages_total, st.spin_us);
