@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "l8_build.h"
+#include "scheduler.h"
 
 enum kind { K_STR, K_U32, K_U64, K_INT, K_NUMERICS, K_BACKEND, K_LEVEL, K_BOOL, K_PREFIX_CACHE, K_SPIN };
 
@@ -470,6 +471,10 @@ int l8d_conf_from_args(struct l8d_conf *c, int argc, char **argv, char err[L8D_E
         !c->max_requests_per_client || c->max_step_tokens < c->max_batch) {
         snprintf(err, L8D_ERRLEN, "page_size, max_batch, max_step_tokens (>= max_batch), "
                                   "max_clients and max_requests_per_client must be positive");
+        return -EINVAL;
+    }
+    if (c->max_batch > L8_SCHED_MAX_SEQS) {
+        snprintf(err, L8D_ERRLEN, "max_batch must be at most %u", L8_SCHED_MAX_SEQS);
         return -EINVAL;
     }
     if ((uint64_t)c->max_clients + c->admin_clients > L8D_MAX_CONNECTIONS) {

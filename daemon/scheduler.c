@@ -60,7 +60,7 @@ struct l8_sched {
     uint32_t n_step;
     bool in_flight;
     /* running requests per owner while a step is built (fair share):
-     * open addressing, [n_owner_slots], a power of two >= 2 * max_seqs */
+     * open addressing, [n_owner_slots], a power of two >= 4 * max_seqs */
     struct owner_count *owners;
     uint32_t n_owner_slots;
     /* stats */
@@ -185,7 +185,9 @@ static uint32_t running_of(struct l8_sched *s, uint64_t owner)
     return n ? *n : 0;
 }
 
-/* At most max_seqs owners run, so the table is at most half full. */
+/* The table holds the owners running when the step's build starts and
+ * those of the requests it admits (preempted owners keep their entries),
+ * each at most max_seqs: at most half full, so every probe ends. */
 static void count_owners(struct l8_sched *s)
 {
     memset(s->owners, 0, s->n_owner_slots * sizeof(*s->owners));
@@ -293,7 +295,8 @@ static bool finite_in(float x, float lo, float hi) { return isfinite(x) && x >= 
 int l8_sched_new(const struct l8_sched_opts *o, struct l8_sched **out)
 {
     if (!o || !o->n_pages || !o->page_size || !o->max_step_tokens || !o->max_seqs ||
-        !o->max_ctx || !o->vocab || o->max_step_tokens < o->max_seqs || !o->on_event)
+        !o->max_ctx || !o->vocab || o->max_step_tokens < o->max_seqs || !o->on_event ||
+        o->max_seqs > L8_SCHED_MAX_SEQS)
         return -EINVAL;
     struct l8_sched *s = calloc(1, sizeof(*s));
     if (!s)
@@ -309,7 +312,7 @@ int l8_sched_new(const struct l8_sched_opts *o, struct l8_sched **out)
     s->slots = calloc(o->max_seqs, sizeof(*s->slots));
     s->step_req = calloc(o->max_seqs, sizeof(*s->step_req));
     s->n_owner_slots = 16;
-    while (s->n_owner_slots < 2 * (uint64_t)o->max_seqs && s->n_owner_slots < (1u << 30))
+    while (s->n_owner_slots < 4 * o->max_seqs)
         s->n_owner_slots <<= 1;
     s->owners = calloc(s->n_owner_slots, sizeof(*s->owners));
     s->n_buckets = 16;

@@ -66,6 +66,7 @@ struct l8_sched;
 struct l8_sched_event;
 
 #define L8_SCHED_MAX_STOP      16      /* stop ids per request */
+#define L8_SCHED_MAX_SEQS      65536u  /* sequences in one step */
 #define L8_SCHED_NO_TOKEN      UINT32_MAX
 #define L8_SCHED_DEFAULT_MAX_REQUESTS 4096
 
@@ -192,8 +193,8 @@ struct l8_sched_owner_stats {
                                 once per request holding it) */
 };
 
-/* -EINVAL (a zero size, max_step_tokens < max_seqs, no on_event),
- * -ENOMEM. */
+/* -EINVAL (a zero size, max_step_tokens < max_seqs, max_seqs above
+ * L8_SCHED_MAX_SEQS, no on_event), -ENOMEM. */
 int  l8_sched_new(const struct l8_sched_opts *o, struct l8_sched **out);
 /* Frees every request; must not be called with a step in flight. */
 void l8_sched_free(struct l8_sched *s);

@@ -109,6 +109,15 @@ int main(void)
     char *argv5[] = { "llama8d", "--config", "/dev/null", "--model", "/m", "--max-batch", "64",
                       "--max-step-tokens", "32", NULL };
     CHECK(l8d_conf_from_args(&c, 9, argv5, err) == -EINVAL, "step budget < batch");
+    char *argv6[] = { "llama8d", "--config", "/dev/null", "--model", "/m", "--max-batch",
+                      "65537", "--max-step-tokens", "70000", NULL };
+    CHECK(l8d_conf_from_args(&c, 9, argv6, err) == -EINVAL &&
+              strstr(err, "max_batch must be at most 65536"), "max_batch 65537: %s", err);
+    char *argv7[] = { "llama8d", "--config", "/dev/null", "--model", "/m", "--max-clients",
+                      "1048576", "--admin-clients", "1", NULL };
+    CHECK(l8d_conf_from_args(&c, 9, argv7, err) == -EINVAL &&
+              strstr(err, "max_clients + admin_clients must be at most 1048576"),
+          "max_clients + admin_clients past 2^20: %s", err);
     remove("/tmp/l8ipc-test.conf");
 
     /* A reload: each key that differs, both values as the file spells them,
