@@ -33,6 +33,9 @@ struct req {
     struct l8_sampling sampling;
     bool logprobs;
     bool started;               /* ever put in a step */
+    uint64_t admitted;          /* s->steps when it last became running */
+    bool yielded;               /* waiting since it gave its slot to another
+                                   owner's request (preempt_for_fair_share) */
     bool in_flight;             /* in the step the engine is running */
     bool cancelled;             /* cancelled while in flight */
     uint32_t fed;               /* tokens fed in the step in flight */
@@ -63,6 +66,8 @@ struct l8_sched {
      * open addressing, [n_owner_slots], a power of two >= 4 * max_seqs */
     struct owner_count *owners;
     uint32_t n_owner_slots;
+    uint64_t last_turn;         /* steps when a request last gave its slot up
+                                   for a turn (preempt_for_fair_share) */
     /* stats */
     uint64_t preemptions, tokens_generated, prompt_tokens, cached_tokens, steps;
 };
@@ -201,22 +206,25 @@ static bool held(const struct l8_sched *s, const struct req *r)
 }
 
 /* The waiting request to admit next: of the highest priority waiting, the
- * one whose owner runs the fewest requests, the earliest of those. Held
- * ones are passed over. NULL if none. */
+ * one whose owner runs the fewest requests; of those, one that did not
+ * just give its slot up for another owner's (else it would take it right
+ * back); then the earliest. Held ones are passed over. NULL if none. */
 static struct req *next_admission(struct l8_sched *s)
 {
     struct req *best = NULL;
     uint32_t best_n = UINT32_MAX;
-    for (struct req *r = s->lists[LIST_WAITING].head; r && best_n > 0; r = r->next) {
+    for (struct req *r = s->lists[LIST_WAITING].head; r; r = r->next) {
         if (best && r->priority < best->priority)
             break;
         if (held(s, r))
             continue;
         const uint32_t n = running_of(s, r->owner);
-        if (n < best_n) {
+        if (n < best_n || (n == best_n && best->yielded && !r->yielded)) {
             best = r;
             best_n = n;
         }
+        if (best_n == 0 && !best->yielded)
+            break;   /* nothing comes before it */
     }
     return best;
 }
@@ -235,12 +243,16 @@ static void preempt(struct l8_sched *s, struct req *r)
 }
 
 /* With every sequence slot taken, the request next_admission() picks gets
- * one held by a request of no higher priority that is held (its client
- * reads no events, so the slot does nothing), or else one of the owner
- * that runs the most, if that is at least two more than its own: the
- * youngest such request is preempted for it. One a step, so shares even
- * out over steps without a burst of recomputation; preempting for a
- * difference of one would only swap the two owners back and forth. */
+ * the slot of a running request of no higher priority, preempted for it:
+ *  - one that is held (its client reads no events: the slot does nothing);
+ *  - else the youngest of the owner that runs the most, if that is at
+ *    least two more than the waiting one's owner (shares even out);
+ *  - else, where an owner runs just one more, its request that has run
+ *    longest, once that is L8_SCHED_QUANTUM steps and the last such turn
+ *    as long ago: turns, so that with more owners than slots none waits
+ *    for a whole reply, at one recomputation a quantum.
+ * One a step, so there is no burst of recomputation; preempting at once
+ * for a difference of one would swap two owners back and forth. */
 static void preempt_for_fair_share(struct l8_sched *s)
 {
     if (s->lists[LIST_RUNNING].n < s->o.max_seqs)
@@ -248,8 +260,9 @@ static void preempt_for_fair_share(struct l8_sched *s)
     const struct req *w = next_admission(s);
     if (!w)
         return;
-    struct req *victim = NULL;
-    uint32_t most = running_of(s, w->owner) + 1;
+    struct req *victim = NULL, *turn = NULL;
+    const uint32_t mine = running_of(s, w->owner);
+    uint32_t most = mine + 1;
     /* From the tail: the lowest priority and the youngest first. */
     for (struct req *r = s->lists[LIST_RUNNING].tail; r && r->priority <= w->priority;
          r = r->prev) {
@@ -261,10 +274,20 @@ static void preempt_for_fair_share(struct l8_sched *s)
         if (n > most) {
             victim = r;
             most = n;
+        } else if (n == mine + 1 && s->steps - r->admitted >= L8_SCHED_QUANTUM &&
+                   s->steps - s->last_turn >= L8_SCHED_QUANTUM &&
+                   (!turn || r->admitted <= turn->admitted)) {
+            turn = r;
         }
     }
-    if (victim)
+    if (!victim && turn) {
+        victim = turn;
+        s->last_turn = s->steps;
+    }
+    if (victim) {
         preempt(s, victim);
+        victim->yielded = true;
+    }
 }
 
 /* Give r pages covering positions [0, npos). When the pool is empty,
@@ -604,6 +627,8 @@ int l8_sched_build_step(struct l8_sched *s, struct l8_seq **seqs, uint32_t *n)
             break;
         list_remove(s, r);
         list_insert_sorted(s, LIST_RUNNING, r);
+        r->admitted = s->steps;
+        r->yielded = false;
         (*owner_slot(s, r->owner, true))++;
         uint32_t left = r->n_tokens - r->n_computed;
         add_seq(s, r, left < budget ? left : budget, &budget);

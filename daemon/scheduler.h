@@ -42,7 +42,12 @@
  * request of no higher priority before any other), one a step:
  * a client with one request is not kept waiting for a whole generation by
  * a batch job that filled the slots, and two busy clients even out at
- * equal shares (to within one), where preemption stops.
+ * equal shares (to within one). Where shares differ by one (more owners
+ * with work than slots), the owners take turns: every L8_SCHED_QUANTUM
+ * steps, the request that has held its slot longest (that many steps at
+ * least) gives it to the waiting owner's. A request that gave its slot up
+ * so waits behind the others of owners running as few as its own. Within
+ * one owner, requests run first come, first served.
  *
  * Preemption: when a running request needs a new page and the pool has
  * none (free or reclaimable), the youngest running request (lowest
@@ -67,6 +72,8 @@ struct l8_sched_event;
 
 #define L8_SCHED_MAX_STOP      16      /* stop ids per request */
 #define L8_SCHED_MAX_SEQS      65536u  /* sequences in one step */
+#define L8_SCHED_QUANTUM       128     /* steps a request keeps its slot before it
+                                          takes turns with another owner's */
 #define L8_SCHED_NO_TOKEN      UINT32_MAX
 #define L8_SCHED_DEFAULT_MAX_REQUESTS 4096
 

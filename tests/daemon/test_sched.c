@@ -901,6 +901,56 @@ static void test_fair_share(void)
     world_fini(&w);
 }
 
+/* Turns: three owners with one long request each and two slots. The third
+ * gets a slot once the first has run L8_SCHED_QUANTUM steps, and so on
+ * round, so none waits for a whole reply; at most one turn a quantum, also
+ * where two busy owners split an odd number of slots 3 and 2 for good.
+ * Every stream is what it is alone. */
+static void test_fair_turns(void)
+{
+    struct world w;
+    enum { NEW = 400 };
+    CHECK_EQ(world_init(&w, 512, 4, 64, 2, 512), 0);
+    static uint32_t p[3][5];
+    for (int i = 0; i < 3; i++)
+        fill(p[i], 5, 50 * (uint32_t)i + 3);
+    for (uint64_t o = 1; o <= 3; o++) {
+        struct l8_sched_req r = req(o, 1, p[o - 1], 5, NEW);
+        CHECK_EQ(l8_sched_submit(w.s, &r, NULL), 0);
+    }
+    uint32_t steps = 0, first3 = 0;
+    struct l8_seq *seqs;
+    uint32_t n;
+    while (l8_sched_build_step(w.s, &seqs, &n) == 0 && n > 0 && steps < 5000) {
+        steps++;
+        for (uint32_t i = 0; i < n; i++)
+            if (l8_sched_step_slots(w.s)[i].owner == 3 && !first3)
+                first3 = steps;
+        CHECK_EQ(exec_step(&w.x, w.s, seqs, n), 0);
+        CHECK_EQ(l8_sched_step_done(w.s, seqs, n, 0), 0);
+    }
+    CHECK(l8_sched_idle(w.s));
+    CHECK(first3 >= L8_SCHED_QUANTUM && first3 <= L8_SCHED_QUANTUM + 2);
+    /* 3 x 400 tokens on 2 slots: about 600 steps, a turn every 128. */
+    CHECK(preemptions(&w) >= 2 && preemptions(&w) <= steps / L8_SCHED_QUANTUM + 1);
+    for (uint64_t o = 1; o <= 3; o++)
+        check_stream(&w, o, 1, p[o - 1], 5, NEW, NULL, 0, 0, __LINE__);
+    world_fini(&w);
+
+    CHECK_EQ(world_init(&w, 512, 4, 64, 5, 512), 0);
+    for (uint64_t o = 1; o <= 2; o++)
+        for (uint64_t id = 1; id <= 4; id++) {
+            struct l8_sched_req r = req(o, id, p[id % 3], 5, 300);
+            CHECK_EQ(l8_sched_submit(w.s, &r, NULL), 0);
+        }
+    steps = run_all(&w, 64, 5);
+    CHECK(preemptions(&w) <= steps / L8_SCHED_QUANTUM + 1);
+    for (uint64_t o = 1; o <= 2; o++)
+        for (uint64_t id = 1; id <= 4; id++)
+            check_stream(&w, o, id, p[id % 3], 5, 300, NULL, 0, 0, __LINE__);
+    world_fini(&w);
+}
+
 /* A held request (its client takes no events) gets no row and no
  * admission while held, keeps its pages, and does not hold up the others;
  * released, every stream is what it would have been alone. */
@@ -1356,6 +1406,7 @@ int main(void)
     test_priority();
     test_held();
     test_fair_share();
+    test_fair_turns();
     test_cancel();
     test_cancel_owner();
     test_engine_error();
