@@ -105,11 +105,14 @@ struct l8d {
     /* Out of descriptors: a spare one (an eventfd) let go to take a
      * waiting connection and refuse it; the listening socket polled
      * instead of accepted on (accept_by_poll); accepting paused until
-     * accept_resume_ns when even that fails; failures counted and logged
-     * at most every 10 s. */
+     * accept_resume_ns when even that fails. */
     int spare_fd;
     bool accept_by_poll;
-    uint64_t accept_resume_ns, accept_log_ns, accept_failures;
+    uint64_t accept_resume_ns;
+    /* Log lines a peer can make repeat, each kind at most every 10 s:
+     * accept failures, connections refused (group, too many), protocol
+     * violations. */
+    struct l8_ratelimit rl_accept, rl_denied, rl_full, rl_violation;
     int signal_fd;
     int et_fd;               /* engine completion eventfd */
     uint64_t et_val;

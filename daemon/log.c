@@ -141,3 +141,22 @@ void l8_log(enum l8_log_level level, const char *fmt, ...)
         /* nowhere left to report it */
     }
 }
+
+bool l8_log_ratelimit(struct l8_ratelimit *rl, uint64_t now_ns, uint64_t *suppressed)
+{
+    if (rl->started && now_ns - rl->last_ns < L8_LOG_RATE_NS) {
+        rl->suppressed++;
+        return false;
+    }
+    *suppressed = rl->suppressed;
+    *rl = (struct l8_ratelimit){ .last_ns = now_ns, .started = true };
+    return true;
+}
+
+const char *l8_log_more(char buf[64], uint64_t suppressed)
+{
+    buf[0] = 0;
+    if (suppressed)
+        snprintf(buf, 64, " (%llu more like it not logged)", (unsigned long long)suppressed);
+    return buf;
+}

@@ -6,6 +6,7 @@
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 enum l8_log_level { L8_LOG_ERR = 3, L8_LOG_WARNING = 4, L8_LOG_NOTICE = 5,
                     L8_LOG_INFO = 6, L8_LOG_DEBUG = 7 };
@@ -24,6 +25,17 @@ void l8_log(enum l8_log_level level, const char *fmt, ...)
  * byte of an ill-formed sequence and every control character (C0, DEL,
  * C1) as '?'. journald shows a line that is not UTF-8 only as a blob. */
 void l8_log_text(char *dst, size_t cap, const char *src, size_t n);
+
+/* A message a peer can make repeat (a refused connection, a protocol
+ * violation) goes out at most once per L8_LOG_RATE_NS from one place: the
+ * first passes, the others are counted. l8_log_ratelimit() says whether
+ * this one passes, and then, in *suppressed, how many did not since the
+ * last that did. A zeroed struct starts it. */
+#define L8_LOG_RATE_NS (10ull * 1000000000ull)
+struct l8_ratelimit { uint64_t last_ns, suppressed; bool started; };
+bool l8_log_ratelimit(struct l8_ratelimit *rl, uint64_t now_ns, uint64_t *suppressed);
+/* "" or " (N more like it not logged)", for the end of that message. */
+const char *l8_log_more(char buf[64], uint64_t suppressed);
 
 #define log_err(...)    l8_log(L8_LOG_ERR, __VA_ARGS__)
 #define log_warn(...)   l8_log(L8_LOG_WARNING, __VA_ARGS__)

@@ -140,7 +140,6 @@ static void arm_timer(struct l8d *d)
 static void accept_failed(struct l8d *d, int res)
 {
     const uint64_t now = l8d_now_ns();
-    d->accept_failures++;
     bool paused = false;
     if ((res == -EMFILE || res == -ENFILE) && l8d_session_refuse_waiting(d) == 0) {
         d->accept_by_poll = true;   /* accept again when a connection comes */
@@ -148,14 +147,13 @@ static void accept_failed(struct l8d *d, int res)
         d->accept_resume_ns = now + TICK_NS;
         paused = true;
     }
-    if (now - d->accept_log_ns >= 10ull * 1000000000ull || !d->accept_log_ns) {
-        log_warn("accept: %s (%llu time%s since the last message): %s", strerror(-res),
-                 (unsigned long long)d->accept_failures, d->accept_failures == 1 ? "" : "s",
+    uint64_t skipped;
+    char more[64];
+    if (l8_log_ratelimit(&d->rl_accept, now, &skipped))
+        log_warn("accept: %s: %s%s", strerror(-res),
                  paused ? "accepting paused for 100 ms"
-                        : "connections refused with TOO_MANY_CLIENTS while it lasts");
-        d->accept_log_ns = now;
-        d->accept_failures = 0;
-    }
+                        : "connections refused with TOO_MANY_CLIENTS while it lasts",
+                 l8_log_more(more, skipped));
 }
 
 void l8d_loop_arm_session(struct l8d *d, struct l8d_session *s)

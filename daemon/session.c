@@ -195,9 +195,12 @@ int l8d_session_accept(struct l8d *d, int fd)
         close(fd);
         return -errno;
     }
+    uint64_t skipped;
+    char more[64];
     if (!peer_allowed(d, fd, &cr)) {
-        log_notice("refused pid %d uid %u: not root and not in group '%s'",
-                   (int)cr.pid, (unsigned)cr.uid, d->conf.allowed_group);
+        if (l8_log_ratelimit(&d->rl_denied, l8d_now_ns(), &skipped))
+            log_notice("refused pid %d uid %u: not root and not in group '%s'%s", (int)cr.pid,
+                       (unsigned)cr.uid, d->conf.allowed_group, l8_log_more(more, skipped));
         refuse(d, fd, L8_ERR_PERMISSION_DENIED, "not a member of the allowed group");
         return 0;
     }
@@ -217,9 +220,10 @@ int l8d_session_accept(struct l8d *d, int fd)
     const uint32_t limit =
         d->conf.max_clients + (uid_is_admin(cr.uid) ? d->conf.admin_clients : 0);
     if (slot == d->n_slots || d->n_sessions >= limit) {
-        log_warn("refused pid %d uid %u: %u clients connected (max_clients %u, admin_clients %u)",
-                 (int)cr.pid, (unsigned)cr.uid, d->n_sessions, d->conf.max_clients,
-                 d->conf.admin_clients);
+        if (l8_log_ratelimit(&d->rl_full, l8d_now_ns(), &skipped))
+            log_warn("refused pid %d uid %u: %u clients connected (max_clients %u, "
+                     "admin_clients %u)%s", (int)cr.pid, (unsigned)cr.uid, d->n_sessions,
+                     d->conf.max_clients, d->conf.admin_clients, l8_log_more(more, skipped));
         refuse(d, fd, L8_ERR_TOO_MANY_CLIENTS, "too many clients");
         return 0;
     }
@@ -569,8 +573,11 @@ static void violation(struct l8d_session *s, const char *why)
 {
     if (s->violation)
         return;
-    log_warn("client %llu (pid %d): protocol violation: %s", (unsigned long long)s->id,
-             (int)s->pid, why);
+    uint64_t skipped;
+    char more[64];
+    if (l8_log_ratelimit(&s->d->rl_violation, l8d_now_ns(), &skipped))
+        log_warn("client %llu (pid %d): protocol violation: %s%s", (unsigned long long)s->id,
+                 (int)s->pid, why, l8_log_more(more, skipped));
     s->violation = true;
 }
 

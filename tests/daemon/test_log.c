@@ -1,6 +1,7 @@
 /* test_log: l8_log_text, which makes a client's chosen text (its name) fit
  * for a log line: valid UTF-8 kept whole, never cut inside a character,
- * each byte of an ill-formed sequence and each control character as '?'. */
+ * each byte of an ill-formed sequence and each control character as '?';
+ * and the rate limit of lines a peer can make repeat. */
 #include <stdio.h>
 #include <string.h>
 
@@ -36,6 +37,23 @@ int main(void)
     EXPECT("ab\xe2\x82\xac", 6, "ab\xe2\x82\xac");
     EXPECT("abcdef", 4, "abc");
     EXPECT("abc", 1, "");
+
+    /* The rate limit: the first passes, the rest within L8_LOG_RATE_NS are
+     * counted, and the next after it passes with their number. */
+    struct l8_ratelimit rl = { 0 };
+    uint64_t skipped = 99, t = 5;
+    char more[64];
+    int passed = 0;
+    for (int i = 0; i < 1000; i++)
+        passed += l8_log_ratelimit(&rl, t + (uint64_t)i * 1000, &skipped);
+    if (passed != 1 || skipped != 0 || !l8_log_ratelimit(&rl, t + L8_LOG_RATE_NS, &skipped) ||
+        skipped != 999 || strcmp(l8_log_more(more, skipped), " (999 more like it not logged)") ||
+        strcmp(l8_log_more(more, 0), "") ||
+        l8_log_ratelimit(&rl, t + L8_LOG_RATE_NS + 1, &skipped)) {
+        fprintf(stderr, "FAIL: rate limit: %d passed, %llu skipped\n", passed,
+                (unsigned long long)skipped);
+        failures++;
+    }
     if (failures)
         return 1;
     printf("test_log: ok\n");
