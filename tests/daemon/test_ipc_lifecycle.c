@@ -409,6 +409,15 @@ static void test_clients(void)
     CHECK(tdaemon_stop(&d) == 0, "exit");
 }
 
+/* The group the tests let uid 65534 in by: "daemon" (gid 1 where the
+ * database lacks it), its name into name. */
+static gid_t member_group(char name[64])
+{
+    const struct group *g = getgrnam("daemon");
+    snprintf(name, 64, "%s", g ? g->gr_name : "daemon");
+    return g ? g->gr_gid : 1;
+}
+
 /* Fork a child running as uid/gid 65534 with the given supplementary
  * groups (exit 255 if it cannot be); 0 in the child, its pid here. */
 static pid_t fork_as_nobody(const gid_t *groups, int n)
@@ -483,10 +492,10 @@ static void test_admin_clients(void)
         fprintf(stderr, "admin_clients: not root, skipped\n");
         return;
     }
-    struct group *g = getgrnam("daemon");
-    gid_t gid = g ? g->gr_gid : 1;
+    char gname[64];
+    const gid_t gid = member_group(gname);
     struct tdaemon d;
-    const char *extra[] = { "--allowed-group", g ? g->gr_name : "daemon", "--socket-mode", "0666",
+    const char *extra[] = { "--allowed-group", gname, "--socket-mode", "0666",
                             "--max-clients", "1", "--admin-clients", "1", NULL };
     tdaemon_start(&d, bin, model, extra);
     int release;
@@ -522,10 +531,8 @@ static void test_permissions(void)
         fprintf(stderr, "permissions: not root, skipped\n");
         return;
     }
-    struct group *g = getgrnam("daemon");
-    gid_t gid = g ? g->gr_gid : 1;
     char gname[64];
-    snprintf(gname, sizeof(gname), "%s", g ? g->gr_name : "daemon");
+    const gid_t gid = member_group(gname);
     struct tdaemon d;
     const char *extra[] = { "--allowed-group", gname, "--socket-mode", "0666", NULL };
     tdaemon_start(&d, bin, model, extra);
@@ -643,10 +650,8 @@ static void test_prefix_cache_scope(void)
         fprintf(stderr, "prefix cache scope: not root, skipped\n");
         return;
     }
-    struct group *g = getgrnam("daemon");
-    gid_t gid = g ? g->gr_gid : 1;
     char gname[64];
-    snprintf(gname, sizeof(gname), "%s", g ? g->gr_name : "daemon");
+    const gid_t gid = member_group(gname);
     static const struct { const char *mode; int root2, nobody, nobody2; } want[] = {
         { "user", 32, 0, 32 }, { "shared", 32, 32, 32 }, { "off", 0, 0, 0 },
     };
