@@ -215,7 +215,15 @@ static Llama8__DaemonMessage *recv_ctl(struct l8c_client *c, int timeout_ms,
         *rc = -ECONNRESET;
         return NULL;
     }
-    if (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
+    if (mh.msg_flags & MSG_CTRUNC) {
+        /* The daemon sends at most L8_N_FDS, which fit: the kernel could not
+         * install them here. */
+        set_err(c, 0, "the descriptors from the daemon were cut off: is this process out of "
+                      "file descriptors (RLIMIT_NOFILE)?");
+        *rc = -EMFILE;
+        return NULL;
+    }
+    if (mh.msg_flags & MSG_TRUNC) {
         set_err(c, 0, "oversized message from daemon");
         *rc = -EPROTO;
         return NULL;

@@ -8,7 +8,11 @@
  * tokens it streams on a quiet daemon. Out of file descriptors, it refuses
  * what it cannot take, without spinning, and recovers.
  * argv: llama8d model-dir */
+#include <dirent.h>
+#include <fcntl.h>
 #include <math.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 
 #include "ipc_raw.h"
 
@@ -195,6 +199,33 @@ static void test_out_of_descriptors(const char *bin, const char *model)
         if ((rc = l8c_connect(d.sock, "after", &c, err)) < 0)
             usleep(10000);
     CHECK(rc == 0, "no client after the descriptors were freed: %s", err);
+    /* A client out of descriptors itself: one free for its socket, none
+     * for the three of the Welcome. */
+    pid_t kid = fork();
+    if (kid == 0) {
+        int top = 0;
+        DIR *dir = opendir("/proc/self/fd");
+        for (struct dirent *e; dir && (e = readdir(dir));)
+            if (atoi(e->d_name) > top)
+                top = atoi(e->d_name);
+        if (dir)
+            closedir(dir);
+        top++;
+        for (int fd = 0; fd < top; fd++)   /* fill the gaps below top */
+            if (fcntl(fd, F_GETFD) < 0 && open("/dev/null", O_RDONLY) != fd)
+                _exit(2);
+        struct rlimit rl = { (rlim_t)top + 1, (rlim_t)top + 1 };
+        struct l8c_client *k;
+        char kerr[L8C_ERRLEN];
+        if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+            _exit(2);
+        int krc = l8c_connect(d.sock, "no room", &k, kerr);
+        _exit(krc == -EMFILE && strstr(kerr, "out of file descriptors") ? 0 : 1);
+    }
+    int st = -1;
+    waitpid(kid, &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+          "a client with no descriptors for the Welcome's: status %d", st);
     if (rc == 0) {
         struct l8c_params p;
         l8c_params_init(&p);
