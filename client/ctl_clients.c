@@ -106,8 +106,7 @@ int ctl_clients(int argc, char **argv)
         }
     }
     if (rc < 0) {
-        fprintf(stderr, "llama8ctl: clients: %s\n",
-                l8c_last_error(c, NULL)[0] ? l8c_last_error(c, NULL) : strerror(-rc));
+        fprintf(stderr, "llama8ctl: clients: %s\n", ctl_why(c, rc));
         free(v);
         l8c_close(c);
         return CTL_FAIL;

@@ -178,6 +178,12 @@ int ctl_plain_opts(int argc, char **argv, void (*usage)(FILE *), const char **so
     return -1;
 }
 
+const char *ctl_why(struct l8c_client *c, int rc)
+{
+    const char *e = l8c_last_error(c, NULL);
+    return e[0] ? e : strerror(-rc);
+}
+
 int ctl_connect(const char *socket, const char *name, struct l8c_client **out)
 {
     char err[L8C_ERRLEN];
@@ -326,8 +332,7 @@ static int run_one(struct l8c_client *c, struct stream_ctx *x, const uint32_t *i
     for (;;) {
         int k = l8c_wait_events(c, ev, 64, -1);
         if (k < 0) {
-            fprintf(stderr, "llama8ctl: %s\n", l8c_last_error(c, NULL)[0]
-                                                   ? l8c_last_error(c, NULL) : strerror(-k));
+            fprintf(stderr, "llama8ctl: %s\n", ctl_why(c, k));
             return CTL_FAIL;
         }
         uint64_t now = l8c_now_ns();

@@ -80,6 +80,9 @@ void ctl_default_max_new(struct l8c_params *p, const struct l8c_info *in);
  * PATH, --json (where json is not NULL) and --help, with no arguments: -1
  * to go on, else its exit status (CTL_OK after --help, CTL_USAGE). */
 int ctl_plain_opts(int argc, char **argv, void (*usage)(FILE *), const char **sock, bool *json);
+/* Why a call on c failed with rc: what the daemon or the library said, else
+ * strerror(-rc). */
+const char *ctl_why(struct l8c_client *c, int rc);
 /* Connect; prints why not. Returns CTL_OK, CTL_NOCONN or CTL_FAIL. */
 int ctl_connect(const char *socket, const char *name, struct l8c_client **out);
 /* Load the tokenizer: --tokenizer, else the served model's directory. */

@@ -35,8 +35,7 @@ int ctl_reload(int argc, char **argv)
     struct l8c_status s;
     rc = l8c_reload(c, &s, 30000);
     if (rc < 0) {
-        fprintf(stderr, "llama8ctl: reload: %s\n",
-                l8c_last_error(c, NULL)[0] ? l8c_last_error(c, NULL) : strerror(-rc));
+        fprintf(stderr, "llama8ctl: reload: %s\n", ctl_why(c, rc));
         l8c_close(c);
         return CTL_FAIL;
     }

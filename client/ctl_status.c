@@ -29,8 +29,7 @@ int ctl_status(int argc, char **argv)
         return rc;
     struct l8c_status s;
     if ((rc = l8c_status(c, &s, 10000)) < 0) {
-        fprintf(stderr, "llama8ctl: status: %s\n",
-                l8c_last_error(c, NULL)[0] ? l8c_last_error(c, NULL) : strerror(-rc));
+        fprintf(stderr, "llama8ctl: status: %s\n", ctl_why(c, rc));
         l8c_close(c);
         return CTL_FAIL;
     }

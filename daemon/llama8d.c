@@ -194,10 +194,16 @@ static uint32_t auto_spin_us(enum l8_backend backend)
     return CPU_COUNT(&set) >= 4 ? L8D_SPIN_AUTO_US : 0;
 }
 
-/* Session slots [0, n): more of them for a larger max_clients +
- * admin_clients (a reload may raise it; a lower one only refuses new
- * clients). io_uring's user data
- * names a slot by index and generation, never by address, so the arrays may
+/* Connections there may be: max_clients + admin_clients (bounded by the
+ * configuration's check). */
+static uint32_t connections(const struct l8d *d)
+{
+    return d->conf.max_clients + d->conf.admin_clients;
+}
+
+/* Session slots [0, n): more of them for more connections (a reload may
+ * raise them; fewer only refuses new clients). io_uring's user data names
+ * a slot by index and generation, never by address, so the arrays may
  * move. */
 static int grow_slots(struct l8d *d, uint32_t n)
 {
@@ -231,7 +237,7 @@ static void resolve_spin(struct l8d *d)
 static void check_nofile(const struct l8d *d)
 {
     struct rlimit rl;
-    const uint64_t n = (uint64_t)d->conf.max_clients + d->conf.admin_clients, need = 3 * n + 64;
+    const uint64_t n = connections(d), need = 3 * n + 64;
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && (uint64_t)rl.rlim_cur < need)
         log_warn("%llu file descriptors (RLIMIT_NOFILE) for %llu clients, which need about %llu: "
                  "clients past the limit are refused (raise LimitNOFILE=, or lower max_clients)",
@@ -293,9 +299,9 @@ int l8d_reload(struct l8d *d)
         l8d_conf_take_live(&d->conf_read, &next);
         l8d_conf_take_live(&d->conf, &next);
         l8_log_set_level(d->conf.log_level);
-        if (grow_slots(d, d->conf.max_clients + d->conf.admin_clients) < 0)
+        if (grow_slots(d, connections(d)) < 0)
             log_err("reload: no memory for %u client slots: at most %u connections",
-                    d->conf.max_clients + d->conf.admin_clients, d->n_slots);
+                    connections(d), d->n_slots);
         check_nofile(d);
         resolve_spin(d);
         l8d_et_set_spin(d->et, d->spin_ns);
@@ -483,7 +489,7 @@ static int setup(struct l8d *d, int argc, char **argv)
         return rc;
     d->et_fd = l8d_et_done_fd(d->et);
 
-    if ((rc = grow_slots(d, d->conf.max_clients + d->conf.admin_clients)) < 0)
+    if ((rc = grow_slots(d, connections(d))) < 0)
         return rc;
     if ((rc = io_uring_queue_init(URING_ENTRIES, &d->ring, 0)) < 0) {
         log_err("io_uring: %s", strerror(-rc));

@@ -131,6 +131,14 @@ static bool uid_is_admin(uid_t uid)
     return uid == 0 || uid == geteuid();
 }
 
+/* The highest priority a client may ask for. As with nice(1): anyone may
+ * step back, only the administrator ahead of the others (the fair share
+ * is within a priority). */
+static int32_t max_priority(const struct l8d_session *s)
+{
+    return uid_is_admin(s->uid) ? INT32_MAX : 0;
+}
+
 /* Root and the daemon's own user always; otherwise membership of the
  * allowed group, from the peer's credentials as they were at connect():
  * its primary gid (SO_PEERCRED) and supplementary groups (SO_PEERGROUPS),
@@ -167,10 +175,10 @@ static bool peer_allowed(struct l8d *d, int fd, const struct ucred *cr)
 
 int l8d_session_refuse_waiting(struct l8d *d)
 {
-    if (d->spare_fd < 0 && (d->spare_fd = eventfd(0, EFD_CLOEXEC)) < 0)
-        return -errno;
-    close(d->spare_fd);
-    d->spare_fd = -1;
+    if (d->spare_fd >= 0) {   /* else accept4 fails below, and the caller pauses */
+        close(d->spare_fd);
+        d->spare_fd = -1;
+    }
     /* The listening socket may block (one from systemd): poll first. A
      * bounded number a call: the loop comes back for the rest. */
     struct pollfd p = { d->listen_fd, POLLIN, 0 };
@@ -329,9 +337,7 @@ static void on_hello(struct l8d_session *s, const Llama8__Hello *h)
     w.max_prompt_tokens = d->max_prompt;
     w.max_new_tokens = d->max_new;
     w.max_stop_ids = d->max_stop_ids;
-    /* As with nice(1): anyone may step back, only the administrator ahead
-     * of the others (their fair share is within a priority). */
-    w.max_priority = uid_is_admin(s->uid) ? INT32_MAX : 0;
+    w.max_priority = max_priority(s);
     w.shm_size = s->map_size;
     w.sq_entries = s->geo.sq_entries;
     w.eq_entries = s->geo.eq_entries;
@@ -801,9 +807,9 @@ static void on_generate(struct l8d_session *s, const Llama8__GenerateRequest *g)
     if (g->n_stop_ids > d->max_stop_ids)
         return push_refusal(s, id, L8_ERR_BAD_PARAMS, L8_EF_STOP_IDS, (uint32_t)g->n_stop_ids,
                             d->max_stop_ids, NAN);
-    if (g->priority > 0 && !uid_is_admin(s->uid))
-        return push_refusal(s, id, L8_ERR_BAD_PARAMS, L8_EF_PRIORITY, (uint32_t)g->priority, 0,
-                            NAN);
+    if (g->priority > max_priority(s))
+        return push_refusal(s, id, L8_ERR_BAD_PARAMS, L8_EF_PRIORITY, (uint32_t)g->priority,
+                            (uint32_t)max_priority(s), NAN);
     if (find_req(s, id))
         return push_error(s, id, L8_ERR_DUPLICATE_REQUEST);
     if (s->n_live >= d->conf.max_requests_per_client)
