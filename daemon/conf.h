@@ -53,7 +53,7 @@ struct l8d_conf {
     uint32_t spin_us;          /* the loop and the engine thread wait for each
                                   other this long without sleeping (µs) */
     bool spin_auto;            /* spin_us = auto: L8D_SPIN_AUTO_US on cuda with
-                                  cores to spare, else 0 (see llama8d.c) */
+                                  cores to spare, else 0 (see reload.c) */
     enum l8_numerics numerics;
     enum l8_backend backend;
     bool numerics_auto;        /* numerics = auto: fp8 on cuda (its fast path), exact on cpu */

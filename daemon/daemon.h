@@ -1,7 +1,8 @@
 /* daemon.h - llama8d's state, owned by the event-loop thread.
  *
  * loop.c runs the io_uring loop and the step cycle; session.c is one
- * client's connection, shared memory and requests. Only the engine thread
+ * client's connection, shared memory and requests; reload.c reads the
+ * configuration again and applies its live keys. Only the engine thread
  * runs elsewhere, and it touches nothing here but the step it was given. */
 #pragma once
 #include <liburing.h>
@@ -215,11 +216,25 @@ void l8d_session_cut_all(struct l8d_session *s);
 /* An Error datagram on fd (best effort, never blocks; counted in d->errors). */
 void l8d_send_error(struct l8d *d, int fd, int code, uint64_t request_id, const char *msg);
 
-/* llama8d.c: read the configuration again (SIGHUP, a ReloadRequest) and
+/* reload.c: read the configuration again (SIGHUP, a ReloadRequest) and
  * apply its live keys; what changed, what waits for a restart, or why the
  * file was refused, goes to the log and to Status. -ESHUTDOWN (nothing
  * done) while draining. */
-int l8d_reload(struct l8d *d);
+int  l8d_reload(struct l8d *d);
+/* What a reload applies, which the start-up (llama8d.c) applies first.
+ * The connections there may be: max_clients + admin_clients (bounded by
+ * the configuration's check). */
+uint32_t l8d_connections(const struct l8d *d);
+/* Session slots [0, n): more of them for more connections; -ENOMEM leaves
+ * the slots there are. */
+int  l8d_grow_slots(struct l8d *d, uint32_t n);
+/* conf.spin_us (from auto where it says so) into the loop's spin_ns. */
+void l8d_resolve_spin(struct l8d *d);
+/* Warn when RLIMIT_NOFILE is short for l8d_connections (at start, and
+ * after a reload). */
+void l8d_check_nofile(const struct l8d *d);
+/* READY=1 and the serving STATUS= to systemd (at start, after a reload). */
+void l8d_notify_ready(struct l8d *d);
 
 /* loop.c */
 int  l8d_loop_run(struct l8d *d);

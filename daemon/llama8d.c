@@ -1,13 +1,13 @@
 /* llama8d.c - the daemon's start-up and shut-down: configuration, model,
- * engine, scheduler, the listening socket (our own or systemd's), then the
- * event loop (loop.c). */
+ * engine, scheduler, the listening socket (our own or systemd's), the
+ * warm-up, then the event loop (loop.c). What a reload applies again lives
+ * in reload.c. */
 #include "daemon.h"
 
 #include <errno.h>
 #include <grp.h>
 #include <libgen.h>
 #include <limits.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -182,69 +182,6 @@ out:
     return rc;
 }
 
-/* spin_us = auto: the cuda engine leaves the CPU idle while the GPU runs a
- * step, so the loop may spend a core watching for its end (a polling
- * client then gets its token µs after the step); the CPU engine's threads
- * need every core. Under 4 cores the spinners would take the clients'. */
-static uint32_t auto_spin_us(enum l8_backend backend)
-{
-    cpu_set_t set;
-    if (backend != L8_BACKEND_CUDA || sched_getaffinity(0, sizeof(set), &set) < 0)
-        return 0;
-    return CPU_COUNT(&set) >= 4 ? L8D_SPIN_AUTO_US : 0;
-}
-
-/* Connections there may be: max_clients + admin_clients (bounded by the
- * configuration's check). */
-static uint32_t connections(const struct l8d *d)
-{
-    return d->conf.max_clients + d->conf.admin_clients;
-}
-
-/* Session slots [0, n): more of them for more connections (a reload may
- * raise them; fewer only refuses new clients). io_uring's user data names
- * a slot by index and generation, never by address, so the arrays may
- * move. */
-static int grow_slots(struct l8d *d, uint32_t n)
-{
-    if (n <= d->n_slots)
-        return 0;
-    struct l8d_session **s = realloc(d->sessions, n * sizeof(*s));
-    if (s)
-        d->sessions = s;
-    uint32_t *g = realloc(d->slot_gen, n * sizeof(*g));
-    if (g)
-        d->slot_gen = g;
-    if (!s || !g)
-        return -ENOMEM;
-    memset(s + d->n_slots, 0, (n - d->n_slots) * sizeof(*s));
-    memset(g + d->n_slots, 0, (n - d->n_slots) * sizeof(*g));
-    d->n_slots = n;
-    return 0;
-}
-
-/* conf.spin_us (from auto where it says so) into the loop's spin_ns. */
-static void resolve_spin(struct l8d *d)
-{
-    if (d->conf.spin_auto)
-        d->conf.spin_us = auto_spin_us(d->conf.backend);
-    d->spin_ns = (uint64_t)d->conf.spin_us * 1000;
-}
-
-/* Each client holds three descriptors (its socket and two eventfds; a
- * fourth, the memfd, during its handshake): say so when the limit is short
- * for max_clients + admin_clients (at start, and after a reload). */
-static void check_nofile(const struct l8d *d)
-{
-    struct rlimit rl;
-    const uint64_t n = connections(d), need = 3 * n + 64;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && (uint64_t)rl.rlim_cur < need)
-        log_warn("%llu file descriptors (RLIMIT_NOFILE) for %llu clients, which need about %llu: "
-                 "clients past the limit are refused (raise LimitNOFILE=, or lower max_clients)",
-                 (unsigned long long)rl.rlim_cur, (unsigned long long)n,
-                 (unsigned long long)need);
-}
-
 /* The soft limit is often 1024, too few for max_clients 256 and the rest:
  * raise it to the hard limit (nothing here uses select()). */
 static void raise_nofile(void)
@@ -253,65 +190,7 @@ static void raise_nofile(void)
     if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur >= rl.rlim_max)
         return;
     rl.rlim_cur = rl.rlim_max == RLIM_INFINITY ? (rlim_t)1 << 20 : rl.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &rl);   /* if refused, check_nofile says what there is */
-}
-
-static void notify_ready(struct l8d *d)
-{
-    sd_notifyf(0, "READY=1\nSTATUS=serving %s on %s", d->model_name,
-               l8_backend_name(d->conf.backend));
-}
-
-static void log_change(const char *key, const char *was_raw, const char *now_raw, bool live,
-                       void *ctx)
-{
-    struct l8d *d = ctx;
-    char was[256], now[256];   /* a path from the file, made fit for the journal */
-    l8_log_text(was, sizeof(was), was_raw, strlen(was_raw));
-    l8_log_text(now, sizeof(now), now_raw, strlen(now_raw));
-    if (live) {
-        log_notice("reload: %s = %s (was %s)", key, now, was);
-        return;
-    }
-    log_warn("reload: %s = %s takes effect at the next start (running with %s)", key, now, was);
-    const size_t n = strlen(d->restart_keys);
-    snprintf(d->restart_keys + n, sizeof(d->restart_keys) - n, "%s%s", n ? ", " : "", key);
-}
-
-int l8d_reload(struct l8d *d)
-{
-    struct l8d_conf next;
-    char err[L8D_ERRLEN] = "";
-    if (d->state != L8D_RUNNING) {   /* no READY=1 while systemd sees it stopping */
-        log_notice("draining: no reload");
-        return -ESHUTDOWN;
-    }
-    /* MONOTONIC_USEC: systemd pairs this reload with the READY=1 after it. */
-    sd_notifyf(0, "RELOADING=1\nSTATUS=reloading the configuration\nMONOTONIC_USEC=%llu",
-               (unsigned long long)(l8d_now_ns() / 1000));
-    if (l8d_conf_from_args(&next, d->argc, d->argv, err) != 0) {
-        /* The file's bytes, made fit for the journal and Status's UTF-8. */
-        l8_log_text(d->reload_error, sizeof(d->reload_error), err, strlen(err));
-        log_err("reload: %s; the configuration in use is unchanged", d->reload_error);
-    } else {
-        d->restart_keys[0] = 0;
-        l8d_conf_compare(&d->conf_read, &next, log_change, d);
-        l8d_conf_take_live(&d->conf_read, &next);
-        l8d_conf_take_live(&d->conf, &next);
-        l8_log_set_level(d->conf.log_level);
-        if (grow_slots(d, connections(d)) < 0)
-            log_err("reload: no memory for %u client slots: at most %u connections",
-                    connections(d), d->n_slots);
-        check_nofile(d);
-        resolve_spin(d);
-        l8d_et_set_spin(d->et, d->spin_ns);
-        d->reloads++;
-        d->reload_error[0] = 0;
-        log_notice("configuration reloaded%s%s",
-                   d->restart_keys[0] ? "; waiting for a restart: " : "", d->restart_keys);
-    }
-    notify_ready(d);
-    return 0;
+    setrlimit(RLIMIT_NOFILE, &rl);   /* if refused, l8d_check_nofile says what there is */
 }
 
 static int setup(struct l8d *d, int argc, char **argv)
@@ -330,7 +209,7 @@ static int setup(struct l8d *d, int argc, char **argv)
     d->listen_fd = d->signal_fd = d->et_fd = d->spare_fd = -1;
     d->start_ns = l8d_now_ns();
     raise_nofile();
-    check_nofile(d);
+    l8d_check_nofile(d);
     if ((d->spare_fd = eventfd(0, EFD_CLOEXEC)) < 0)
         return -errno;
 
@@ -482,14 +361,14 @@ static int setup(struct l8d *d, int argc, char **argv)
                      (double)(l8d_now_ns() - tw) / 1e6);
         }
     }
-    resolve_spin(d);
+    l8d_resolve_spin(d);
     if (d->conf.spin_us)
         log_info("the loop and the engine thread spin up to %u us for each other", d->conf.spin_us);
     if ((rc = l8d_et_start(d->engine, d->spin_ns, &d->et)) < 0)
         return rc;
     d->et_fd = l8d_et_done_fd(d->et);
 
-    if ((rc = grow_slots(d, connections(d))) < 0)
+    if ((rc = l8d_grow_slots(d, l8d_connections(d))) < 0)
         return rc;
     if ((rc = io_uring_queue_init(URING_ENTRIES, &d->ring, 0)) < 0) {
         log_err("io_uring: %s", strerror(-rc));
@@ -499,7 +378,7 @@ static int setup(struct l8d *d, int argc, char **argv)
         return rc;
     if (sd_watchdog_enabled(0, &d->watchdog_usec) <= 0)
         d->watchdog_usec = 0;
-    notify_ready(d);
+    l8d_notify_ready(d);
     log_notice("ready: %s on %s, %s numerics (%.2f s since start)", d->model_name,
                l8_backend_name(d->conf.backend),
                d->conf.numerics == L8_NUMERICS_FP8 ? "fp8" : "exact",
