@@ -1,7 +1,8 @@
 /* daemon.h - llama8d's state, owned by the event-loop thread.
  *
  * loop.c runs the io_uring loop and the step cycle; session.c is one
- * client's connection, shared memory and requests; reload.c reads the
+ * client's connection, shared memory and requests; admin.c answers the
+ * daemon-wide requests (status, client list, reload); reload.c reads the
  * configuration again and applies its live keys. Only the engine thread
  * runs elsewhere, and it touches nothing here but the step it was given. */
 #pragma once
@@ -215,6 +216,22 @@ void l8d_session_free(struct l8d_session *s);
 void l8d_session_cut_all(struct l8d_session *s);
 /* An Error datagram on fd (best effort, never blocks; counted in d->errors). */
 void l8d_send_error(struct l8d *d, int fd, int code, uint64_t request_id, const char *msg);
+/* A DaemonMessage datagram on fd with nfds (at most L8_N_FDS) descriptors;
+ * never blocks. 0, or a negative errno (-EMSGSIZE: over L8_MAX_CTL_MSG). */
+struct Llama8__DaemonMessage;
+int  l8d_send_msg(int fd, const struct Llama8__DaemonMessage *m, const int *fds, int nfds);
+/* The administrator: root and the daemon's own user. */
+bool l8d_uid_is_admin(uid_t uid);
+
+/* admin.c: the daemon-wide requests of a welcomed session, each answered
+ * on its socket. A StatusRequest: the Status. */
+void l8d_admin_status(struct l8d_session *s);
+/* One page of the client list: the sessions with ids above after_id that s
+ * may see. */
+void l8d_admin_clients(struct l8d_session *s, uint64_t after_id);
+/* A ReloadRequest: l8d_reload, answered with the Status; a client that is
+ * not the administrator is closed with PERMISSION_DENIED. */
+void l8d_admin_reload(struct l8d_session *s);
 
 /* reload.c: read the configuration again (SIGHUP, a ReloadRequest) and
  * apply its live keys; what changed, what waits for a restart, or why the

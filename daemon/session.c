@@ -1,5 +1,6 @@
 /* session.c - one client of llama8d: its connection, its shared memory and
- * its requests.
+ * its requests. The daemon-wide requests it may send on its socket (status,
+ * client list, reload) are answered in admin.c.
  *
  * Trust: everything in the client's mapping may change under us at any
  * moment. Each counter is read once into a local and bounded; each ring
@@ -98,7 +99,7 @@ static void refuse(struct l8d *d, int fd, int code, const char *msg)
     close(fd);
 }
 
-static int send_daemon_msg(int fd, const Llama8__DaemonMessage *m, const int *fds, int nfds)
+int l8d_send_msg(int fd, const Llama8__DaemonMessage *m, const int *fds, int nfds)
 {
     uint8_t buf[L8_MAX_CTL_MSG];
     union { struct cmsghdr h; char b[CMSG_SPACE(sizeof(int) * L8_N_FDS)]; } cm;
@@ -125,8 +126,7 @@ static int send_daemon_msg(int fd, const Llama8__DaemonMessage *m, const int *fd
 
 /* ---------------------------------------------------------------- admission */
 
-/* The administrator: root and the daemon's own user. */
-static bool uid_is_admin(uid_t uid)
+bool l8d_uid_is_admin(uid_t uid)
 {
     return uid == 0 || uid == geteuid();
 }
@@ -136,7 +136,7 @@ static bool uid_is_admin(uid_t uid)
  * is within a priority). */
 static int32_t max_priority(const struct l8d_session *s)
 {
-    return uid_is_admin(s->uid) ? INT32_MAX : 0;
+    return l8d_uid_is_admin(s->uid) ? INT32_MAX : 0;
 }
 
 /* Root and the daemon's own user always; otherwise membership of the
@@ -146,7 +146,7 @@ static int32_t max_priority(const struct l8d_session *s)
  * say. */
 static bool peer_allowed(struct l8d *d, int fd, const struct ucred *cr)
 {
-    if (uid_is_admin(cr->uid))
+    if (l8d_uid_is_admin(cr->uid))
         return true;
     if (!d->have_group)
         return false;
@@ -226,7 +226,7 @@ int l8d_session_accept(struct l8d *d, int fd)
      * unit's ExecReload) or a status gets in when clients fill max_clients.
      * A reload may have lowered the limit under the slots there are. */
     const uint32_t limit =
-        d->conf.max_clients + (uid_is_admin(cr.uid) ? d->conf.admin_clients : 0);
+        d->conf.max_clients + (l8d_uid_is_admin(cr.uid) ? d->conf.admin_clients : 0);
     if (slot == d->n_slots || d->n_sessions >= limit) {
         if (l8_log_ratelimit(&d->rl_full, l8d_now_ns(), &skipped))
             log_warn("refused pid %d uid %u: %u clients connected (max_clients %u, "
@@ -349,7 +349,7 @@ static void on_hello(struct l8d_session *s, const Llama8__Hello *h)
     fds[L8_FD_SHM] = s->shm_fd;
     fds[L8_FD_SQ_DOORBELL] = s->sq_efd;
     fds[L8_FD_EQ_DOORBELL] = s->eq_efd;
-    if ((rc = send_daemon_msg(s->fd, &m, fds, L8_N_FDS)) < 0) {
+    if ((rc = l8d_send_msg(s->fd, &m, fds, L8_N_FDS)) < 0) {
         log_info("client %llu: Welcome not sent: %s", (unsigned long long)s->id, strerror(-rc));
         l8d_session_close(s, 0, NULL);
         return;
@@ -361,171 +361,6 @@ static void on_hello(struct l8d_session *s, const Llama8__Hello *h)
     log_info("client %llu '%s' ready: pid %d uid %u", (unsigned long long)s->id, s->name,
              (int)s->pid, (unsigned)s->uid);
     l8d_loop_arm_session(d, s);
-}
-
-static void send_status(struct l8d_session *s)
-{
-    struct l8d *d = s->d;
-    struct l8_sched_stats st;
-    l8_sched_get_stats(d->sched, &st);
-    uint64_t now = l8d_now_ns();
-    /* Tokens/s from the oldest of the last 16 one-second samples to now:
-     * a burst just ended counts (the samples alone left a reply that took
-     * under a second at 0/s), an idle quarter of a minute reads 0. */
-    double rate = 0;
-    if (d->rate_n >= 1) {
-        uint32_t oldest = (d->rate_i + 16 - d->rate_n) % 16;
-        double dt = (double)(now - d->rate_t[oldest]) / 1e9;
-        if (dt >= 0.1)
-            rate = (double)(st.tokens_generated - d->rate_tok[oldest]) / dt;
-    }
-    Llama8__Status o = LLAMA8__STATUS__INIT;
-    o.model_name = d->model_name;
-    o.backend = (char *)l8_backend_name(d->conf.backend);
-    o.prefix_cache = (char *)l8d_prefix_cache_name(d->conf.prefix_cache);
-    o.spin_us = d->conf.spin_us;
-    o.log_level = (char *)l8_log_level_name(d->conf.log_level);
-    o.config_reloads = d->reloads;
-    o.config_error = d->reload_error;
-    o.config_restart = d->restart_keys;
-    o.pages_total = st.pages_total;
-    o.pages_used = st.pages_used;
-    o.pages_cached = st.pages_cached;
-    o.page_size = l8_engine_page_size(d->engine);
-    o.clients = d->n_sessions;
-    o.max_clients = d->conf.max_clients;
-    o.admin_clients = d->conf.admin_clients;
-    o.requests_running = st.running;
-    o.requests_waiting = st.waiting;
-    o.tokens_per_s = rate;
-    o.uptime_s = (double)(now - d->start_ns) / 1e9;
-    o.tokens_generated = st.tokens_generated;
-    o.requests_done = d->requests_done;
-    o.prompt_tokens = st.prompt_tokens;
-    o.prompt_tokens_cached = st.cached_tokens;
-    o.draining = d->state != L8D_RUNNING;
-    o.context_length = d->max_ctx;
-    o.step_running_s = d->step_in_flight ? (double)(now - d->step_t_submit) / 1e9 : 0.0;
-    o.step_stalled = d->step_stalled;
-    o.steps = d->steps;
-    o.step_time_s = (double)d->step_ns / 1e9;
-    o.gap_steps = d->gaps;
-    o.gap_time_s = (double)d->gap_ns / 1e9;
-    o.decode_steps = d->decode_steps;
-    o.decode_time_s = (double)d->decode_ns / 1e9;
-    o.decode_rows = d->decode_rows;
-    o.fed_tokens = d->fed_tokens;
-    o.preemptions = st.preemptions;
-    const struct l8_engine_mem *mem = l8_engine_memory(d->engine);
-    o.mem_weights = mem->weights;
-    o.mem_kv_pool = mem->kv_pool;
-    o.mem_work = mem->work;
-    o.device_used = mem->device_used;
-    o.device_total = mem->device_total;
-    o.errors = d->errors;
-    o.n_errors = L8_ERR_MAX_;
-    Llama8__DaemonMessage m = LLAMA8__DAEMON_MESSAGE__INIT;
-    m.msg_case = LLAMA8__DAEMON_MESSAGE__MSG_STATUS;
-    m.status = &o;
-    int rc = send_daemon_msg(s->fd, &m, NULL, 0);
-    if (rc < 0) {
-        log_info("client %llu: status not sent: %s", (unsigned long long)s->id, strerror(-rc));
-        l8d_session_close(s, 0, NULL);
-    }
-}
-
-static int by_id(const void *a, const void *b)
-{
-    const struct l8d_session *x = *(struct l8d_session *const *)a;
-    const struct l8d_session *y = *(struct l8d_session *const *)b;
-    return (x->id > y->id) - (x->id < y->id);
-}
-
-/* One page of the client list: the welcomed sessions this one may see (all
- * for the administrator, else its own uid's) with ids above after_id, in
- * id order, as many as fit in one datagram. */
-static void send_clients(struct l8d_session *s, uint64_t after_id)
-{
-    struct l8d *d = s->d;
-    const bool all = uid_is_admin(s->uid);
-    const size_t cap = d->n_sessions;
-    struct l8d_session **v = malloc(cap * sizeof(*v));
-    Llama8__ClientInfo *ci = malloc(cap * sizeof(*ci));
-    Llama8__ClientInfo **ptrs = malloc(cap * sizeof(*ptrs));
-    int rc = -ENOMEM;
-    if (!v || !ci || !ptrs)
-        goto out;
-    size_t n = 0;
-    for (uint32_t i = 0; i < d->n_slots && n < cap; i++) {
-        struct l8d_session *o = d->sessions[i];
-        if (o && o->state == L8D_SESS_READY && o->id > after_id && (all || o->uid == s->uid))
-            v[n++] = o;
-    }
-    qsort(v, n, sizeof(*v), by_id);
-    const uint64_t now = l8d_now_ns();
-    Llama8__ClientList list = LLAMA8__CLIENT_LIST__INIT;
-    list.clients = ptrs;
-    list.more = true;   /* while measuring: the page's size as if it were cut */
-    Llama8__DaemonMessage m = LLAMA8__DAEMON_MESSAGE__INIT;
-    m.msg_case = LLAMA8__DAEMON_MESSAGE__MSG_CLIENT_LIST;
-    m.client_list = &list;
-    for (size_t i = 0; i < n; i++) {
-        const struct l8d_session *o = v[i];
-        Llama8__ClientInfo *c = &ci[i];
-        llama8__client_info__init(c);
-        c->id = o->id;
-        c->name = (char *)o->name;
-        c->pid = o->pid;
-        c->uid = o->uid;
-        c->connected_s = (double)(now - o->t_accept_ns) / 1e9;
-        c->requests = o->n_live;
-        c->requests_done = o->requests_done;
-        c->prompt_tokens = o->prompt_tokens;
-        c->tokens_generated = o->tokens_generated;
-        c->held = o->bl_n > 0;
-        struct l8_sched_owner_stats os;
-        l8_sched_owner_stats(d->sched, o->id, &os);
-        c->running = os.running;
-        c->kv_pages = os.pages;
-        ptrs[i] = c;
-        list.n_clients = i + 1;
-        if (llama8__daemon_message__get_packed_size(&m) > L8_MAX_CTL_MSG) {
-            list.n_clients = i;   /* this one and the rest on the next page */
-            break;
-        }
-    }
-    list.more = list.n_clients < n;
-    rc = send_daemon_msg(s->fd, &m, NULL, 0);
-out:
-    free(v);
-    free(ci);
-    free(ptrs);
-    if (rc < 0) {
-        log_info("client %llu: client list not sent: %s", (unsigned long long)s->id,
-                 strerror(-rc));
-        l8d_session_close(s, rc == -ENOMEM ? L8_ERR_INTERNAL : 0,
-                          rc == -ENOMEM ? "out of memory" : NULL);
-    }
-}
-
-/* A reload asked for on the control socket (llama8ctl reload, the unit's
- * ExecReload): what SIGHUP does, with the Status after it as the answer.
- * The configuration is the administrator's: root and our own user only. */
-static void on_reload(struct l8d_session *s)
-{
-    if (!uid_is_admin(s->uid)) {
-        log_notice("client %llu (pid %d uid %u) asked for a reload: refused",
-                   (unsigned long long)s->id, (int)s->pid, (unsigned)s->uid);
-        l8d_session_close(s, L8_ERR_PERMISSION_DENIED,
-                          "only root and the daemon's user may reload its configuration");
-        return;
-    }
-    log_notice("client %llu (pid %d uid %u): reloading the configuration",
-               (unsigned long long)s->id, (int)s->pid, (unsigned)s->uid);
-    if (l8d_reload(s->d) < 0)
-        l8d_session_close(s, L8_ERR_SHUTTING_DOWN, "the daemon is shutting down");
-    else
-        send_status(s);
 }
 
 /* Has the peer closed or shut down its sending side? On SOCK_SEQPACKET a
@@ -560,13 +395,13 @@ void l8d_session_on_recv(struct l8d_session *s, int n, int msg_flags)
         on_hello(s, m->hello);
     else if (s->state == L8D_SESS_READY &&
              m->msg_case == LLAMA8__CLIENT_MESSAGE__MSG_STATUS_REQUEST)
-        send_status(s);
+        l8d_admin_status(s);
     else if (s->state == L8D_SESS_READY &&
              m->msg_case == LLAMA8__CLIENT_MESSAGE__MSG_RELOAD_REQUEST)
-        on_reload(s);
+        l8d_admin_reload(s);
     else if (s->state == L8D_SESS_READY &&
              m->msg_case == LLAMA8__CLIENT_MESSAGE__MSG_CLIENTS_REQUEST)
-        send_clients(s, m->clients_request->after_id);
+        l8d_admin_clients(s, m->clients_request->after_id);
     else
         l8d_session_close(s, L8_ERR_BAD_MESSAGE,
                           s->state == L8D_SESS_HELLO ? "expected Hello" : "unexpected message");
