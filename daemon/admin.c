@@ -133,7 +133,7 @@ void l8d_admin_clients(struct l8d_session *s, uint64_t after_id)
         c->requests_done = o->requests_done;
         c->prompt_tokens = o->prompt_tokens;
         c->tokens_generated = o->tokens_generated;
-        c->held = o->bl_n > 0;
+        c->held = o->backlog_len > 0;
         struct l8_sched_owner_stats os;
         l8_sched_owner_stats(d->sched, o->id, &os);
         c->running = os.running;

@@ -65,9 +65,10 @@ struct l8d_session {
     uint32_t eq_tail;        /* private: next event slot to fill */
     uint32_t eq_published;   /* the tail value last stored to shared memory */
     /* Events that did not fit in the event ring, in order (bounded by
-     * max_requests_per_client * (max_new_tokens + 3)). */
+     * max_requests_per_client * (max_new_tokens + 3)): a circular buffer
+     * of backlog_cap records, backlog_len of them from backlog_head. */
     struct l8_event *backlog;
-    uint32_t bl_head, bl_n, bl_cap;
+    uint32_t backlog_head, backlog_len, backlog_cap;
     /* Requests. */
     struct l8d_req *reqs;    /* [max_requests_per_client] */
     uint32_t n_live;
@@ -86,7 +87,7 @@ struct l8d_session {
     bool kick;               /* doorbell rang or a message came: scan the SQ */
     bool dirty;              /* events written, tail not yet published */
     bool violation;          /* broke the protocol: close after this pass */
-    bool told;               /* closed with an Error sent: drop unread datagrams */
+    bool error_sent;         /* closed with an Error sent: drop unread datagrams */
     bool cancel_sent;        /* closing: the doorbell read's and wake's cancels are queued */
 };
 
@@ -172,8 +173,10 @@ struct l8d {
     uint64_t last_sample_ns, last_watchdog_ns;
     uint64_t watchdog_usec;  /* 0: no watchdog */
     uint64_t drain_deadline_ns;
-    /* Doorbells to ring this pass. */
-    uint64_t one;            /* the value written to eventfds */
+    /* The 8 bytes each event doorbell's write (loop.c, OP_WAKE) adds to a
+     * client's eventfd: 1. io_uring reads them when the write runs, so they
+     * live here, not on the stack. */
+    uint64_t wake_val;
     /* Configuration reloads (SIGHUP, l8d_reload): the command line they
      * read again; the configuration as read, before "auto" was resolved
      * (its live keys from the last reload, the others from the start:

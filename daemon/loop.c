@@ -112,7 +112,7 @@ static void arm_signal(struct l8d *d)
 static bool any_backlog(struct l8d *d)
 {
     for (uint32_t i = 0; i < d->n_slots; i++)
-        if (d->sessions[i] && d->sessions[i]->bl_n)
+        if (d->sessions[i] && d->sessions[i]->backlog_len)
             return true;
     return false;
 }
@@ -416,7 +416,7 @@ static void ring_event_doorbell(struct l8d *d, struct l8d_session *s)
         return;
     }
     struct io_uring_sqe *sqe = get_sqe(d);
-    io_uring_prep_write(sqe, s->eq_efd, &d->one, sizeof(d->one), 0);
+    io_uring_prep_write(sqe, s->eq_efd, &d->wake_val, sizeof(d->wake_val), 0);
     io_uring_sqe_set_data64(sqe, ud(OP_WAKE, s->slot, s->gen));
     s->wake_armed = true;
     s->wake_again = false;
@@ -532,7 +532,7 @@ static void publish_all(struct l8d *d)
             l8d_session_close(s, L8_ERR_RING_VIOLATION, "protocol violation");
             continue;
         }
-        if ((s->dirty || s->bl_n) && l8d_session_publish(s))
+        if ((s->dirty || s->backlog_len) && l8d_session_publish(s))
             ring_event_doorbell(d, s);
     }
 }
@@ -567,7 +567,7 @@ static void reap_closed(struct l8d *d)
 
 int l8d_loop_run(struct l8d *d)
 {
-    d->one = 1;
+    d->wake_val = 1;
     sample_rate(d, l8d_now_ns());   /* the first: a reply before the first tick counts */
     arm_accept(d);
     arm_engine(d);

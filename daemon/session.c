@@ -424,26 +424,26 @@ static void violation(struct l8d_session *s, const char *why)
 
 static bool backlog_push(struct l8d_session *s, const struct l8_event *ev)
 {
-    if (s->bl_n == s->bl_cap) {
+    if (s->backlog_len == s->backlog_cap) {
         struct l8d *d = s->d;
         uint64_t cap_max = (uint64_t)d->conf.max_requests_per_client * (d->max_new + 3) + 64;
-        uint32_t ncap = s->bl_cap ? s->bl_cap * 2 : 256;
+        uint32_t ncap = s->backlog_cap ? s->backlog_cap * 2 : 256;
         if (ncap > cap_max)
             ncap = (uint32_t)cap_max;
-        if (ncap <= s->bl_cap)
+        if (ncap <= s->backlog_cap)
             return false;
         struct l8_event *nb = malloc((size_t)ncap * sizeof(*nb));
         if (!nb)
             return false;
-        for (uint32_t i = 0; i < s->bl_n; i++)
-            nb[i] = s->backlog[(s->bl_head + i) % s->bl_cap];
+        for (uint32_t i = 0; i < s->backlog_len; i++)
+            nb[i] = s->backlog[(s->backlog_head + i) % s->backlog_cap];
         free(s->backlog);
         s->backlog = nb;
-        s->bl_head = 0;
-        s->bl_cap = ncap;
+        s->backlog_head = 0;
+        s->backlog_cap = ncap;
     }
-    s->backlog[(s->bl_head + s->bl_n) % s->bl_cap] = *ev;
-    s->bl_n++;
+    s->backlog[(s->backlog_head + s->backlog_len) % s->backlog_cap] = *ev;
+    s->backlog_len++;
     return true;
 }
 
@@ -465,7 +465,7 @@ void l8d_session_push(struct l8d_session *s, const struct l8_event *ev)
 {
     if (s->state != L8D_SESS_READY || s->violation)
         return;
-    if (s->bl_n == 0 && eq_room(s) > 0) {
+    if (s->backlog_len == 0 && eq_room(s) > 0) {
         s->eq[s->eq_tail & (s->geo.eq_entries - 1)] = *ev;
         s->eq_tail++;
         s->dirty = true;
@@ -479,13 +479,13 @@ bool l8d_session_publish(struct l8d_session *s)
 {
     if (s->state != L8D_SESS_READY || s->violation)
         return false;
-    if (s->bl_n) {
+    if (s->backlog_len) {
         uint32_t room = eq_room(s);
-        while (room && s->bl_n) {
-            s->eq[s->eq_tail & (s->geo.eq_entries - 1)] = s->backlog[s->bl_head];
+        while (room && s->backlog_len) {
+            s->eq[s->eq_tail & (s->geo.eq_entries - 1)] = s->backlog[s->backlog_head];
             s->eq_tail++;
-            s->bl_head = (s->bl_head + 1) % s->bl_cap;
-            s->bl_n--;
+            s->backlog_head = (s->backlog_head + 1) % s->backlog_cap;
+            s->backlog_len--;
             room--;
         }
     }
@@ -759,13 +759,13 @@ void l8d_session_scan(struct l8d_session *s)
      * an event: the client sees its submission ring stop moving. The loop
      * looks again once the backlog is out (kick). */
     uint32_t i = 0;
-    for (; i < avail && !s->violation && !s->bl_n; i++) {
+    for (; i < avail && !s->violation && !s->backlog_len; i++) {
         struct l8_sqe e;
         memcpy(&e, &s->sq[s->sq_head & (s->geo.sq_entries - 1)], sizeof(e));
         s->sq_head++;
         handle_sqe(s, &e);
     }
-    if (i < avail && s->bl_n)
+    if (i < avail && s->backlog_len)
         s->kick = true;
     /* release: everything we copied out of the entries and the arena is
      * read before the client may reuse the space. */
@@ -776,7 +776,7 @@ bool l8d_req_held(void *ctx, void *user)
 {
     (void)ctx;
     const struct l8d_req *r = user;
-    return r->s->bl_n > 0;
+    return r->s->backlog_len > 0;
 }
 
 /* ---------------------------------------------------------------- teardown */
@@ -801,7 +801,7 @@ void l8d_session_close(struct l8d_session *s, int err_code, const char *why)
         return;
     if (err_code) {
         l8d_send_error(d, s->fd, err_code, 0, why);
-        s->told = true;
+        s->error_sent = true;
     }
     uint32_t n = l8_sched_cancel_owner(d->sched, s->id);
     for (uint32_t i = 0; s->reqs && i < d->conf.max_requests_per_client; i++)
@@ -826,7 +826,7 @@ void l8d_session_free(struct l8d_session *s)
          * reset its connection before it read our Error (see refuse). A
          * session closed without one (a hang-up) skips the drain, whose
          * end on a shut socket costs 64 empty reads. */
-        if (s->told)
+        if (s->error_sent)
             drop_unread(s->fd, s->rx, sizeof(s->rx));
         close(s->fd);
     }
