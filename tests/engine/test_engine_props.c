@@ -21,12 +21,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../test.h"
+
 #include "engine.h"
 #include "model.h"
-
-static int failures;
-#define CHECK(cond, ...) do { if (!(cond)) { failures++; printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-    printf(__VA_ARGS__); printf("\n"); } } while (0)
 
 #define PS 16u
 #define NPAGES 64u
@@ -343,6 +341,6 @@ int main(int argc, char **argv)
     long_decode(L8_NUMERICS_EXACT);
     long_decode(L8_NUMERICS_FP8);
     l8_model_free(m);
-    printf("%s\n", failures ? "FAILED" : "ok");
-    return failures ? 1 : 0;
+    printf("%s\n", t_failures ? "FAILED" : "ok");
+    return t_failures ? 1 : 0;
 }

@@ -837,7 +837,7 @@ static void run_big(const char *dir)
     clock_gettime(CLOCK_MONOTONIC, &t0);
     if (l8_model_load(dir, 0, &m, err) < 0) {
         printf("FAIL: load %s: %s\n", dir, err);
-        g_failures++;
+        t_failures++;
         return;
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
@@ -1119,8 +1119,8 @@ int main(int argc, char **argv)
         run_big(argv[2]);
         unlink(g_tune);
         rmdir(tdir);
-        printf("%s (%d failures)\n", g_failures ? "FAILED" : "ok", g_failures);
-        return g_failures ? 1 : 0;
+        printf("%s (%d failures)\n", t_failures ? "FAILED" : "ok", t_failures);
+        return t_failures ? 1 : 0;
     }
     char path[4096], err[L8_ERRLEN];
     snprintf(path, sizeof path, "%s/tiny-llama31-fp8", argv[1]);
@@ -1157,6 +1157,6 @@ done:
     rmdir(tdir);
     l8_st_close(ref);
     l8_model_free(m);
-    printf("%s (%d failures)\n", g_failures ? "FAILED" : "ok", g_failures);
-    return g_failures ? 1 : 0;
+    printf("%s (%d failures)\n", t_failures ? "FAILED" : "ok", t_failures);
+    return t_failures ? 1 : 0;
 }
