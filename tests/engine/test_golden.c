@@ -159,29 +159,10 @@ static void run_numerics(const struct l8_model *m, const struct l8_tensor_set *r
         const struct l8_tensor *tg = l8_st_find(ref, name);
         if (!tg)
             continue;
-        const int32_t *gref = tg->data;
-        uint32_t n_g = (uint32_t)tg->shape[0], match = 0;
-        struct l8_sampling greedy = { .temperature = 0.0f, .top_p = 1.0f,
-                                      .repetition_penalty = 1.0f };
-        uint32_t next = ref_argmax(logits + (size_t)(S - 1) * V, V);
-        bool same = true;
-        for (uint32_t k = 0; k < n_g; k++) {
-            if (next != (uint32_t)gref[k])
-                same = false;
-            match += same;
-            if (k + 1 == n_g)
-                break;
-            tok[S + k] = next;
-            struct l8_seq s = { .tokens = &tok[S + k], .n_tokens = 1, .pos = S + k,
-                                .pages = pages, .n_pages = n_pages, .sample = true,
-                                .sampling = &greedy, .history = tok, .n_history = S + k + 1,
-                                .sample_index = k + 1 };
-            if (l8_engine_step(e, &s, 1) < 0) {
-                CHECK(0, "%s case%d greedy step failed", nname, c);
-                break;
-            }
-            next = s.token_out;
-        }
+        uint32_t n_g = (uint32_t)tg->shape[0], match;
+        CHECK(ref_greedy(e, tok, S, logits + (size_t)(S - 1) * V, V, pages, n_pages, tg->data,
+                         n_g, &match),
+              "%s case%d greedy step failed", nname, c);
         printf("%-10s case%d greedy: %u/%u leading tokens identical\n", nname, c, match, n_g);
         if (num == L8_NUMERICS_EXACT)
             CHECK(match == n_g, "exact case%d: greedy continuation diverges at %u", c, match);
