@@ -6,16 +6,13 @@
  * message contents be encoded with their special tokens as plain text.
  */
 #include "llama8_tokenizer.h"
+#include "tokenizer_internal.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <json-c/json.h>
-
-/* Shared with tokenizer.c (not part of the public API). */
-char *l8tok__resolve_path(const char *path, const char *name);
-int l8tok__json_load(const char *path, json_object **out);
 
 static const char *const role_names[] = {
     [L8CHAT_SYSTEM] = "system",

@@ -178,6 +178,28 @@ int ctl_plain_opts(int argc, char **argv, void (*usage)(FILE *), const char **so
     return -1;
 }
 
+/* The option loop of generate and chat: the request options go to o
+ * (ctl_req_opt), the command's own to own(opt, optarg, ctx), which returns
+ * false for one it does not know. Returns -1 to go on, else the command's
+ * exit status (CTL_OK after --help, CTL_USAGE), o freed then. */
+static int req_getopt(int argc, char **argv, const struct option *lo, struct ctl_req_opts *o,
+                      bool (*own)(int opt, const char *arg, void *ctx), void *ctx,
+                      void (*usage)(FILE *))
+{
+    int opt, rc;
+    optind = 1;
+    while ((opt = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+        if ((rc = ctl_req_opt(o, opt, optarg)) > 0 || (rc == 0 && own(opt, optarg, ctx)))
+            continue;
+        ctl_req_opts_free(o);
+        if (rc < 0)
+            return CTL_USAGE;
+        usage(opt == 'h' ? stdout : stderr);
+        return opt == 'h' ? CTL_OK : CTL_USAGE;
+    }
+    return -1;
+}
+
 const char *ctl_why(struct l8c_client *c, int rc)
 {
     const char *e = l8c_last_error(c, NULL);
@@ -433,40 +455,46 @@ static void generate_usage(FILE *f)
         "3 no daemon at the socket\n");
 }
 
+/* generate's and chat's own options (below CTL_OPT_BASE). */
+enum { CMD_RAW = 1, CMD_IDS, CMD_SYSTEM, CMD_JSON, CMD_MESSAGES };
+
+/* generate's own options. */
+struct gen_args {
+    bool raw, json, messages;
+    const char *ids, *system;
+};
+
+static bool gen_opt(int opt, const char *arg, void *ctx)
+{
+    struct gen_args *g = ctx;
+    switch (opt) {
+    case CMD_RAW: g->raw = true; return true;
+    case CMD_IDS: g->ids = arg; return true;
+    case CMD_SYSTEM: g->system = arg; return true;
+    case CMD_JSON: g->json = true; return true;
+    case CMD_MESSAGES: g->messages = true; return true;
+    }
+    return false;
+}
+
 int ctl_generate(int argc, char **argv)
 {
-    enum { O_RAW = 1, O_IDS, O_SYSTEM, O_JSON, O_MESSAGES };
     static const struct option lo[] = {
         CTL_COMMON_LONGOPTS,
-        {"raw", no_argument, 0, O_RAW}, {"ids", required_argument, 0, O_IDS},
-        {"system", required_argument, 0, O_SYSTEM}, {"json", no_argument, 0, O_JSON},
-        {"messages", no_argument, 0, O_MESSAGES}, {"logprobs", no_argument, 0, CTL_OPT_LOGPROBS},
+        {"raw", no_argument, 0, CMD_RAW}, {"ids", required_argument, 0, CMD_IDS},
+        {"system", required_argument, 0, CMD_SYSTEM}, {"json", no_argument, 0, CMD_JSON},
+        {"messages", no_argument, 0, CMD_MESSAGES},
+        {"logprobs", no_argument, 0, CTL_OPT_LOGPROBS},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
     };
     struct ctl_req_opts o;
-    bool raw = false, json = false, messages = false;
-    const char *ids_arg = NULL, *system = NULL;
-    int opt, rc;
+    struct gen_args g = {0};
+    int rc;
     ctl_req_opts_init(&o);
-    optind = 1;
-    while ((opt = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
-        if ((rc = ctl_req_opt(&o, opt, optarg)) != 0) {
-            if (rc < 0) {
-                ctl_req_opts_free(&o);
-                return CTL_USAGE;
-            }
-            continue;
-        }
-        switch (opt) {
-        case O_RAW: raw = true; break;
-        case O_IDS: ids_arg = optarg; break;
-        case O_SYSTEM: system = optarg; break;
-        case O_JSON: json = true; break;
-        case O_MESSAGES: messages = true; break;
-        case 'h': ctl_req_opts_free(&o); generate_usage(stdout); return CTL_OK;
-        default: ctl_req_opts_free(&o); generate_usage(stderr); return CTL_USAGE;
-        }
-    }
+    if ((rc = req_getopt(argc, argv, lo, &o, gen_opt, &g, generate_usage)) >= 0)
+        return rc;
+    const bool raw = g.raw, json = g.json, messages = g.messages;
+    const char *ids_arg = g.ids, *system = g.system;
     if (ids_arg && (optind < argc || o.n_stop_text || messages)) {
         fprintf(stderr, "llama8ctl: --ids excludes %s\n", optind < argc ? "TEXT"
                 : messages ? "--messages" : "--stop-text");
@@ -593,32 +621,27 @@ static void chat_usage(FILE *f)
 
 #define CHAT_MAX_MSGS 1024
 
+/* chat's own option: --system. */
+static bool chat_opt(int opt, const char *arg, void *ctx)
+{
+    if (opt != CMD_SYSTEM)
+        return false;
+    *(const char **)ctx = arg;
+    return true;
+}
+
 int ctl_chat(int argc, char **argv)
 {
-    enum { O_SYSTEM = 1 };
     static const struct option lo[] = {
-        CTL_COMMON_LONGOPTS, {"system", required_argument, 0, O_SYSTEM},
+        CTL_COMMON_LONGOPTS, {"system", required_argument, 0, CMD_SYSTEM},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
     };
     struct ctl_req_opts o;
     const char *system = NULL;
-    int opt, rc;
+    int rc;
     ctl_req_opts_init(&o);
-    optind = 1;
-    while ((opt = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
-        if ((rc = ctl_req_opt(&o, opt, optarg)) != 0) {
-            if (rc < 0) {
-                ctl_req_opts_free(&o);
-                return CTL_USAGE;
-            }
-            continue;
-        }
-        switch (opt) {
-        case O_SYSTEM: system = optarg; break;
-        case 'h': ctl_req_opts_free(&o); chat_usage(stdout); return CTL_OK;
-        default: ctl_req_opts_free(&o); chat_usage(stderr); return CTL_USAGE;
-        }
-    }
+    if ((rc = req_getopt(argc, argv, lo, &o, chat_opt, &system, chat_usage)) >= 0)
+        return rc;
     struct l8c_client *c = NULL;
     l8tok *tok = NULL;
     l8tok_stream *st = NULL;

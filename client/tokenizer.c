@@ -461,8 +461,6 @@ err:
     return rc;
 }
 
-/* file, or dir/name when path is a directory; malloc'd. */
-char *l8tok__resolve_path(const char *path, const char *name);
 char *l8tok__resolve_path(const char *path, const char *name)
 {
     struct stat st;
@@ -496,8 +494,6 @@ static int json_parse_buf(const char *buf, size_t len, json_object **out)
     return 0;
 }
 
-/* Parse a file with json-c; -EINVAL with nothing allocated if it is not JSON. */
-int l8tok__json_load(const char *path, json_object **out);
 int l8tok__json_load(const char *path, json_object **out)
 {
     char *buf = NULL;

@@ -1,6 +1,7 @@
 /* tokenizer_internal.h: the loaded tokenizer's tables, shared by tokenizer.c (building them
  * from tokenizer.json, and every lookup) and tokenizer_cache.c (saving them to and loading
- * them from a cache file).  Not installed; the tests include it to look inside the cache.
+ * them from a cache file), and tokenizer.c's file helpers that chat.c uses too.  Not
+ * installed; the tests include it to look inside the cache.
  *
  * The cache file is a byte image of these tables, so any change to a struct below, to the
  * table hashes in tokenizer.c (mix64, hash_bytes, slot_tag, the probe sequences) or to what
@@ -94,6 +95,16 @@ struct l8tok {
     pthread_mutex_t cache_lock; /* guards cache; holders take it with trylock */
     struct word_cache *cache;
 };
+
+/* ---------------------------------------------------------------- files (tokenizer.c) */
+
+struct json_object;
+
+/* path itself, or path/name when path is a directory; malloc'd (NULL: out of memory). */
+char *l8tok__resolve_path(const char *path, const char *name);
+
+/* Parse a file with json-c; -EINVAL with nothing allocated if it is not JSON. */
+int l8tok__json_load(const char *path, struct json_object **out);
 
 /* ---------------------------------------------------------------- cache (tokenizer_cache.c) */
 

@@ -3,7 +3,8 @@
  * Every rejection names the file and the key, so that a user pointing the
  * daemon at the wrong directory learns what is wrong without a debugger. */
 #include "config.h"
-#include "errors.h"
+#include "fail.h"
+#include "read_file.h"
 
 #include <errno.h>
 #include <fcntl.h>

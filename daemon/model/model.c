@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "numerics.h"
-#include "errors.h"
+#include "fail.h"
 
 #define ARENA_ALIGN 64          /* cache line: engines stream these rows */
 #define QUANT_ROWS_PER_TASK 64  /* load-time quantization work unit */

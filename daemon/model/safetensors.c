@@ -5,7 +5,8 @@
  * open checks all of it (see the list in safetensors.h) and names the file
  * and the tensor in every rejection. The writer lives in safetensors_write.c. */
 #include "safetensors.h"
-#include "errors.h"
+#include "fail.h"
+#include "read_file.h"
 
 #include <errno.h>
 #include <fcntl.h>

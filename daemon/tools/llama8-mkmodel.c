@@ -40,6 +40,7 @@
 
 #include "config.h"
 #include "numerics.h"
+#include "read_file.h"
 #include "safetensors.h"
 
 /* Hugging Face's default max_shard_size ("5GB", decimal). */
@@ -66,6 +67,9 @@ static const int32_t mk_llama3_eos[] = { 128001, 128008, 128009 };
 static const int32_t mk_small_eos[] = { 2, 3 };
 #define MK_SMALL_BOS 1
 #define MK_SMALL_MIN_VOCAB 4u
+/* --tokenizer's file at most: libllama8client's cap on tokenizer.json
+ * (MAX_TOKENIZER_FILE in client/tokenizer.c), so no copy is one it refuses. */
+#define MK_TOKENIZER_MAX (256u << 20)
 
 enum mk_dtype { MK_FP8, MK_BF16, MK_F16, MK_F32 };
 
@@ -714,41 +718,15 @@ static int remove_stale(const char *dir)
 
 static int copy_tokenizer(const char *src, const char *dir)
 {
-    int fd = open(src, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        int e = errno;
-        fprintf(stderr, "llama8-mkmodel: --tokenizer %s: %s\n", src, strerror(e));
-        return -e;
+    char err[L8_ERRLEN], *buf;
+    size_t len;
+    int rc = l8_read_file(src, MK_TOKENIZER_MAX, &buf, &len, err);
+    if (rc < 0) {
+        fprintf(stderr, "llama8-mkmodel: --tokenizer %s\n", err);
+        return rc;
     }
-    struct stat st;
-    char *buf = NULL;
-    int rc = 0;
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-        rc = -EINVAL;
-        fprintf(stderr, "llama8-mkmodel: --tokenizer %s: not a regular file\n", src);
-        goto out;
-    }
-    buf = malloc((size_t)st.st_size + 1);
-    if (!buf) {
-        rc = -ENOMEM;
-        goto out;
-    }
-    size_t got = 0;
-    while (got < (size_t)st.st_size) {
-        ssize_t r = read(fd, buf + got, (size_t)st.st_size - got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0) {
-            rc = r < 0 ? -errno : -EIO;
-            fprintf(stderr, "llama8-mkmodel: reading %s: %s\n", src, strerror(-rc));
-            goto out;
-        }
-        got += (size_t)r;
-    }
-    rc = write_text_file(dir, "tokenizer.json", buf, got);
-out:
+    rc = write_text_file(dir, "tokenizer.json", buf, len);
     free(buf);
-    close(fd);
     return rc;
 }
 

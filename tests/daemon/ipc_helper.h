@@ -22,16 +22,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../test.h"
+
 #include "llama8client.h"
-
-#define CHECK(cond, ...) do { if (!(cond)) { \
-    fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-    fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); failures++; } } while (0)
-#define REQUIRE(cond, ...) do { if (!(cond)) { \
-    fprintf(stderr, "FATAL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-    fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); exit(1); } } while (0)
-
-static int failures;
 
 struct tdaemon {
     pid_t pid;
@@ -42,8 +35,6 @@ struct tdaemon {
     char notes[16384];      /* every sd_notify datagram, '|'-separated */
     size_t notes_len;
 };
-
-static inline uint64_t t_now_ms(void) { return l8c_now_ns() / 1000000ull; }
 
 /* Appends one waiting notify datagram to notes ('|' for each newline);
  * false if none was waiting. */

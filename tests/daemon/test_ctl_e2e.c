@@ -15,7 +15,6 @@
  * argv: llama8d llama8ctl llama8-run llama8-mkmodel tokenizer.json */
 #include "ipc_helper.h"
 
-#include <ftw.h>
 #include <inttypes.h>
 #include <json-c/json.h>
 
@@ -32,12 +31,6 @@ static int64_t page_elems;          /* a KV page's elements (config.json) */
 static int64_t expect_clients = 1;   /* status's own connection, and a chat's */
 static char tmpdir[] = "/tmp/l8ctl-XXXXXX";
 
-static int rm_entry(const char *path, const struct stat *sb, int type, struct FTW *f)
-{
-    (void)sb; (void)type; (void)f;
-    return remove(path);
-}
-
 /* A failed REQUIRE exits: take the daemon (and a chat client) along, or
  * they would outlive the test holding its stdout and stderr open. */
 static void cleanup(void)
@@ -53,7 +46,7 @@ static void cleanup(void)
         rmdir(dmn.dir);
     }
     if (tmpdir[sizeof(tmpdir) - 2] != 'X')
-        nftw(tmpdir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+        t_rm_tree(tmpdir);
 }
 
 static void on_signal(int sig)
@@ -1595,7 +1588,7 @@ int main(int argc, char **argv)
           s.pages_used);
     int st = tdaemon_stop(&dmn);
     CHECK(st == 0, "llama8d exit status %d", st);
-    if (failures)
-        fprintf(stderr, "%d failure(s)\n", failures);
-    return failures ? 1 : 0;
+    if (t_failures)
+        fprintf(stderr, "%d failure(s)\n", t_failures);
+    return t_failures ? 1 : 0;
 }

@@ -4,9 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "conf.h"
+#include "../test.h"
 
-static int failures;
+#include "conf.h"
 
 /* l8d_conf_compare's calls, as "key was->now live|restart;" */
 static char changes[1024];
@@ -17,8 +17,6 @@ static void note_change(const char *key, const char *was, const char *now, bool 
     snprintf(changes + n, sizeof changes - n, "%s %s->%s %s;", key, was, now,
              live ? "live" : "restart");
 }
-#define CHECK(c, ...) do { if (!(c)) { fprintf(stderr, "FAIL %d: %s: ", __LINE__, #c); \
-    fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); failures++; } } while (0)
 
 int main(void)
 {
@@ -144,7 +142,7 @@ int main(void)
     changes[0] = 0;
     CHECK(l8d_conf_compare(&a, &b, note_change, NULL) == 5 && !strstr(changes, "live"),
           "after take_live, the restart keys differ: %s", changes);
-    if (failures)
+    if (t_failures)
         return 1;
     printf("ok\n");
     return 0;

@@ -637,7 +637,7 @@ int main(int argc, char **argv)
     int rc = tdaemon_stop(&d);
     CHECK(rc == 0, "llama8d exit %d", rc);
     test_out_of_descriptors(argv[1], argv[2]);
-    if (failures)
+    if (t_failures)
         return 1;
     printf("ok\n");
     return 0;

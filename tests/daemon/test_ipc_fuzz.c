@@ -1162,7 +1162,7 @@ int main(int argc, char **argv)
 
     printf("%u rounds in %llu ms, %u reloads; observer runs: 1 before, %u during, 1 after the "
            "fuzzing; identical: %s\n", round_no, (unsigned long long)elapsed, reloads,
-           obs_runs - 2, failures ? "see above" : "yes");
+           obs_runs - 2, t_failures ? "see above" : "yes");
     printf("daemon descriptors %d -> %d, armed io_uring operations %d -> %d\n", fds0, fds1,
            polls0, polls1);
     printf("rounds by kind:\n");
@@ -1196,7 +1196,7 @@ int main(int argc, char **argv)
     CHECK(reloads > 0 && n_reloading >= reloads && n_ready == n_reloading + 1,
           "%u SIGHUPs: %u RELOADING=1, %u READY=1", reloads, n_reloading, n_ready);
     unlink(conf);
-    if (failures)
+    if (t_failures)
         return 1;
     printf("ok\n");
     return 0;

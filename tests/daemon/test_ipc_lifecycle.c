@@ -743,7 +743,7 @@ int main(int argc, char **argv)
     test_socket_activation();
     test_reload();
     test_rate();
-    if (failures)
+    if (t_failures)
         return 1;
     printf("ok\n");
     return 0;

@@ -204,7 +204,7 @@ int main(int argc, char **argv)
     l8c_close(probe);
     int rc = tdaemon_stop(&d);
     CHECK(rc == 0, "llama8d exit %d", rc);
-    if (failures)
+    if (t_failures)
         return 1;
     printf("ok: %d clients x %d requests equal llama8-run\n", N_CLIENTS, N_REQ);
     return 0;

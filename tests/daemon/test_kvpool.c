@@ -4,14 +4,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "kvpool.h"
+#include "../test.h"
 
-static int failures;
-#define CHECK(c) do { if (!(c)) { fprintf(stderr, "%s:%d: CHECK(%s) failed\n", \
-                                          __FILE__, __LINE__, #c); failures++; } } while (0)
-#define CHECK_EQ(a, b) do { long long _a = (long long)(a), _b = (long long)(b); \
-    if (_a != _b) { fprintf(stderr, "%s:%d: %s == %lld, expected %s == %lld\n", \
-                            __FILE__, __LINE__, #a, _a, #b, _b); failures++; } } while (0)
+#include "kvpool.h"
 
 #define PS 4
 
@@ -25,11 +20,11 @@ static void stats_are(const struct l8_kvpool *p, uint32_t fr, uint32_t used, uin
         fprintf(stderr, "line %d: stats free %u used %u cached %u shared %u reg %u total %u,"
                 " expected %u %u %u %u %u\n", line, st.free, st.used, st.cached, st.shared,
                 st.registered, st.total, fr, used, cached, shared, reg);
-        failures++;
+        t_failures++;
     }
     if (l8_kvpool_check(p) != 0) {
         fprintf(stderr, "line %d: l8_kvpool_check failed\n", line);
-        failures++;
+        t_failures++;
     }
 }
 #define STATS(p, f, u, c, sh, r) stats_are(p, f, u, c, sh, r, __LINE__)
@@ -221,8 +216,8 @@ int main(void)
     test_lru_reclaim();
     test_stale_child();
     test_scopes();
-    if (failures) {
-        fprintf(stderr, "test_kvpool: %d failures\n", failures);
+    if (t_failures) {
+        fprintf(stderr, "test_kvpool: %d failures\n", t_failures);
         return 1;
     }
     printf("test_kvpool: ok\n");

@@ -5,19 +5,16 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "log.h"
+#include "../test.h"
 
-static int failures;
+#include "log.h"
 
 static void expect(const char *src, size_t n, size_t cap, const char *want)
 {
     char out[64];
     memset(out, 'x', sizeof out);
     l8_log_text(out, cap, src, n);
-    if (strcmp(out, want)) {
-        fprintf(stderr, "FAIL: cap %zu: got '%s', want '%s'\n", cap, out, want);
-        failures++;
-    }
+    CHECK(!strcmp(out, want), "cap %zu: got '%s', want '%s'", cap, out, want);
 }
 #define EXPECT(src, cap, want) expect(src, sizeof(src) - 1, cap, want)
 
@@ -46,16 +43,11 @@ int main(void)
     int passed = 0;
     for (int i = 0; i < 1000; i++)
         passed += l8_log_ratelimit(&rl, t + (uint64_t)i * 1000, &skipped);
-    if (passed != 1 || skipped != 0 || !l8_log_ratelimit(&rl, t + L8_LOG_RATE_NS, &skipped) ||
-        skipped != 999 || strcmp(l8_log_more(more, skipped), " (999 more like it not logged)") ||
-        strcmp(l8_log_more(more, 0), "") ||
-        l8_log_ratelimit(&rl, t + L8_LOG_RATE_NS + 1, &skipped)) {
-        fprintf(stderr, "FAIL: rate limit: %d passed, %llu skipped\n", passed,
-                (unsigned long long)skipped);
-        failures++;
-    }
-    if (failures)
-        return 1;
-    printf("test_log: ok\n");
-    return 0;
+    CHECK(passed == 1 && skipped == 0 && l8_log_ratelimit(&rl, t + L8_LOG_RATE_NS, &skipped) &&
+              skipped == 999 &&
+              !strcmp(l8_log_more(more, skipped), " (999 more like it not logged)") &&
+              !strcmp(l8_log_more(more, 0), "") &&
+              !l8_log_ratelimit(&rl, t + L8_LOG_RATE_NS + 1, &skipped),
+          "rate limit: %d passed, %llu skipped", passed, (unsigned long long)skipped);
+    return t_result("test_log");
 }

@@ -16,15 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../test.h"
+
 #include "kvpool.h"
 #include "scheduler.h"
-
-static int failures;
-#define CHECK(c) do { if (!(c)) { fprintf(stderr, "%s:%d: CHECK(%s) failed\n", \
-                                          __FILE__, __LINE__, #c); failures++; } } while (0)
-#define CHECK_EQ(a, b) do { long long _a = (long long)(a), _b = (long long)(b); \
-    if (_a != _b) { fprintf(stderr, "%s:%d: %s == %lld, expected %s == %lld\n", \
-                            __FILE__, __LINE__, #a, _a, #b, _b); failures++; } } while (0)
 
 #define VOCAB 1000
 #define MAX_REQ 64
@@ -210,7 +205,7 @@ static void check_pool(struct world *w, int line)
 {
     if (l8_kvpool_check(l8_sched_pool(w->s)) != 0) {
         fprintf(stderr, "line %d: pool inconsistent\n", line);
-        failures++;
+        t_failures++;
     }
 }
 
@@ -221,7 +216,7 @@ static uint32_t step(struct world *w, int line)
     uint32_t n, total = 0;
     if (l8_sched_build_step(w->s, &seqs, &n) != 0) {
         fprintf(stderr, "line %d: build_step failed\n", line);
-        failures++;
+        t_failures++;
         return 0;
     }
     for (uint32_t i = 0; i < n; i++)
@@ -231,7 +226,7 @@ static uint32_t step(struct world *w, int line)
     int rc = exec_step(&w->x, w->s, seqs, n);
     if (rc < 0) {
         fprintf(stderr, "line %d: executor refused the step\n", line);
-        failures++;
+        t_failures++;
     }
     (void)total;
     CHECK_EQ(l8_sched_step_done(w->s, seqs, n, rc), 0);
@@ -258,7 +253,7 @@ static uint32_t run_all(struct world *w, uint32_t budget, uint32_t max_seqs)
         check_pool(w, __LINE__);
         if (++steps > 10000) {
             fprintf(stderr, "run_all: no progress\n");
-            failures++;
+            t_failures++;
             break;
         }
     }
@@ -299,7 +294,7 @@ static void check_stream(struct world *w, uint64_t owner, uint64_t id, const uin
         fprintf(stderr, "line %d: stream (%llu,%llu): got %u tokens done %d reason %d bad %d,"
                 " want %u\n", line, (unsigned long long)owner, (unsigned long long)id, r->n,
                 r->n_done, r->reason, r->bad_order, nw);
-        failures++;
+        t_failures++;
     }
 }
 
@@ -1274,7 +1269,7 @@ static int random_run(uint64_t seed)
 {
     static struct rand_req q[RAND_REQS];
     struct world w;
-    const int fails0 = failures;
+    const int fails0 = t_failures;
     rand_state = seed;
     memset(q, 0, sizeof q);
     const uint32_t max_seqs = 1 + rnd(6), budget = max_seqs + rnd(20);
@@ -1374,9 +1369,9 @@ static int random_run(uint64_t seed)
         }
     }
     world_fini(&w);
-    if (failures != fails0)
+    if (t_failures != fails0)
         fprintf(stderr, "random_run: seed %llu failed\n", (unsigned long long)seed);
-    return failures != fails0;
+    return t_failures != fails0;
 }
 
 static void test_random(void)
@@ -1411,8 +1406,8 @@ int main(void)
     test_cancel_owner();
     test_engine_error();
     test_stress();
-    if (failures) {
-        fprintf(stderr, "test_sched: %d failures\n", failures);
+    if (t_failures) {
+        fprintf(stderr, "test_sched: %d failures\n", t_failures);
         return 1;
     }
     printf("test_sched: ok\n");

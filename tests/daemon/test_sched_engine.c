@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../test.h"
+
 #include "engine.h"
 #include "kvpool.h"
 #include "model.h"
@@ -24,10 +26,6 @@
 #define MAX_NEW 40
 #define PAGE 16
 #define MAX_PROMPT 160
-
-static int failures;
-#define CHECK(c) do { if (!(c)) { fprintf(stderr, "%s:%d: CHECK(%s) failed\n", \
-                                          __FILE__, __LINE__, #c); failures++; } } while (0)
 
 struct job {
     uint32_t prompt[MAX_PROMPT];
@@ -46,7 +44,7 @@ static void on_event(void *ctx, const struct l8_sched_event *ev)
     struct job *j = &jobs[ev->id];
     if (ev->kind == L8_SCHED_EV_TOKEN) {
         if (ev->index != j->n_got || j->n_got >= MAX_NEW || j->done)
-            failures++;
+            t_failures++;
         else
             j->got[j->n_got++] = ev->token;
     } else if (ev->kind == L8_SCHED_EV_DONE) {
@@ -54,7 +52,7 @@ static void on_event(void *ctx, const struct l8_sched_event *ev)
         j->reason = ev->reason;
     } else {
         fprintf(stderr, "request %llu: engine error %d\n", (unsigned long long)ev->id, ev->error);
-        failures++;
+        t_failures++;
     }
 }
 
@@ -145,7 +143,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < N_REQ; i++) {
         if (run_alone(e, &jobs[i]) < 0) {
             fprintf(stderr, "job %d alone: engine step failed\n", i);
-            failures++;
+            t_failures++;
         }
         if (i == 4) {
             /* stop at its 4th token: the reference run is redone with it */
@@ -185,7 +183,7 @@ int main(int argc, char **argv)
         CHECK(rc == 0);
         CHECK(l8_sched_step_done(s, seqs, n, rc) == 0);
         CHECK(l8_kvpool_check(l8_sched_pool(s)) == 0);
-        if (++steps > 5000 || failures)
+        if (++steps > 5000 || t_failures)
             break;
     }
     CHECK(l8_sched_idle(s));
@@ -197,7 +195,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "job %d (prompt %u, %s): %u tokens, alone %u; done %d reason %d\n", i,
                     j->n_prompt, j->sp.temperature > 0 ? "seeded" : "greedy", j->n_got,
                     j->n_want, j->done, j->reason);
-            failures++;
+            t_failures++;
         }
     }
     struct l8_sched_stats st;
@@ -216,8 +214,8 @@ out:
     l8_sched_free(s);
     l8_engine_destroy(e);
     l8_model_free(m);
-    if (failures) {
-        fprintf(stderr, "test_sched_engine: %d failures\n", failures);
+    if (t_failures) {
+        fprintf(stderr, "test_sched_engine: %d failures\n", t_failures);
         return 1;
     }
     printf("test_sched_engine: ok (%d streams equal to their runs alone)\n", N_REQ);

@@ -80,7 +80,7 @@ static bool next_note(struct tdaemon *d, int timeout_ms, char *out, size_t cap, 
     if (n <= 0)
         return false;
     out[n] = 0;
-    uint64_t mono = l8c_now_ns(), age = 0;
+    uint64_t mono = t_now_ns(), age = 0;
     for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
         if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_TIMESTAMPNS) {
             struct timespec ts;
@@ -301,7 +301,7 @@ int main(int argc, char **argv)
     model = argv[2];
     test_pings_stall_stop();
     test_other_pid();
-    if (failures)
+    if (t_failures)
         return 1;
     printf("ok\n");
     return 0;

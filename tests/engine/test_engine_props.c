@@ -21,12 +21,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../test.h"
+
 #include "engine.h"
 #include "model.h"
-
-static int failures;
-#define CHECK(cond, ...) do { if (!(cond)) { failures++; printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-    printf(__VA_ARGS__); printf("\n"); } } while (0)
+#include "reference.h"
 
 #define PS 16u
 #define NPAGES 64u
@@ -228,16 +227,8 @@ static void props(enum l8_numerics num)
         s = seq(ta, LA, 0, pa, L8_LOGITS_NONE, NULL);
         s.sample = true; s.sampling = &sp; s.history = hist; s.n_history = LA;
         CHECK(step(e, &s, 1) == 0, "sample prefill");
-        for (uint32_t k = 0; k < 24; k++) {
-            run[r][k] = s.token_out;
-            hist[LA + k] = s.token_out;
-            if (k + 1 == 24)
-                break;
-            s = seq(&hist[LA + k], 1, LA + k, pa, L8_LOGITS_NONE, NULL);
-            s.sample = true; s.sampling = &sp; s.history = hist; s.n_history = LA + k + 1;
-            s.sample_index = k + 1;
-            CHECK(step(e, &s, 1) == 0, "sample decode");
-        }
+        CHECK(ref_decode(e, hist, LA, s.token_out, pa, s.n_pages, &sp, 24, run[r]) == 24,
+              "sample decode");
         l8_engine_destroy(e);
     }
     CHECK(memcmp(run[0], run[1], sizeof(run[0])) == 0, "%s: same seed, different tokens", nn);
@@ -343,6 +334,6 @@ int main(int argc, char **argv)
     long_decode(L8_NUMERICS_EXACT);
     long_decode(L8_NUMERICS_FP8);
     l8_model_free(m);
-    printf("%s\n", failures ? "FAILED" : "ok");
-    return failures ? 1 : 0;
+    printf("%s\n", t_failures ? "FAILED" : "ok");
+    return t_failures ? 1 : 0;
 }

@@ -22,13 +22,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../test.h"
+
 #include "cpu_ops.h"
 #include "numerics.h"
 #include "threadpool.h"
-
-static int failures;
-#define CHECK(cond, ...) do { if (!(cond)) { failures++; printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-    printf(__VA_ARGS__); printf("\n"); } } while (0)
 
 #define PROD_TOL 1e-5
 
@@ -468,6 +466,6 @@ int main(void)
     test_attention(true);
     l8_cpu_ws_free(&ws); l8_cpu_ws_free(&ws1); l8_cpu_ws_free(&ws3);
     l8_tp_free(tp); l8_tp_free(tp1); l8_tp_free(tp3);
-    printf("%s\n", failures ? "FAILED" : "ok");
-    return failures ? 1 : 0;
+    printf("%s\n", t_failures ? "FAILED" : "ok");
+    return t_failures ? 1 : 0;
 }

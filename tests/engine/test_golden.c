@@ -23,7 +23,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+
+#include "../test.h"
 
 #include "engine.h"
 #include "model.h"
@@ -40,17 +41,6 @@
 #define MARGIN_MIN 1e-3f
 #define FP8_MEAN_TOL 0.12
 #define FP8_ARGMAX_MIN 0.80
-
-static int failures;
-
-#define CHECK(cond, ...) do { if (!(cond)) { failures++; printf("FAIL: " __VA_ARGS__); printf("\n"); } } while (0)
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static uint64_t pooled_agree, pooled_n;
 
@@ -85,9 +75,9 @@ static void run_numerics(const struct l8_model *m, const struct l8_tensor_set *r
         const uint32_t S = (uint32_t)tt->shape[0];
         for (uint32_t i = 0; i < S; i++)
             tok[i] = (uint32_t)((const int32_t *)tt->data)[i];
-        double t0 = now_s();
+        double t0 = t_now_s();
         int r = ref_prefill(e, tok, S, pages, n_pages, CHUNK, logits, V);
-        double dt = now_s() - t0;
+        double dt = t_now_s() - t0;
         CHECK(r == 0, "%s case%d: step failed %d", nname, c, r);
         if (r < 0)
             continue;
@@ -169,29 +159,10 @@ static void run_numerics(const struct l8_model *m, const struct l8_tensor_set *r
         const struct l8_tensor *tg = l8_st_find(ref, name);
         if (!tg)
             continue;
-        const int32_t *gref = tg->data;
-        uint32_t n_g = (uint32_t)tg->shape[0], match = 0;
-        struct l8_sampling greedy = { .temperature = 0.0f, .top_p = 1.0f,
-                                      .repetition_penalty = 1.0f };
-        uint32_t next = ref_argmax(logits + (size_t)(S - 1) * V, V);
-        bool same = true;
-        for (uint32_t k = 0; k < n_g; k++) {
-            if (next != (uint32_t)gref[k])
-                same = false;
-            match += same;
-            if (k + 1 == n_g)
-                break;
-            tok[S + k] = next;
-            struct l8_seq s = { .tokens = &tok[S + k], .n_tokens = 1, .pos = S + k,
-                                .pages = pages, .n_pages = n_pages, .sample = true,
-                                .sampling = &greedy, .history = tok, .n_history = S + k + 1,
-                                .sample_index = k + 1 };
-            if (l8_engine_step(e, &s, 1) < 0) {
-                CHECK(0, "%s case%d greedy step failed", nname, c);
-                break;
-            }
-            next = s.token_out;
-        }
+        uint32_t n_g = (uint32_t)tg->shape[0], match;
+        CHECK(ref_greedy(e, tok, S, logits + (size_t)(S - 1) * V, V, pages, n_pages, tg->data,
+                         n_g, &match),
+              "%s case%d greedy step failed", nname, c);
         printf("%-10s case%d greedy: %u/%u leading tokens identical\n", nname, c, match, n_g);
         if (num == L8_NUMERICS_EXACT)
             CHECK(match == n_g, "exact case%d: greedy continuation diverges at %u", c, match);
@@ -236,6 +207,6 @@ int main(int argc, char **argv)
     }
     l8_st_close(ref);
     l8_model_free(m);
-    printf("%s\n", failures ? "FAILED" : "ok");
-    return failures ? 1 : 0;
+    printf("%s\n", t_failures ? "FAILED" : "ok");
+    return t_failures ? 1 : 0;
 }

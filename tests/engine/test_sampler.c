@@ -11,11 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sampler.h"
+#include "../test.h"
 
-static int failures;
-#define CHECK(cond, ...) do { if (!(cond)) { failures++; printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-    printf(__VA_ARGS__); printf("\n"); } } while (0)
+#include "sampler.h"
 
 static struct l8_sampling params(float temp, uint32_t top_k, float top_p, float min_p,
                                  float rep, uint64_t seed)
@@ -316,6 +314,6 @@ int main(void)
     test_cuts();
     test_chi_square();
     test_large_vocab();
-    printf("%s\n", failures ? "FAILED" : "ok");
-    return failures ? 1 : 0;
+    printf("%s\n", t_failures ? "FAILED" : "ok");
+    return t_failures ? 1 : 0;
 }

@@ -10,16 +10,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
+
+#include "../test.h"
 
 #include "threadpool.h"
 
 #define MAX_N 4096
-
-static int failures;
-#define CHECK(cond, ...) do { if (!(cond)) { failures++; printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-    printf(__VA_ARGS__); printf("\n"); } } while (0)
 
 struct job { atomic_int hits[MAX_N]; int spin; atomic_int bad_tid; int nthreads; };
 
@@ -95,10 +92,9 @@ static void *handoff_watchdog(void *p)
         sleep(5);
         unsigned long now = atomic_load(&handoff_jobs);
         if (now == last) {
-            printf("FAIL %s:%d: l8_tp_for hung after %lu hand-off jobs\n", __FILE__, __LINE__,
-                   now);
-            fflush(stdout);
-            _exit(1);
+            t_report("FATAL", __FILE__, __LINE__, "l8_tp_for hung", ": after %lu hand-off jobs",
+                     now);
+            _exit(T_EXIT_FAIL);
         }
         last = now;
     }
@@ -121,14 +117,12 @@ static void handoff(double seconds)
             nbusy = i;
     pthread_create(&wd, NULL, handoff_watchdog, NULL);
     pthread_detach(wd);
-    struct timespec t0, t;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    const double t0 = t_now_s();
     size_t wrong = 0;
     unsigned long k = 0;
     for (;; k++) {
         if ((k & 1023) == 0) {
-            clock_gettime(CLOCK_MONOTONIC, &t);
-            if ((double)(t.tv_sec - t0.tv_sec) + (double)(t.tv_nsec - t0.tv_nsec) * 1e-9 > seconds)
+            if (t_now_s() - t0 > seconds)
                 break;
         }
         struct small_job *j = &jobs[k & 1];
@@ -174,6 +168,6 @@ int main(void)
     l8_tp_free(NULL);
     free(j);
     handoff(4.0);
-    printf("%s\n", failures ? "FAILED" : "ok");
-    return failures ? 1 : 0;
+    printf("%s\n", t_failures ? "FAILED" : "ok");
+    return t_failures ? 1 : 0;
 }

@@ -10,10 +10,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "../test.h"
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define FUZZ_CHECK(c) do { if (!(c)) { fprintf(stderr, "broken: %s (%s:%d)\n", #c, __FILE__, \
-                                                __LINE__); abort(); } } while (0)
+/* A broken rule aborts, as libFuzzer wants a crash (REQUIRE's exit would
+ * not leave the input behind). */
+#define FUZZ_CHECK(c)                                                             \
+    do {                                                                          \
+        if (!(c)) {                                                               \
+            t_report("broken", __FILE__, __LINE__, #c, ": ");                     \
+            abort();                                                              \
+        }                                                                         \
+    } while (0)
 
 /* A private directory for this process's files, made once. */
 const char *fuzz_dir(void);

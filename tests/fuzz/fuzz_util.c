@@ -2,30 +2,21 @@
  * to (the parsers under test read files, as the daemon does). */
 #include "fuzz.h"
 
-#include <dirent.h>
 #include <string.h>
-#include <unistd.h>
 
-static char dir[256];
+static char *dir;
 
 /* At exit: the directory and the inputs last written into it. */
 static void remove_dir(void)
 {
-    DIR *d = opendir(dir);
-    for (struct dirent *e; d && (e = readdir(d));)
-        if (e->d_name[0] != '.')
-            unlinkat(dirfd(d), e->d_name, 0);
-    if (d)
-        closedir(d);
-    rmdir(dir);
+    t_rm_rf(dir);
+    dir = NULL;
 }
 
 const char *fuzz_dir(void)
 {
-    if (!dir[0]) {
-        const char *t = getenv("TMPDIR");
-        snprintf(dir, sizeof dir, "%s/l8-fuzz-XXXXXX", t && *t ? t : "/tmp");
-        FUZZ_CHECK(mkdtemp(dir));
+    if (!dir) {
+        dir = t_mkdtemp();
         atexit(remove_dir);
     }
     return dir;

@@ -9,22 +9,12 @@
 
 static int run_file(const char *path)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "replay: cannot open %s\n", path);
+    size_t n;
+    uint8_t *buf = t_read(path, &n);
+    if (!buf) {
+        fprintf(stderr, "replay: cannot read %s\n", path);
         return 1;
     }
-    uint8_t *buf = NULL;
-    size_t n = 0, cap = 0;
-    for (size_t r;; n += r) {
-        if (n == cap) {
-            cap = cap ? 2 * cap : 4096;
-            FUZZ_CHECK((buf = realloc(buf, cap)));
-        }
-        if ((r = fread(buf + n, 1, cap - n, f)) == 0)
-            break;
-    }
-    fclose(f);
     LLVMFuzzerTestOneInput(buf, n);
     free(buf);
     return 0;

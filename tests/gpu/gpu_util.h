@@ -8,28 +8,16 @@
 #include <string.h>
 #include <cuda_runtime_api.h>
 
-#define SKIP 77
+#include "../test.h"
 
-static int g_failures __attribute__((unused));
-
-#define CHECK(cond, ...)                                                    \
-    do {                                                                    \
-        if (!(cond)) {                                                      \
-            g_failures++;                                                   \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                     \
-            printf(__VA_ARGS__);                                            \
-            printf("\n");                                                   \
-        }                                                                   \
-    } while (0)
-
-/* A failed CUDA call is fatal to the test (exit 1, never a skip). */
+/* A failed CUDA call is fatal to the test (T_EXIT_FAIL, never a skip). */
 #define CU(call)                                                            \
     do {                                                                    \
         cudaError_t cu_ = (call);                                           \
         if (cu_ != cudaSuccess) {                                           \
-            printf("FAIL %s:%d: %s: %s\n", __FILE__, __LINE__, #call,       \
-                   cudaGetErrorString(cu_));                                \
-            exit(1);                                                        \
+            t_report("FATAL", __FILE__, __LINE__, #call, ": %s",            \
+                     cudaGetErrorString(cu_));                              \
+            exit(T_EXIT_FAIL);                                              \
         }                                                                   \
     } while (0)
 
@@ -38,20 +26,20 @@ static int g_failures __attribute__((unused));
     do {                                                                    \
         int k_ = (call);                                                    \
         if (k_ != 0) {                                                      \
-            printf("FAIL %s:%d: %s returned %d\n", __FILE__, __LINE__, #call, k_); \
-            exit(1);                                                        \
+            t_report("FATAL", __FILE__, __LINE__, #call, ": returned %d", k_); \
+            exit(T_EXIT_FAIL);                                              \
         }                                                                   \
         CU(cudaStreamSynchronize(0));                                       \
         CU(cudaGetLastError());                                             \
     } while (0)
 
-/* Exit 77 (skipped) unless a CUDA device is usable. */
+/* Exit T_EXIT_SKIP unless a CUDA device is usable. */
 static inline void require_gpu(void)
 {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
         printf("no CUDA device: skipped\n");
-        exit(SKIP);
+        exit(T_EXIT_SKIP);
     }
 }
 

@@ -196,27 +196,10 @@ static void run_golden(const struct l8_model *m, const struct l8_tensor_set *ref
         const struct l8_tensor *tg = l8_st_find(ref, name);
         if (!tg || num != L8_NUMERICS_EXACT)
             continue;
-        const int32_t *g = tg->data;
-        uint32_t ng = (uint32_t)tg->shape[0], match = 0;
-        struct l8_sampling greedy = { .temperature = 0, .top_p = 1, .repetition_penalty = 1 };
-        uint32_t next = ref_argmax(lg + (size_t)(S - 1) * V, V);
-        bool same = true;
-        for (uint32_t k = 0; k < ng; k++) {
-            same = same && next == (uint32_t)g[k];
-            match += same;
-            if (k + 1 == ng)
-                break;
-            tok[S + k] = next;
-            struct l8_seq s = { .tokens = &tok[S + k], .n_tokens = 1, .pos = S + k,
-                                .pages = pages, .n_pages = n_pages, .sample = true,
-                                .sampling = &greedy, .history = tok, .n_history = S + k + 1,
-                                .sample_index = k + 1 };
-            if (l8_engine_step(e, &s, 1) < 0) {
-                CHECK(0, "greedy step failed");
-                break;
-            }
-            next = s.token_out;
-        }
+        uint32_t ng = (uint32_t)tg->shape[0], match;
+        CHECK(ref_greedy(e, tok, S, lg + (size_t)(S - 1) * V, V, pages, n_pages, tg->data, ng,
+                         &match),
+              "greedy step failed");
         printf("%-5s case%d greedy: %u/%u identical\n", nn, c, match, ng);
         CHECK(match == ng, "exact case%d: greedy continuation diverges at %u", c, match);
     }
@@ -837,7 +820,7 @@ static void run_big(const char *dir)
     clock_gettime(CLOCK_MONOTONIC, &t0);
     if (l8_model_load(dir, 0, &m, err) < 0) {
         printf("FAIL: load %s: %s\n", dir, err);
-        g_failures++;
+        t_failures++;
         return;
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
@@ -1119,8 +1102,8 @@ int main(int argc, char **argv)
         run_big(argv[2]);
         unlink(g_tune);
         rmdir(tdir);
-        printf("%s (%d failures)\n", g_failures ? "FAILED" : "ok", g_failures);
-        return g_failures ? 1 : 0;
+        printf("%s (%d failures)\n", t_failures ? "FAILED" : "ok", t_failures);
+        return t_failures ? 1 : 0;
     }
     char path[4096], err[L8_ERRLEN];
     snprintf(path, sizeof path, "%s/tiny-llama31-fp8", argv[1]);
@@ -1157,6 +1140,6 @@ done:
     rmdir(tdir);
     l8_st_close(ref);
     l8_model_free(m);
-    printf("%s (%d failures)\n", g_failures ? "FAILED" : "ok", g_failures);
-    return g_failures ? 1 : 0;
+    printf("%s (%d failures)\n", t_failures ? "FAILED" : "ok", t_failures);
+    return t_failures ? 1 : 0;
 }

@@ -1199,8 +1199,8 @@ int main(int argc, char **argv)
     g_rng ^= (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull;  /* fresh inputs every run */
     if (argc > 1 && strcmp(argv[1], "attention") == 0) {
         test_attention_all();
-        printf("%s (%d failures)\n", g_failures ? "FAILED" : "ok", g_failures);
-        return g_failures ? 1 : 0;
+        printf("%s (%d failures)\n", t_failures ? "FAILED" : "ok", t_failures);
+        return t_failures ? 1 : 0;
     }
     printf("decode kernels launched with programmatic dependent launch: %s\n",
            l8k_pdl_enabled() ? "yes" : "no (L8_PDL=0 or compute capability < 9)");
@@ -1236,6 +1236,6 @@ int main(int argc, char **argv)
     test_sample(4999);
     test_refusals(b);
     l8k_blas_destroy(b);
-    printf("%s (%d failures)\n", g_failures ? "FAILED" : "ok", g_failures);
-    return g_failures ? 1 : 0;
+    printf("%s (%d failures)\n", t_failures ? "FAILED" : "ok", t_failures);
+    return t_failures ? 1 : 0;
 }

@@ -1,11 +1,11 @@
-/* testutil.h - small helpers for the model tests: checks that count
- * failures, temporary directories, and safetensors files written or
- * patched byte by byte (independently of the project's writer, so the
- * reader is never checked only against its own twin). */
+/* testutil.h - helpers for the model tests (and the tools' tests of the
+ * same files) on top of ../test.h: error returns whose message must name
+ * the fault, copies of the golden checkpoint, and safetensors files
+ * written or patched byte by byte (independently of the project's writer,
+ * so the reader is never checked only against its own twin). */
 #pragma once
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <json-c/json.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -15,17 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../file_util.h"
-
-static int t_failures;
-
-#define CHECK(cond)                                                              \
-    do {                                                                         \
-        if (!(cond)) {                                                           \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-            t_failures++;                                                        \
-        }                                                                        \
-    } while (0)
+#include "../test.h"
 
 /* An error return with a message that must mention every given fragment. */
 #define CHECK_ERR(r, want_r, err, ...)                                           \
@@ -34,81 +24,17 @@ static int t_failures;
         if (getenv("L8_TEST_VERBOSE"))                                           \
             fprintf(stderr, "  [%d] %s\n", (r), (err));                          \
         if ((r) != (want_r)) {                                                   \
-            fprintf(stderr, "%s:%d: return %d, expected %d (err: %s)\n", __FILE__, \
-                    __LINE__, (r), (want_r), (err));                             \
+            t_report("FAIL", __FILE__, __LINE__, #r, ": %d, expected %d (err: %s)", \
+                     (r), (want_r), (err));                                      \
             t_failures++;                                                        \
         }                                                                        \
         for (int i_ = 0; frags_[i_]; i_++)                                       \
             if (!strstr((err), frags_[i_])) {                                    \
-                fprintf(stderr, "%s:%d: message \"%s\" lacks \"%s\"\n", __FILE__, \
-                        __LINE__, (err), frags_[i_]);                            \
+                t_report("FAIL", __FILE__, __LINE__, #err, ": \"%s\" lacks \"%s\"", \
+                         (err), frags_[i_]);                                     \
                 t_failures++;                                                    \
             }                                                                    \
     } while (0)
-
-static inline int t_result(const char *name)
-{
-    if (t_failures) {
-        fprintf(stderr, "%s: %d failure(s)\n", name, t_failures);
-        return 1;
-    }
-    printf("%s: ok\n", name);
-    return 0;
-}
-
-static inline char *t_mkdtemp(void)
-{
-    const char *base = getenv("TMPDIR");
-    char *p;
-    if (asprintf(&p, "%s/l8test-XXXXXX", base && *base ? base : "/tmp") < 0)
-        abort();
-    if (!mkdtemp(p)) {
-        perror("mkdtemp");
-        abort();
-    }
-    return p;
-}
-
-static inline int t_rm_one(const char *p, const struct stat *st, int flag, struct FTW *f)
-{
-    (void)st; (void)flag; (void)f;
-    return remove(p);
-}
-
-static inline void t_rm_rf(char *dir)
-{
-    if (dir)
-        nftw(dir, t_rm_one, 16, FTW_DEPTH | FTW_PHYS);
-    free(dir);
-}
-
-
-
-static inline void t_write(const char *path, const void *data, size_t len)
-{
-    FILE *f = fopen(path, "wb");
-    if (!f || fwrite(data, 1, len, f) != len || fclose(f)) {
-        perror(path);
-        abort();
-    }
-}
-
-static inline void t_write_text(const char *path, const char *text)
-{
-    t_write(path, text, strlen(text));
-}
-
-static inline void t_copy(const char *src, const char *dst)
-{
-    size_t n;
-    uint8_t *b = t_read(src, &n);
-    if (!b) {
-        perror(src);
-        abort();
-    }
-    t_write(dst, b, n);
-    free(b);
-}
 
 /* Copy the checkpoint files of a golden directory into a fresh temp dir. */
 static inline char *t_copy_ckpt(const char *golden)

@@ -13,7 +13,6 @@
 
 #include <json-c/json.h>
 
-#include "../file_util.h"
 #include "tok_test.h"
 #include "tokenizer_internal.h"
 
@@ -66,7 +65,7 @@ static l8tok *load(const char *path, bool want_cached, const char *what)
     int rc = l8tok_load(path, &t);
     CHECK(rc == 0, "%s: load rc %d", what, rc);
     if (rc < 0)
-        exit(tt_result("test_cache"));
+        exit(t_result("test_cache"));
     CHECK(l8tok__from_cache(t) == want_cached, "%s: from cache %d, expected %d", what,
           l8tok__from_cache(t), want_cached);
     return t;
@@ -233,7 +232,7 @@ int main(int argc, char **argv)
     uint8_t *good = t_read(cache, &good_len);
     CHECK(good && good_len > sizeof(struct l8tok_cache_header), "no cache file %s", cache);
     if (!good)
-        return tt_result("test_cache");
+        return t_result("test_cache");
     CHECK(count_files(cdir) == 1, "%zu files in the cache dir, expected 1 (no temporary left)",
           count_files(cdir));
     t = load(tok_json, true, "second load");
@@ -415,5 +414,5 @@ int main(int argc, char **argv)
     free(blocked);
     l8tok_free(ref);
     json_object_put(root);
-    return tt_result("test_cache");
+    return t_result("test_cache");
 }

@@ -203,5 +203,5 @@ int main(int argc, char **argv)
     test_options();
     test_stop_ids(tt_scratch(argv[2]), argv[3]);
     l8tok_free(t);
-    return tt_result("test_chat");
+    return t_result("test_chat");
 }

@@ -11,18 +11,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static int failures;
-static const char *ctl, *tokjson;
+#include "../test.h"
 
-#define CHECK(cond, ...)                                                     \
-    do {                                                                     \
-        if (!(cond)) {                                                       \
-            fprintf(stderr, "%s:%d: FAIL: %s: ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                    \
-            fputc('\n', stderr);                                             \
-            failures++;                                                      \
-        }                                                                    \
-    } while (0)
+static const char *ctl, *tokjson;
 
 struct result {
     int status; /* exit code, or -1 */
@@ -221,10 +212,5 @@ int main(int argc, char **argv)
     run(&r, "", 0, env, (char *)NULL);
     CHECK(r.status == 2, "no command: %d", r.status);
 
-    if (failures) {
-        fprintf(stderr, "test_ctl: %d failure(s)\n", failures);
-        return 1;
-    }
-    printf("test_ctl: ok\n");
-    return 0;
+    return t_result("test_ctl");
 }

@@ -473,5 +473,5 @@ int main(int argc, char **argv)
     test_toy_and_errors(tt_scratch(argv[2]));
     test_threads(tok);
     l8tok_free(tok);
-    return tt_result("test_encode");
+    return t_result("test_encode");
 }

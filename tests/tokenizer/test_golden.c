@@ -59,5 +59,5 @@ int main(int argc, char **argv)
     printf("%zu cases, %zu ids\n", n_cases, n_ids_total);
     json_object_put(root);
     l8tok_free(tok);
-    return tt_result("test_golden");
+    return t_result("test_golden");
 }

@@ -202,7 +202,7 @@ int main(void)
 {
     test_fixed();
     test_random();
-    if (tt_failures)
+    if (t_failures)
         return 1;
     printf("test_stop_text: ok\n");
     return 0;

@@ -185,5 +185,5 @@ int main(int argc, char **argv)
     l8tok_stream_free(s);
     l8tok_stream_free(NULL);
     l8tok_free(t);
-    return tt_result("test_stream");
+    return t_result("test_stream");
 }

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../test.h"
+
 #define WANT_SHA256 "e134af98b985517b4f068e3755ae90d4e9cd2d45d328325dc503f1c6b2d06cc7"
 
 /* FIPS 180-4 SHA-256, small and slow enough. */
@@ -104,10 +106,8 @@ int main(int argc, char **argv)
     sha_init(&s);
     sha_update(&s, (const uint8_t *)"abc", 3);
     sha_hex(&s, hex);
-    if (strcmp(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad") != 0) {
-        fprintf(stderr, "sha256(\"abc\") = %s: the implementation is wrong\n", hex);
-        return 1;
-    }
+    REQUIRE(strcmp(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad") == 0,
+            "sha256(\"abc\") = %s: the implementation is wrong", hex);
     if (argc < 2) {
         fprintf(stderr, "usage: %s TOKENIZER_JSON\n", argv[0]);
         return 1;
@@ -124,10 +124,7 @@ int main(int argc, char **argv)
         sha_update(&s, buf, r);
     fclose(f);
     sha_hex(&s, hex);
-    if (strcmp(hex, WANT_SHA256) != 0) {
-        fprintf(stderr, "%s: sha256 %s, want %s\n", argv[1], hex, WANT_SHA256);
-        return 1;
-    }
+    REQUIRE(strcmp(hex, WANT_SHA256) == 0, "%s: sha256 %s, want %s", argv[1], hex, WANT_SHA256);
     printf("test_tokenizer_file: ok (%s)\n", hex);
     return 0;
 }

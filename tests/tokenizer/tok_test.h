@@ -1,4 +1,4 @@
-/* tok_test.h: shared by the tokenizer tests.  Exit 0 pass, 1 fail, 77 skip. */
+/* tok_test.h: shared by the tokenizer tests, on top of ../test.h (CHECK, t_result). */
 #ifndef TOK_TEST_H
 #define TOK_TEST_H
 
@@ -9,19 +9,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "../test.h"
 #include "llama8_tokenizer.h"
-
-static int tt_failures;
-
-#define CHECK(cond, ...)                                                        \
-    do {                                                                        \
-        if (!(cond)) {                                                          \
-            fprintf(stderr, "%s:%d: FAIL: %s: ", __FILE__, __LINE__, #cond);    \
-            fprintf(stderr, __VA_ARGS__);                                       \
-            fputc('\n', stderr);                                                \
-            tt_failures++;                                                      \
-        }                                                                       \
-    } while (0)
 
 static inline void tt_print_ids(const char *what, const uint32_t *ids, size_t n)
 {
@@ -61,16 +50,6 @@ static inline const char *tt_scratch(const char *dir)
         exit(1);
     }
     return dir;
-}
-
-static inline int tt_result(const char *name)
-{
-    if (tt_failures) {
-        fprintf(stderr, "%s: %d failure(s)\n", name, tt_failures);
-        return 1;
-    }
-    printf("%s: ok\n", name);
-    return 0;
 }
 
 #endif

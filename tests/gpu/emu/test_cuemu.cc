@@ -23,6 +23,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../../test.h"
+
 #define FIRST_LAZY 13
 
 #include "common.cuh"
@@ -366,11 +368,9 @@ int main(void)
         { "lazy: cudaMemset and a non-blocking stream unordered until a sync", NULL },
         { "lazy: an event completes the work up to it only; idle, at once", NULL },
     };
-    int failures = 0;
     for (int c = 0; c < (int)(sizeof cases / sizeof *cases); c++) {
         int fds[2];
-        if (pipe(fds))
-            return 1;
+        REQUIRE(pipe(fds) == 0, "pipe");
         pid_t pid = fork();
         if (pid == 0) {
             dup2(fds[1], 2);
@@ -393,11 +393,8 @@ int main(void)
                                         : clean;
         printf("%s: %s: %s\n", ok ? "ok" : "FAIL", cases[c].what,
                cases[c].report ? (clean ? "not reported" : "reported") : (clean ? "clean" : out));
-        if (!ok) {
-            fputs(out, stdout);
-            failures++;
-        }
+        CHECK(ok, "%s:\n%s", cases[c].what, out);
     }
-    printf("%s (%d failures)\n", failures ? "FAILED" : "ok", failures);
-    return failures ? 1 : 0;
+    printf("%s (%d failures)\n", t_failures ? "FAILED" : "ok", t_failures);
+    return t_failures ? T_EXIT_FAIL : T_EXIT_PASS;
 }

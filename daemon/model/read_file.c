@@ -1,24 +1,15 @@
-/* errors.c - failure messages and whole-file reads for daemon/model. */
-#include "errors.h"
+/* read_file.c - whole-file reads for daemon/model and its tools. */
+#include "read_file.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-int l8_fail_code(char err[L8_ERRLEN], int code, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, L8_ERRLEN, fmt, ap);
-    va_end(ap);
-    return code;
-}
+#include "fail.h"
 
 int l8_read_file(const char *path, size_t max, char **out, size_t *len,
                  char err[L8_ERRLEN])
