@@ -387,6 +387,7 @@ static int setup(struct l8d *d, int argc, char **argv)
         .max_step_tokens = d->conf.max_step_tokens, .max_seqs = d->conf.max_batch,
         .nthreads = d->conf.threads,
         .tune_file = d->conf.tune_file[0] ? d->conf.tune_file : NULL,
+        .log = l8_log_lines,
     };
     if (d->conf.backend_auto) {
         d->conf.backend = L8_BACKEND_CUDA;
