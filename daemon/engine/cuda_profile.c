@@ -43,9 +43,9 @@ struct l8_cuda_prof {
     struct prof_kind kind[2];     /* [0] decode, [1] prefill */
 };
 
-struct l8_cuda_prof *l8_prof_create(cudaStream_t st, l8_engine_log_fn *log, void *log_ud)
+struct l8_cuda_prof *l8_prof_create(cudaStream_t st, const char *path, l8_engine_log_fn *log,
+                                    void *log_ud)
 {
-    const char *path = getenv("L8_PROFILE");
     if (!path || !*path)
         return NULL;
     struct l8_cuda_prof *p = calloc(1, sizeof *p);

@@ -51,6 +51,23 @@ struct l8_engine_opts {
     const char *tune_file;   /* cuda: the file that keeps the measured GEMV /
                                 cuBLASLt crossover (cuda_tune.h); NULL: it is
                                 measured at every creation and kept nowhere */
+    /* cuda, for measuring the engine (README: llama8d's keys gemv_max_m,
+     * cuda_graphs, cuda_pdl and profile_file, llama8-run's flags); zero is
+     * the engine as it serves. */
+    bool gemv_fixed;         /* fp8: every product runs through the GEMV up to
+                                gemv_max_m rows and through cuBLASLt, with its
+                                first algorithms, above: in place of the
+                                measured crossover (tune_file then neither
+                                read nor written) */
+    uint32_t gemv_max_m;
+    bool no_graphs;          /* decode steps launched eagerly, not as CUDA graphs */
+    bool no_pdl;             /* no programmatic dependent launch; a switch of the
+                                process's kernels (l8k_set_pdl): the engine
+                                created last sets it */
+    const char *profile_file;/* the step profile (cuda_profile.h): the GPU time
+                                of each phase, as a table to log and JSON to this
+                                file when the engine is destroyed; it turns
+                                decode graphs off. NULL or "": none */
     l8_engine_log_fn *log;   /* the engine's messages; NULL: l8_engine_log_stderr */
     void *log_ud;            /* log's first argument */
 };

@@ -84,7 +84,7 @@ struct cuda_engine {
     struct l8_tune tune;          /* GEMV up to tune.gemv_max_m[product] rows */
     cudaStream_t st;
     struct l8k_blas *blas;
-    struct l8_cuda_prof *prof;    /* L8_PROFILE: the step profile, or NULL */
+    struct l8_cuda_prof *prof;    /* the step profile (opts' profile_file), or NULL */
 
     struct glayer *L;             /* [n_layers] */
     void *embed, *lm_head;        /* [vocab, hidden] BF16 or F32 */
@@ -362,13 +362,6 @@ static int fill_tune_inputs(struct cuda_engine *e, size_t M, bool lm_head)
     return 0;
 }
 
-/* The rows up to which each product uses the GEMV (fp8 numerics; exact
- * always uses it): L8_GEMV_MAX_M=N for every product (experiments; then
- * cuBLASLt's default algorithms), else tune_file's line for this device and
- * model, else measured; and cuBLASLt's algorithm for each FP8 product at a
- * full step (cuda_tune.h), from the line or measured, and at the line's
- * other row counts up to a full step. What was measured is kept in
- * tune_file when there is one. Says which in the log. */
 /* Says when cuBLASLt has refused new product shapes on the chosen FP8
  * path (they ran on a slower one: l8k_gemm_fp8), so a slow run shows why. */
 static void log_refusals(struct cuda_engine *e)
@@ -384,22 +377,25 @@ static void log_refusals(struct cuda_engine *e)
     e->refused_seen = n;
 }
 
-static int choose_tuning(struct cuda_engine *e, const char *tune_file, char err[L8_ERRLEN])
+/* The rows up to which each product uses the GEMV (fp8 numerics; exact
+ * always uses it): o->gemv_max_m for every product when o->gemv_fixed
+ * (experiments; then cuBLASLt's default algorithms), else tune_file's line
+ * for this device and model, else measured; and cuBLASLt's algorithm for
+ * each FP8 product at a full step (cuda_tune.h), from the line or measured,
+ * and at the line's other row counts up to a full step. What was measured
+ * is kept in tune_file when there is one. Says which in the log. */
+static int choose_tuning(struct cuda_engine *e, const struct l8_engine_opts *o,
+                         char err[L8_ERRLEN])
 {
     const struct l8_config *c = e->c;
-    const char *gm = getenv("L8_GEMV_MAX_M");
+    const char *tune_file = o->tune_file;
     if (e->num == L8_NUMERICS_EXACT)
         return 0;
-    if (gm && *gm) {
-        char *end;
-        unsigned long v = strtoul(gm, &end, 10);
-        if (*end || v > UINT32_MAX) {
-            snprintf(err, L8_ERRLEN, "L8_GEMV_MAX_M=%s: not a row count", gm);
-            return -EINVAL;
-        }
+    if (o->gemv_fixed) {
         for (int p = 0; p < L8_TP_N; p++)
-            e->tune.gemv_max_m[p] = (uint32_t)v;
-        SAY(e, LOG_INFO, "cuda: GEMV up to %lu rows for every product (L8_GEMV_MAX_M)", v);
+            e->tune.gemv_max_m[p] = o->gemv_max_m;
+        SAY(e, LOG_INFO, "cuda: GEMV up to %u rows for every product, as given (gemv_max_m)",
+            o->gemv_max_m);
         return 0;
     }
     char key[L8_TUNE_KEY_MAX], dev[256], lerr[256], report[2048];
@@ -510,6 +506,7 @@ static int cuda_create(const struct l8_model *m, const struct l8_engine_opts *o,
     }
     e->log = o->log;
     e->log_ud = o->log_ud;
+    l8k_set_pdl(!o->no_pdl);   /* before this engine's first launch */
     e->m = m;
     e->c = c;
     e->num = o->numerics;
@@ -761,9 +758,8 @@ static int cuda_create(const struct l8_model *m, const struct l8_engine_opts *o,
 
         /* Decode graphs: batches up to max_seqs (and the step budget), kv
          * buckets up to the longest context the pool allows. */
-        const char *gv = getenv("L8_CUDA_GRAPHS");
-        e->prof = l8_prof_create(e->st, e->log, e->log_ud);
-        e->use_graphs = !(gv && strcmp(gv, "0") == 0) && !e->prof;
+        e->prof = l8_prof_create(e->st, o->profile_file, e->log, e->log_ud);
+        e->use_graphs = !o->no_graphs && !e->prof;
         l8_prof_product(e->prof, L8_PH_QKV, QKV, H, 1, true);
         l8_prof_product(e->prof, L8_PH_O, H, nh * D, 1, true);
         l8_prof_product(e->prof, L8_PH_GATE_UP, 2 * I, H, 1, true);
@@ -793,11 +789,11 @@ static int cuda_create(const struct l8_model *m, const struct l8_engine_opts *o,
                 (double)kv_bytes / 1048576.0,
                 e->kv_dt == L8K_F32 ? "f32" : "bf16", (int)l8k_blas_fp8_path(e->blas, L8K_F32),
                 (int)l8k_blas_fp8_path(e->blas, L8K_BF16),
-                e->use_graphs ? "on" : e->prof ? "off (L8_PROFILE)" : "off (L8_CUDA_GRAPHS=0)",
+                e->use_graphs ? "on" : e->prof ? "off (profiling)" : "off (as asked)",
                 l8k_pdl_enabled() ? "on" : "off",
                 (double)free_b / 1073741824.0, (double)total_b / 1073741824.0);
     }
-    if ((rc = choose_tuning(e, o->tune_file, err)))
+    if ((rc = choose_tuning(e, o, err)))
         goto err;
     log_refusals(e);
     {
@@ -1186,7 +1182,7 @@ static int sample_and_copy(struct cuda_engine *e, struct l8_seq *seqs, uint32_t 
  * metadata lives at a fixed device address (d_gmeta), uploaded before each
  * launch; sampling and the copies back run outside the graph. A key is
  * first run eagerly (warming cuBLASLt's heuristic cache and scratch), then
- * captured on its second use. L8_CUDA_GRAPHS=0 disables graphs. */
+ * captured on its second use. The options' no_graphs turns graphs off. */
 
 static uint32_t graph_batch(const struct cuda_engine *e, uint32_t B)
 {
