@@ -13,7 +13,8 @@
 #include "l8_build.h"
 #include "scheduler.h"
 
-enum kind { K_STR, K_U32, K_U64, K_INT, K_NUMERICS, K_BACKEND, K_LEVEL, K_BOOL, K_PREFIX_CACHE, K_SPIN };
+enum kind { K_STR, K_U32, K_U64, K_INT, K_NUMERICS, K_BACKEND, K_LEVEL, K_BOOL, K_PREFIX_CACHE, K_SPIN,
+            K_GEMV };
 
 struct key {
     const char *name;
@@ -55,6 +56,10 @@ static const struct key keys[] = {
     { "numerics", K_NUMERICS, F(numerics), "auto|exact|fp8 the arithmetic: exact f32, or FP8 products (auto: fp8 on cuda, exact on cpu)", RESTART },
     { "backend", K_BACKEND, F(backend), "auto|cpu|cuda (auto: cuda when it works here)", RESTART },
     { "tune_file", K_STR, F(tune_file), "PATH where the cuda engine keeps its measured GEMV/cuBLASLt crossover (default $CACHE_DIRECTORY/tune; empty: measured at every start)", RESTART },
+    { "gemv_max_m", K_GEMV, F(gemv_max_m), "auto|N rows up to which every FP8 product runs through the cuda engine's GEMV, through cuBLASLt (its first algorithms) above (auto: each product's measured crossover, see tune_file; N is for measuring and leaves the tune file alone)", RESTART },
+    { "cuda_graphs", K_BOOL, F(cuda_graphs), "BOOL run the cuda engine's decode steps as CUDA graphs (default true; false launches them eagerly, for measuring)", RESTART },
+    { "cuda_pdl", K_BOOL, F(cuda_pdl), "BOOL programmatic dependent launch of the cuda engine's kernels on sm_90 and later (default true; false is for measuring)", RESTART },
+    { "profile_file", K_STR, F(profile_file), "PATH the cuda engine's step profile: the GPU time of each phase, logged and written to PATH as JSON when the daemon exits; turns decode graphs off (default empty: no profile)", RESTART },
     { "prefix_cache", K_PREFIX_CACHE, F(prefix_cache), "user|shared|off who shares cached prompt pages (user: requests of one uid, so no client learns what another sent)", RESTART },
     { "no_warmup", K_BOOL, F(no_warmup), "BOOL skip the warm-up step", RESTART },
 };
@@ -93,6 +98,9 @@ void l8d_conf_defaults(struct l8d_conf *c)
     c->backend = L8_BACKEND_CPU;
     c->backend_auto = true;
     c->spin_auto = true;
+    c->gemv_max_m_auto = true;
+    c->cuda_graphs = true;
+    c->cuda_pdl = true;
     c->log_level = L8_LOG_INFO;
 }
 
@@ -188,6 +196,16 @@ int l8d_conf_set(struct l8d_conf *c, const char *key, const char *value,
             goto bad;
         *(uint32_t *)p = (uint32_t)u;
         return 0;
+    case K_GEMV:
+        if (!strcmp(value, "auto")) {
+            c->gemv_max_m_auto = true;
+            return 0;
+        }
+        if (parse_u64(value, UINT32_MAX, &u) < 0)
+            goto bad;
+        *(uint32_t *)p = (uint32_t)u;
+        c->gemv_max_m_auto = false;
+        return 0;
     case K_PREFIX_CACHE:
         for (int m = L8D_PREFIX_CACHE_USER; m <= L8D_PREFIX_CACHE_OFF; m++)
             if (!strcmp(value, l8d_prefix_cache_name(m))) {
@@ -236,6 +254,12 @@ static void format_value(const struct l8d_conf *c, const struct key *k, char *bu
         break;
     case K_SPIN:
         if (c->spin_auto)
+            snprintf(buf, cap, "auto");
+        else
+            snprintf(buf, cap, "%u", *(const uint32_t *)p);
+        break;
+    case K_GEMV:
+        if (c->gemv_max_m_auto)
             snprintf(buf, cap, "auto");
         else
             snprintf(buf, cap, "%u", *(const uint32_t *)p);

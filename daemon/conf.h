@@ -29,6 +29,8 @@ struct l8d_conf {
     char socket[108];          /* listening socket path (unless socket-activated) */
     char tune_file[4096];      /* where the cuda engine keeps its measured GEMV /
                                   cuBLASLt crossover ("" = nowhere) */
+    char profile_file[4096];   /* the cuda engine's step profile, as JSON at exit
+                                  ("" = no profile) */
     char allowed_group[64];    /* group whose members may connect ("" = only root
                                   and the daemon's own uid) */
     uint32_t socket_mode;      /* permissions of a socket we create ourselves */
@@ -58,6 +60,12 @@ struct l8d_conf {
     enum l8_backend backend;
     bool numerics_auto;        /* numerics = auto: fp8 on cuda (its fast path), exact on cpu */
     bool backend_auto;         /* backend = auto: cuda if it works here, else cpu */
+    uint32_t gemv_max_m;       /* cuda fp8: the GEMV up to this many rows for every
+                                  product, cuBLASLt above (measuring) */
+    bool gemv_max_m_auto;      /* gemv_max_m = auto: each product's measured
+                                  crossover (the default) */
+    bool cuda_graphs;          /* decode steps as CUDA graphs (false: eager) */
+    bool cuda_pdl;             /* programmatic dependent launch on sm_90+ */
     enum l8d_prefix_cache prefix_cache;
     enum l8_log_level log_level;
     bool no_warmup;            /* skip the warm-up step (tests) */

@@ -266,6 +266,10 @@ static int setup(struct l8d *d, int argc, char **argv)
         .max_step_tokens = d->conf.max_step_tokens, .max_seqs = d->conf.max_batch,
         .nthreads = d->conf.threads,
         .tune_file = d->conf.tune_file[0] ? d->conf.tune_file : NULL,
+        .gemv_fixed = !d->conf.gemv_max_m_auto, .gemv_max_m = d->conf.gemv_max_m,
+        .no_graphs = !d->conf.cuda_graphs, .no_pdl = !d->conf.cuda_pdl,
+        .profile_file = d->conf.profile_file[0] ? d->conf.profile_file : NULL,
+        .log = l8_log_lines,
     };
     if (d->conf.backend_auto) {
         d->conf.backend = L8_BACKEND_CUDA;

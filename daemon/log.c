@@ -10,7 +10,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <syslog.h>
 #include <unistd.h>
+
+_Static_assert(L8_LOG_ERR == LOG_ERR && L8_LOG_WARNING == LOG_WARNING &&
+                   L8_LOG_NOTICE == LOG_NOTICE && L8_LOG_INFO == LOG_INFO &&
+                   L8_LOG_DEBUG == LOG_DEBUG,
+               "log levels are syslog's (the engine's callback passes those)");
 
 static atomic_int log_max = L8_LOG_INFO;
 static bool log_journal;
@@ -139,6 +145,21 @@ void l8_log(enum l8_log_level level, const char *fmt, ...)
     /* One write per line so lines from threads never interleave. */
     if (write(STDERR_FILENO, line, len) < 0) {
         /* nowhere left to report it */
+    }
+}
+
+void l8_log_lines(void *ud, int level, const char *msg)
+{
+    (void)ud;
+    const enum l8_log_level l = level < L8_LOG_ERR ? L8_LOG_ERR
+                              : level > L8_LOG_DEBUG ? L8_LOG_DEBUG : (enum l8_log_level)level;
+    if (!l8_log_enabled(l))
+        return;
+    for (const char *p = msg; *p;) {
+        size_t n = strcspn(p, "\n");
+        if (n)
+            l8_log(l, "%.*s", (int)n, p);
+        p += n + (p[n] == '\n');
     }
 }
 

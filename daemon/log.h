@@ -20,6 +20,10 @@ int l8_log_parse_level(const char *s, enum l8_log_level *out);
 const char *l8_log_level_name(enum l8_log_level level);
 void l8_log(enum l8_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* The engine's log callback (engine.h's l8_engine_log_fn, syslog's levels,
+ * which are these): each line of msg as its own message at level, so the
+ * journal keeps the level of every line of a report. ud is unused. */
+void l8_log_lines(void *ud, int level, const char *msg);
 /* Text someone else chose (a client's name), made fit for a log line: at
  * most cap - 1 bytes of src[0, n), valid UTF-8 characters kept whole, every
  * byte of an ill-formed sequence and every control character (C0, DEL,

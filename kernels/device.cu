@@ -1,9 +1,8 @@
 /* device.cu - facts about the current device: those launches depend on
- * (each looked up once per process), and the key under which the engine
- * keeps what it measured on it (cuda_tune.h). */
+ * (each looked up once per process), the engine's switch for programmatic
+ * dependent launch, and the key under which the engine keeps what it
+ * measured on it (cuda_tune.h). */
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <cublasLt.h>
 
 #include "common.cuh"
@@ -21,18 +20,24 @@ extern "C" int l8k_sm_count(void)
     return cached;
 }
 
+static int pdl_allowed = 1; /* l8k_set_pdl's; read at every launch */
+
+extern "C" void l8k_set_pdl(bool allowed)
+{
+    __atomic_store_n(&pdl_allowed, allowed ? 1 : 0, __ATOMIC_RELAXED);
+}
+
 extern "C" bool l8k_pdl_enabled(void)
 {
-    static int cached = -1; /* benign race, as above */
-    if (cached < 0) {
+    static int capable = -1; /* benign race, as above */
+    if (capable < 0) {
         int dev = 0, major = 0;
-        const char *env = getenv("L8_PDL");
-        cached = !(env && strcmp(env, "0") == 0) && cudaGetDevice(&dev) == cudaSuccess &&
-                 cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) ==
-                     cudaSuccess &&
-                 major >= 9;
+        capable = cudaGetDevice(&dev) == cudaSuccess &&
+                  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) ==
+                      cudaSuccess &&
+                  major >= 9;
     }
-    return cached;
+    return capable && __atomic_load_n(&pdl_allowed, __ATOMIC_RELAXED);
 }
 
 extern "C" int l8k_device_key(char *buf, size_t n)

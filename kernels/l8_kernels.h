@@ -242,9 +242,13 @@ int l8k_sm_count(void);
 /* Whether the kernels of a decode step are launched with programmatic
  * dependent launch (each is scheduled while the one before runs; the GEMV
  * streams its first weights before it waits): a device of compute
- * capability 9 or more, and L8_PDL not "0" (cached per process; L8_PDL=0
- * is the benchmark's baseline). */
+ * capability 9 or more (looked up once per process), unless l8k_set_pdl
+ * turned it off. */
 bool l8k_pdl_enabled(void);
+/* Allow (the default) or forbid programmatic dependent launch for every
+ * launch from now on, in the whole process: the engine sets it at creation
+ * (its no_pdl, the benchmark's baseline). */
+void l8k_set_pdl(bool allowed);
 
 /* One line that names the device and the software that decide how fast a
  * product runs: its name, compute capability, SM count, memory, the

@@ -2,9 +2,11 @@
 #include "cuda_profile.h"
 
 #include <json-c/json.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <syslog.h>
 
 #include "l8_kernels.h"
 #include "mono_clock.h"
@@ -26,6 +28,8 @@ struct prof_kind {
 
 struct l8_cuda_prof {
     cudaStream_t st;
+    l8_engine_log_fn *log;        /* the engine's (engine.h) */
+    void *log_ud;
     char *path;
     cudaEvent_t ev[PROF_EVENTS];
     uint8_t ph[PROF_EVENTS];
@@ -39,22 +43,26 @@ struct l8_cuda_prof {
     struct prof_kind kind[2];     /* [0] decode, [1] prefill */
 };
 
-struct l8_cuda_prof *l8_prof_create(cudaStream_t st)
+struct l8_cuda_prof *l8_prof_create(cudaStream_t st, const char *path, l8_engine_log_fn *log,
+                                    void *log_ud)
 {
-    const char *path = getenv("L8_PROFILE");
     if (!path || !*path)
         return NULL;
     struct l8_cuda_prof *p = calloc(1, sizeof *p);
     if (!p || !(p->path = strdup(path))) {
         free(p);
-        fprintf(stderr, "llama8 cuda: out of memory for the step profile; not profiling\n");
+        l8_engine_logf(log, log_ud, LOG_WARNING,
+                       "cuda: out of memory for the step profile; not profiling");
         return NULL;
     }
     p->st = st;
+    p->log = log;
+    p->log_ud = log_ud;
     for (uint32_t i = 0; i < PROF_EVENTS; i++)
         if (cudaEventCreate(&p->ev[i]) != cudaSuccess) {
             cudaGetLastError();
-            fprintf(stderr, "llama8 cuda: cannot create the profile's events; not profiling\n");
+            l8_engine_logf(log, log_ud, LOG_WARNING,
+                           "cuda: cannot create the profile's events; not profiling");
             while (i--)
                 cudaEventDestroy(p->ev[i]);
             free(p->path);
@@ -138,7 +146,25 @@ void l8_prof_end(struct l8_cuda_prof *p, bool ok)
         k->queue_ms_max = p->queue_ms;
 }
 
-/* One kind's table on stderr and its JSON object. */
+/* A table's text, appended to as it is made (cut short when full). */
+struct table {
+    char text[4096];
+    size_t used;
+};
+
+static void table_say(struct table *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void table_say(struct table *t, const char *fmt, ...)
+{
+    if (t->used >= sizeof t->text)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(t->text + t->used, sizeof t->text - t->used, fmt, ap);
+    va_end(ap);
+    t->used += n > 0 ? (size_t)n : 0;
+}
+
+/* One kind's table, one message to the log, and its JSON object. */
 static json_object *report_kind(const struct l8_cuda_prof *p, const char *name,
                                 const struct prof_kind *k)
 {
@@ -146,13 +172,14 @@ static json_object *report_kind(const struct l8_cuda_prof *p, const char *name,
     for (int i = 0; i < L8_PH_N; i++)
         total += k->us[i];
     const double per = total / (double)k->steps;
-    fprintf(stderr,
-            "llama8 cuda profile: %s, %llu steps, %.1f us of GPU time a step (host queued a "
-            "step in at most %.2f ms; %llu steps outlasted the %.0f ms hold)\n"
-            "  %-10s %8s %10s %7s %8s %8s\n",
-            name, (unsigned long long)k->steps, per, k->queue_ms_max,
-            (unsigned long long)k->host_bound, PROF_HOLD_US * 1e-3, "phase", "calls", "us/step",
-            "share", "GB/s", "TFLOP/s");
+    struct table t = { .used = 0 };
+    table_say(&t,
+              "cuda profile: %s, %llu steps, %.1f us of GPU time a step (host queued a "
+              "step in at most %.2f ms; %llu steps outlasted the %.0f ms hold)\n"
+              "  %-10s %8s %10s %7s %8s %8s",
+              name, (unsigned long long)k->steps, per, k->queue_ms_max,
+              (unsigned long long)k->host_bound, PROF_HOLD_US * 1e-3, "phase", "calls", "us/step",
+              "share", "GB/s", "TFLOP/s");
     json_object *o = json_object_new_object(), *arr = json_object_new_array();
     json_object_object_add(o, "kind", json_object_new_string(name));
     json_object_object_add(o, "steps", json_object_new_int64((int64_t)k->steps));
@@ -171,16 +198,16 @@ static json_object *report_kind(const struct l8_cuda_prof *p, const char *name,
                                                  ((double)k->calls[i] / (double)k->steps) /
                                                  (k->us[i] * 1e6)
                                            : 0;
-        fprintf(stderr, "  %-10s %8.1f %10.1f %6.1f%% ", phase_name[i],
-                (double)k->calls[i] / (double)k->steps, ups, 100 * share);
+        table_say(&t, "\n  %-10s %8.1f %10.1f %6.1f%% ", phase_name[i],
+                  (double)k->calls[i] / (double)k->steps, ups, 100 * share);
         if (gbs > 0)
-            fprintf(stderr, "%8.1f ", gbs);
+            table_say(&t, "%8.1f ", gbs);
         else
-            fprintf(stderr, "%8s ", "-");
+            table_say(&t, "%8s ", "-");
         if (tflops > 0)
-            fprintf(stderr, "%8.2f\n", tflops);
+            table_say(&t, "%8.2f", tflops);
         else
-            fprintf(stderr, "%8s\n", "-");
+            table_say(&t, "%8s", "-");
         json_object *r = json_object_new_object();
         json_object_object_add(r, "phase", json_object_new_string(phase_name[i]));
         json_object_object_add(r, "calls_per_step",
@@ -192,6 +219,7 @@ static json_object *report_kind(const struct l8_cuda_prof *p, const char *name,
         json_object_array_add(arr, r);
     }
     json_object_object_add(o, "phases", arr);
+    l8_engine_logf(p->log, p->log_ud, LOG_INFO, "%s", t.text);
     return o;
 }
 
@@ -212,7 +240,8 @@ void l8_prof_finish(struct l8_cuda_prof *p)
     if (f && fclose(f) != 0)
         ok = false;
     if (!ok)
-        fprintf(stderr, "llama8 cuda: cannot write the profile to %s\n", p->path);
+        l8_engine_logf(p->log, p->log_ud, LOG_ERR, "cuda: cannot write the profile to %s",
+                       p->path);
     json_object_put(doc);
     for (uint32_t i = 0; i < PROF_EVENTS; i++)
         cudaEventDestroy(p->ev[i]);

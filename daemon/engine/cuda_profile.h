@@ -1,20 +1,23 @@
-/* cuda_profile.h - the CUDA engine's step profile (L8_PROFILE=FILE).
+/* cuda_profile.h - the CUDA engine's step profile (its options'
+ * profile_file: llama8d's profile_file key, llama8-run's --profile-file).
  *
  * Each step starts behind l8k_hold_stream(), so the host has queued the
  * whole step before the GPU runs it; an event after every operation then
  * times the operations back to back. Per kind of step (prefill: any
  * sequence with more than one token; decode) the GPU time of each phase is
- * summed; at the end a table goes to stderr and JSON to FILE. A step whose
- * queueing outlasted the hold is counted as host-bound (its gaps would be
- * in the figures). Profiling turns decode graphs off and breaks programmatic
- * dependent launch between the timed kernels: it says where a step's GPU
- * time goes, not how fast the unprofiled step is.
+ * summed; at the end a table goes to the engine's log and JSON to the
+ * file. A step whose queueing outlasted the hold is counted as host-bound
+ * (its gaps would be in the figures). Profiling turns decode graphs off
+ * and breaks programmatic dependent launch between the timed kernels: it
+ * says where a step's GPU time goes, not how fast the unprofiled step is.
  *
  * Every function accepts NULL (profiling off) and then does nothing. */
 #pragma once
 #include <stdbool.h>
 #include <stdint.h>
 #include <cuda_runtime_api.h>
+
+#include "engine.h"
 
 enum l8_phase {
     L8_PH_START,       /* the mark after the hold: no time of its own */
@@ -37,8 +40,10 @@ enum l8_phase {
 
 struct l8_cuda_prof;
 
-/* NULL when L8_PROFILE is unset or empty (or on failure, said on stderr). */
-struct l8_cuda_prof *l8_prof_create(cudaStream_t st);
+/* A profile whose JSON goes to path; NULL when path is NULL or empty (or
+ * on failure, said to log). log(log_ud, ...) also gets the table. */
+struct l8_cuda_prof *l8_prof_create(cudaStream_t st, const char *path, l8_engine_log_fn *log,
+                                    void *log_ud);
 /* A phase that is one product with an [n, k] weight of elt_bytes a value:
  * the table gives the GB/s of its weights and, when it has a row for every
  * token of the step (the projections), its TFLOP/s. */

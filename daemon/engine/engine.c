@@ -7,6 +7,7 @@
 #include "engine.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,33 @@ const char *l8_backend_name(enum l8_backend b)
     case L8_BACKEND_CUDA: return "cuda";
     }
     return "unknown";
+}
+
+void l8_engine_log_stderr(void *ud, int level, const char *msg)
+{
+    (void)ud;
+    (void)level;
+    fprintf(stderr, "llama8 %s\n", msg);
+}
+
+void l8_engine_logf(l8_engine_log_fn *fn, void *ud, int level, const char *fmt, ...)
+{
+    char line[4096], *msg = line;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return;
+    /* A long report in full when memory allows, else cut where the line ends. */
+    if ((size_t)n >= sizeof line && (msg = malloc((size_t)n + 1))) {
+        va_start(ap, fmt);
+        vsnprintf(msg, (size_t)n + 1, fmt, ap);
+        va_end(ap);
+    }
+    fn(ud, level, msg ? msg : line);
+    if (msg != line)
+        free(msg);
 }
 
 int l8_engine_create(const struct l8_model *m, enum l8_backend backend,
@@ -65,6 +93,8 @@ int l8_engine_create(const struct l8_model *m, enum l8_backend backend,
         o.max_step_tokens = DEFAULT_MAX_STEP_TOKENS;
     if (o.max_seqs == 0)
         o.max_seqs = DEFAULT_MAX_SEQS;
+    if (!o.log)
+        o.log = l8_engine_log_stderr;
     if (m->cfg.head_dim % 2 != 0 || m->cfg.n_kv_heads == 0
         || m->cfg.n_heads % m->cfg.n_kv_heads != 0) {
         snprintf(err, L8_ERRLEN, "model heads unusable (head_dim %u, %u heads, %u kv heads)",

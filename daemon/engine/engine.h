@@ -27,6 +27,16 @@ enum l8_numerics {
 };
 enum l8_logits { L8_LOGITS_NONE = 0, L8_LOGITS_LAST = 1, L8_LOGITS_ALL = 2 };
 
+/* Where an engine's messages go, as ggml_log_set's callback: level is
+ * syslog's (LOG_ERR, LOG_WARNING, LOG_INFO, LOG_DEBUG of <syslog.h>), msg
+ * one message without a trailing newline ("cuda: ..." from the cuda
+ * engine); a report (the crossover's timings, the step profile's table) is
+ * one message of several lines joined by '\n'. Called on the thread that
+ * creates, steps or destroys the engine. */
+typedef void l8_engine_log_fn(void *ud, int level, const char *msg);
+/* The default: "llama8 " msg on stderr, every level. */
+void l8_engine_log_stderr(void *ud, int level, const char *msg);
+
 struct l8_engine_opts {
     enum l8_numerics numerics;
     uint32_t page_size;      /* positions per KV page (e.g. 16) */
@@ -41,6 +51,25 @@ struct l8_engine_opts {
     const char *tune_file;   /* cuda: the file that keeps the measured GEMV /
                                 cuBLASLt crossover (cuda_tune.h); NULL: it is
                                 measured at every creation and kept nowhere */
+    /* cuda, for measuring the engine (README: llama8d's keys gemv_max_m,
+     * cuda_graphs, cuda_pdl and profile_file, llama8-run's flags); zero is
+     * the engine as it serves. */
+    bool gemv_fixed;         /* fp8: every product runs through the GEMV up to
+                                gemv_max_m rows and through cuBLASLt, with its
+                                first algorithms, above: in place of the
+                                measured crossover (tune_file then neither
+                                read nor written) */
+    uint32_t gemv_max_m;
+    bool no_graphs;          /* decode steps launched eagerly, not as CUDA graphs */
+    bool no_pdl;             /* no programmatic dependent launch; a switch of the
+                                process's kernels (l8k_set_pdl): the engine
+                                created last sets it */
+    const char *profile_file;/* the step profile (cuda_profile.h): the GPU time
+                                of each phase, as a table to log and JSON to this
+                                file when the engine is destroyed; it turns
+                                decode graphs off. NULL or "": none */
+    l8_engine_log_fn *log;   /* the engine's messages; NULL: l8_engine_log_stderr */
+    void *log_ud;            /* log's first argument */
 };
 
 /* Sampling parameters of one request. temperature <= 0 means greedy
@@ -129,4 +158,8 @@ struct l8_engine_ops {
     int  (*step)(void *impl, struct l8_seq *seqs, uint32_t n_seqs);
 };
 extern const struct l8_engine_ops l8_engine_cpu_ops;
+/* For the backends: a message (printf's format) to fn(ud, level, ...);
+ * l8_engine_create has resolved opts->log, so fn is never NULL there. */
+void l8_engine_logf(l8_engine_log_fn *fn, void *ud, int level, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 extern const struct l8_engine_ops l8_engine_cuda_ops; /* only when L8_HAVE_CUDA */

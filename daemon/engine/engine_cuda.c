@@ -31,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <syslog.h>
 
 #include <cuda_runtime_api.h>
 
@@ -73,6 +74,8 @@ struct dgraph {             /* a decode step captured for (B rows, kv bucket) */
 };
 
 struct cuda_engine {
+    l8_engine_log_fn *log;        /* the engine's messages (engine.h) */
+    void *log_ud;
     const struct l8_model *m;
     const struct l8_config *c;
     enum l8_numerics num;
@@ -81,7 +84,7 @@ struct cuda_engine {
     struct l8_tune tune;          /* GEMV up to tune.gemv_max_m[product] rows */
     cudaStream_t st;
     struct l8k_blas *blas;
-    struct l8_cuda_prof *prof;    /* L8_PROFILE: the step profile, or NULL */
+    struct l8_cuda_prof *prof;    /* the step profile (opts' profile_file), or NULL */
 
     struct glayer *L;             /* [n_layers] */
     void *embed, *lm_head;        /* [vocab, hidden] BF16 or F32 */
@@ -142,6 +145,18 @@ struct cuda_engine {
 };
 
 /* ---- helpers ------------------------------------------------------------ */
+
+/* A message to the engine's log callback, at a syslog level. */
+#define SAY(e, level, ...) l8_engine_logf((e)->log, (e)->log_ud, (level), __VA_ARGS__)
+
+/* The length of a report without its trailing newline (for "%.*s"). */
+static int chomp(const char *s)
+{
+    size_t n = strlen(s);
+    while (n && s[n - 1] == '\n')
+        n--;
+    return (int)n;
+}
 
 #define CK(call)                                                              \
     do {                                                                      \
@@ -347,13 +362,6 @@ static int fill_tune_inputs(struct cuda_engine *e, size_t M, bool lm_head)
     return 0;
 }
 
-/* The rows up to which each product uses the GEMV (fp8 numerics; exact
- * always uses it): L8_GEMV_MAX_M=N for every product (experiments; then
- * cuBLASLt's default algorithms), else tune_file's line for this device and
- * model, else measured; and cuBLASLt's algorithm for each FP8 product at a
- * full step (cuda_tune.h), from the line or measured, and at the line's
- * other row counts up to a full step. What was measured is kept in
- * tune_file when there is one. Says which on stderr. */
 /* Says when cuBLASLt has refused new product shapes on the chosen FP8
  * path (they ran on a slower one: l8k_gemm_fp8), so a slow run shows why. */
 static void log_refusals(struct cuda_engine *e)
@@ -361,30 +369,33 @@ static void log_refusals(struct cuda_engine *e)
     const uint32_t n = l8k_blas_refused(e->blas);
     if (n == e->refused_seen)
         return;
-    fprintf(stderr, "llama8 cuda: cuBLASLt refused %u product shape%s on FP8 path %d (bf16 out "
-            "%d); %s on the next path whose probe passed\n", n - e->refused_seen,
-            n - e->refused_seen == 1 ? "" : "s", (int)l8k_blas_fp8_path(e->blas, L8K_F32),
-            (int)l8k_blas_fp8_path(e->blas, L8K_BF16), n - e->refused_seen == 1 ? "it runs" :
-            "they run");
+    SAY(e, LOG_WARNING, "cuda: cuBLASLt refused %u product shape%s on FP8 path %d (bf16 out "
+        "%d); %s on the next path whose probe passed", n - e->refused_seen,
+        n - e->refused_seen == 1 ? "" : "s", (int)l8k_blas_fp8_path(e->blas, L8K_F32),
+        (int)l8k_blas_fp8_path(e->blas, L8K_BF16), n - e->refused_seen == 1 ? "it runs" :
+        "they run");
     e->refused_seen = n;
 }
 
-static int choose_tuning(struct cuda_engine *e, const char *tune_file, char err[L8_ERRLEN])
+/* The rows up to which each product uses the GEMV (fp8 numerics; exact
+ * always uses it): o->gemv_max_m for every product when o->gemv_fixed
+ * (experiments; then cuBLASLt's default algorithms), else tune_file's line
+ * for this device and model, else measured; and cuBLASLt's algorithm for
+ * each FP8 product at a full step (cuda_tune.h), from the line or measured,
+ * and at the line's other row counts up to a full step. What was measured
+ * is kept in tune_file when there is one. Says which in the log. */
+static int choose_tuning(struct cuda_engine *e, const struct l8_engine_opts *o,
+                         char err[L8_ERRLEN])
 {
     const struct l8_config *c = e->c;
-    const char *gm = getenv("L8_GEMV_MAX_M");
+    const char *tune_file = o->tune_file;
     if (e->num == L8_NUMERICS_EXACT)
         return 0;
-    if (gm && *gm) {
-        char *end;
-        unsigned long v = strtoul(gm, &end, 10);
-        if (*end || v > UINT32_MAX) {
-            snprintf(err, L8_ERRLEN, "L8_GEMV_MAX_M=%s: not a row count", gm);
-            return -EINVAL;
-        }
+    if (o->gemv_fixed) {
         for (int p = 0; p < L8_TP_N; p++)
-            e->tune.gemv_max_m[p] = (uint32_t)v;
-        fprintf(stderr, "llama8 cuda: GEMV up to %lu rows for every product (L8_GEMV_MAX_M)\n", v);
+            e->tune.gemv_max_m[p] = o->gemv_max_m;
+        SAY(e, LOG_INFO, "cuda: GEMV up to %u rows for every product, as given (gemv_max_m)",
+            o->gemv_max_m);
         return 0;
     }
     char key[L8_TUNE_KEY_MAX], dev[256], lerr[256], report[2048];
@@ -400,13 +411,13 @@ static int choose_tuning(struct cuda_engine *e, const char *tune_file, char err[
     int rc = tune_file ? l8_tune_load(tune_file, key, &e->tune, lerr, sizeof lerr) : -ENOENT;
     bool changed = false;
     if (rc == 0) {
-        fprintf(stderr, "llama8 cuda: GEMV up to qkv %u, o %u, gate_up %u, down %u, lm_head %u "
-                "rows (from %s)\n", e->tune.gemv_max_m[L8_TP_QKV], e->tune.gemv_max_m[L8_TP_O],
-                e->tune.gemv_max_m[L8_TP_GATE_UP], e->tune.gemv_max_m[L8_TP_DOWN],
-                e->tune.gemv_max_m[L8_TP_LM_HEAD], tune_file);
+        SAY(e, LOG_INFO, "cuda: GEMV up to qkv %u, o %u, gate_up %u, down %u, lm_head %u rows "
+            "(from %s)", e->tune.gemv_max_m[L8_TP_QKV], e->tune.gemv_max_m[L8_TP_O],
+            e->tune.gemv_max_m[L8_TP_GATE_UP], e->tune.gemv_max_m[L8_TP_DOWN],
+            e->tune.gemv_max_m[L8_TP_LM_HEAD], tune_file);
     } else {
         if (rc == -EINVAL)
-            fprintf(stderr, "llama8 cuda: %s; measuring again\n", lerr);
+            SAY(e, LOG_WARNING, "cuda: %s; measuring again", lerr);
         const size_t M = L8_TUNE_MAX_M;
         if (fill_tune_inputs(e, M, true)) {
             snprintf(err, L8_ERRLEN, "measuring the GEMV / cuBLASLt crossover: memset failed");
@@ -427,7 +438,7 @@ static int choose_tuning(struct cuda_engine *e, const char *tune_file, char err[
             snprintf(err, L8_ERRLEN, "measuring the GEMV / cuBLASLt crossover failed (%d)", rc);
             return rc;
         }
-        fprintf(stderr, "llama8 cuda: GEMV / cuBLASLt crossover measured:\n%s", report);
+        SAY(e, LOG_INFO, "cuda: GEMV / cuBLASLt crossover measured:\n%.*s", chomp(report), report);
         e->tune.n_sets = 0;
         changed = true;
     }
@@ -448,7 +459,7 @@ static int choose_tuning(struct cuda_engine *e, const char *tune_file, char err[
             snprintf(err, L8_ERRLEN, "timing cuBLASLt's algorithms failed (%d)", rc);
             return rc;
         }
-        fprintf(stderr, "llama8 cuda: cuBLASLt's algorithms timed:\n%s", report);
+        SAY(e, LOG_INFO, "cuda: cuBLASLt's algorithms timed:\n%.*s", chomp(report), report);
         l8_tune_add_algos(&e->tune, &set);
         changed = true;
     }
@@ -462,14 +473,13 @@ static int choose_tuning(struct cuda_engine *e, const char *tune_file, char err[
             const uint32_t r = set->rank[p];
             if (r && set->m > e->tune.gemv_max_m[p] &&
                 (rc = pin_algo(e, (enum l8_tune_product)p, set->m, r)))
-                fprintf(stderr, "llama8 cuda: cannot use cuBLASLt's candidate %u for %s at %u "
-                        "rows (%s); its first instead\n", r, l8_tune_product_name[p], set->m,
-                        strerror(-rc));
+                SAY(e, LOG_WARNING, "cuda: cannot use cuBLASLt's candidate %u for %s at %u rows "
+                    "(%s); its first instead", r, l8_tune_product_name[p], set->m,
+                    strerror(-rc));
         }
     }
     if (changed && tune_file && (rc = l8_tune_save(tune_file, key, &e->tune)) < 0)
-        fprintf(stderr, "llama8 cuda: cannot keep the tuning in %s: %s\n", tune_file,
-                strerror(-rc));
+        SAY(e, LOG_WARNING, "cuda: cannot keep the tuning in %s: %s", tune_file, strerror(-rc));
     return 0;
 }
 
@@ -494,6 +504,9 @@ static int cuda_create(const struct l8_model *m, const struct l8_engine_opts *o,
         free(e);
         return -ENODEV;
     }
+    e->log = o->log;
+    e->log_ud = o->log_ud;
+    l8k_set_pdl(!o->no_pdl);   /* before this engine's first launch */
     e->m = m;
     e->c = c;
     e->num = o->numerics;
@@ -745,9 +758,8 @@ static int cuda_create(const struct l8_model *m, const struct l8_engine_opts *o,
 
         /* Decode graphs: batches up to max_seqs (and the step budget), kv
          * buckets up to the longest context the pool allows. */
-        const char *gv = getenv("L8_CUDA_GRAPHS");
-        e->prof = l8_prof_create(e->st);
-        e->use_graphs = !(gv && strcmp(gv, "0") == 0) && !e->prof;
+        e->prof = l8_prof_create(e->st, o->profile_file, e->log, e->log_ud);
+        e->use_graphs = !o->no_graphs && !e->prof;
         l8_prof_product(e->prof, L8_PH_QKV, QKV, H, 1, true);
         l8_prof_product(e->prof, L8_PH_O, H, nh * D, 1, true);
         l8_prof_product(e->prof, L8_PH_GATE_UP, 2 * I, H, 1, true);
@@ -767,21 +779,21 @@ static int cuda_create(const struct l8_model *m, const struct l8_engine_opts *o,
             CK(cudaHostAlloc((void **)&e->h_gmeta, gl.total * 4, cudaHostAllocDefault));
         }
         CK(cudaMemGetInfo(&free_b, &total_b));
-        fprintf(stderr,
-                "llama8 cuda: weights %.2f GiB uploaded in %.2f s (%.1f GB/s), checksums "
+        SAY(e, LOG_INFO,
+                "cuda: weights %.2f GiB uploaded in %.2f s (%.1f GB/s), checksums "
                 "equal (%.1f ms); activations %.1f MiB; KV pool %u pages of %u (%.1f MiB, %s); "
-                "fp8 GEMM path %d (bf16 out %d); decode graphs %s; PDL %s; %.1f GiB free of %.1f\n",
+                "fp8 GEMM path %d (bf16 out %d); decode graphs %s; PDL %s; %.1f GiB free of %.1f",
                 (double)wbytes / 1073741824.0, up_s, up_s > 0 ? (double)up.bytes / up_s / 1e9 : 0,
                 ver_s * 1e3,
                 (double)(abytes - kv_bytes) / 1048576.0, e->n_pages, e->ps,
                 (double)kv_bytes / 1048576.0,
                 e->kv_dt == L8K_F32 ? "f32" : "bf16", (int)l8k_blas_fp8_path(e->blas, L8K_F32),
                 (int)l8k_blas_fp8_path(e->blas, L8K_BF16),
-                e->use_graphs ? "on" : e->prof ? "off (L8_PROFILE)" : "off (L8_CUDA_GRAPHS=0)",
+                e->use_graphs ? "on" : e->prof ? "off (profiling)" : "off (as asked)",
                 l8k_pdl_enabled() ? "on" : "off",
                 (double)free_b / 1073741824.0, (double)total_b / 1073741824.0);
     }
-    if ((rc = choose_tuning(e, o->tune_file, err)))
+    if ((rc = choose_tuning(e, o, err)))
         goto err;
     log_refusals(e);
     {
@@ -848,8 +860,8 @@ static void cuda_destroy(void *impl)
             captured++;
         }
     if (e->use_graphs && e->graph_launches)
-        fprintf(stderr, "llama8 cuda: %llu decode steps ran as graphs (%u shapes captured)\n",
-                (unsigned long long)e->graph_launches, captured);
+        SAY(e, LOG_INFO, "cuda: %llu decode steps ran as graphs (%u shapes captured)",
+            (unsigned long long)e->graph_launches, captured);
     cudaFree(e->d_gmeta);
     cudaFreeHost(e->h_gmeta);
     free(e->rows);
@@ -1170,7 +1182,7 @@ static int sample_and_copy(struct cuda_engine *e, struct l8_seq *seqs, uint32_t 
  * metadata lives at a fixed device address (d_gmeta), uploaded before each
  * launch; sampling and the copies back run outside the graph. A key is
  * first run eagerly (warming cuBLASLt's heuristic cache and scratch), then
- * captured on its second use. L8_CUDA_GRAPHS=0 disables graphs. */
+ * captured on its second use. The options' no_graphs turns graphs off. */
 
 static uint32_t graph_batch(const struct cuda_engine *e, uint32_t B)
 {
@@ -1220,8 +1232,8 @@ static int graph_capture(struct cuda_engine *e, struct dgraph *g, const struct f
     if (rc) {
         cudaGetLastError();
         g->failed = true;
-        fprintf(stderr, "llama8 cuda: graph capture for batch %u, kv %u failed (%d); "
-                        "that shape runs eagerly\n", g->B, g->kvb, rc);
+        SAY(e, LOG_WARNING, "cuda: graph capture for batch %u, kv %u failed (%d); that shape runs "
+            "eagerly", g->B, g->kvb, rc);
     }
     return rc;
 }

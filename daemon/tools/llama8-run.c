@@ -2,7 +2,8 @@
  *
  *   llama8-run --model DIR --tokens 1,2,3 [--max-new N] [--backend cpu|cuda]
  *              [--numerics exact|fp8] [sampling options] [--logits-out F]
- *              [--batch B] [--json]
+ *              [--batch B] [--json] [--gemv-max-m N] [--no-graphs] [--no-pdl]
+ *              [--profile-file F]
  *
  * --logits-out FILE.safetensors writes (all little-endian, row-major):
  *   "prompt_logits"  F32 [S, vocab]  logits after every prompt position
@@ -35,15 +36,15 @@
 #define MAX_BATCH 1024u
 
 struct opts {
-    const char *model, *tokens, *tokens_file, *logits_out, *tune_file;
+    const char *model, *tokens, *tokens_file, *logits_out, *tune_file, *profile_file;
     enum l8_backend backend;
     enum l8_numerics numerics;
-    uint32_t max_new, chunk, page_size, batch;
+    uint32_t max_new, chunk, page_size, batch, gemv_max_m;
     int threads;
     struct l8_sampling sp;
     uint32_t stop[MAX_STOP];
     uint32_t n_stop;
-    bool stop_given, ignore_eos, json, warmup;
+    bool stop_given, ignore_eos, json, warmup, gemv_fixed, no_graphs, no_pdl;
 };
 
 static void usage(FILE *f)
@@ -88,6 +89,15 @@ static void usage(FILE *f)
 "  --tune-file FILE         cuda fp8: keep the measured GEMV / cuBLASLt crossover\n"
 "                           in FILE and take it from there next time (default:\n"
 "                           measured every run)\n"
+"  --gemv-max-m N           cuda fp8: every product runs through the GEMV up to\n"
+"                           N rows, through cuBLASLt (its first algorithms)\n"
+"                           above, in place of the measured crossover (the tune\n"
+"                           file is left alone)\n"
+"  --no-graphs              cuda: decode steps launched eagerly, not as graphs\n"
+"  --no-pdl                 cuda: no programmatic dependent launch\n"
+"  --profile-file FILE      cuda: the step profile: the GPU time of each phase of\n"
+"                           prefill and decode steps, on stderr and as JSON in\n"
+"                           FILE (decode graphs off)\n"
 "  --json                   print one JSON object instead (tokens, stop_reason,\n"
 "                           load_s, prefill_ms, decode_tokens_per_s, ...)\n"
 "  --help                   this text\n"
@@ -192,7 +202,8 @@ static int parse_args(int argc, char **argv, struct opts *o)
 {
     enum { O_MODEL = 256, O_TOKENS, O_TOKENS_FILE, O_MAX_NEW, O_BACKEND, O_NUMERICS,
            O_TEMP, O_TOPK, O_TOPP, O_MINP, O_REP, O_SEED, O_STOP, O_IGNORE_EOS, O_CHUNK,
-           O_PAGE, O_THREADS, O_LOGITS, O_JSON, O_WARMUP, O_TUNE, O_BATCH, O_HELP };
+           O_PAGE, O_THREADS, O_LOGITS, O_JSON, O_WARMUP, O_TUNE, O_BATCH, O_GEMV, O_NO_GRAPHS,
+           O_NO_PDL, O_PROFILE, O_HELP };
     static const struct option lo[] = {
         { "model", required_argument, 0, O_MODEL },
         { "tokens", required_argument, 0, O_TOKENS },
@@ -216,6 +227,10 @@ static int parse_args(int argc, char **argv, struct opts *o)
         { "warmup", no_argument, 0, O_WARMUP },
         { "tune-file", required_argument, 0, O_TUNE },
         { "batch", required_argument, 0, O_BATCH },
+        { "gemv-max-m", required_argument, 0, O_GEMV },
+        { "no-graphs", no_argument, 0, O_NO_GRAPHS },
+        { "no-pdl", no_argument, 0, O_NO_PDL },
+        { "profile-file", required_argument, 0, O_PROFILE },
         { "help", no_argument, 0, O_HELP },
         { 0, 0, 0, 0 },
     };
@@ -279,6 +294,10 @@ static int parse_args(int argc, char **argv, struct opts *o)
         case O_WARMUP: o->warmup = true; break;
         case O_TUNE: o->tune_file = a; break;
         case O_BATCH: bad = parse_u32(a, &o->batch) || o->batch == 0 || o->batch > MAX_BATCH; break;
+        case O_GEMV: bad = parse_u32(a, &o->gemv_max_m); o->gemv_fixed = true; break;
+        case O_NO_GRAPHS: o->no_graphs = true; break;
+        case O_NO_PDL: o->no_pdl = true; break;
+        case O_PROFILE: o->profile_file = a; break;
         case O_HELP: usage(stdout); exit(0);
         default:
             fprintf(stderr, "llama8-run: unknown or incomplete option %s\n", argv[optind - 1]);
@@ -507,7 +526,10 @@ int main(int argc, char **argv)
     struct l8_engine_opts eo = { .numerics = o.numerics, .page_size = o.page_size,
                                  .n_pages = n_pages * B,
                                  .max_step_tokens = chunk > B ? chunk : B, .max_seqs = B,
-                                 .nthreads = o.threads, .tune_file = o.tune_file };
+                                 .nthreads = o.threads, .tune_file = o.tune_file,
+                                 .gemv_fixed = o.gemv_fixed, .gemv_max_m = o.gemv_max_m,
+                                 .no_graphs = o.no_graphs, .no_pdl = o.no_pdl,
+                                 .profile_file = o.profile_file };
     r = l8_engine_create(m, o.backend, &eo, &e, err);
     if (r < 0) {
         fprintf(stderr, "llama8-run: %s engine: %s\n", l8_backend_name(o.backend), err);

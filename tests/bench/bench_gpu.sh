@@ -12,9 +12,9 @@
 #              with cuBLASLt's heuristics and the graph capture, timed), runs
 #              2-5 with --warmup (the prompt and two decode steps once,
 #              untimed): run 2 with decode graphs, run 3 with
-#              L8_CUDA_GRAPHS=0 (eager decode, for the graphs' gain), run 4
-#              with L8_PDL=0 (no programmatic dependent launch)
-#   profile:   llama8-run as above with 32 new tokens and L8_PROFILE: the
+#              --no-graphs (eager decode, for the graphs' gain), run 4
+#              with --no-pdl (no programmatic dependent launch)
+#   profile:   llama8-run as above with 32 new tokens and --profile-file: the
 #              GPU time of each phase of a prefill and a decode step
 #              (daemon/engine/cuda_profile.h), eager, kernels back to back
 #   daemon single stream: the single stream through llama8d + llama8ctl
@@ -126,13 +126,13 @@ rows.append({"method": "llama8 cuda fp8 (llama8-run, in-process)", "kind": "llam
              "notes": "512-token prompt, 128 new, batch 1, decode graphs on, after an untimed warm-up run (llama8-run --warmup); ttft = prefill step incl. first token; *_cold: run 1, the process's first steps (cuBLASLt heuristics, graph capture); load_s: run 1 (with measuring the GEMV/cuBLASLt crossover), load_s_warm: run 2 (page cache warm, crossover read from the tune file); gemv_max_m: the most rows each product runs through the GEMV (measured); peak = nvidia-smi used minus idle; engine_*: what the engine allocated (weights, KV pool sized to the run, activations); device_used_after_load: the driver's used memory once the engine was made, minus idle (the rest is the CUDA context, cuBLASLt's workspace and graphs)",
              "error": None if s else "llama8-run failed (see single*.log)"})
 s3 = load("single3.json")
-rows.append({"method": "llama8 cuda fp8 eager decode (llama8-run, L8_CUDA_GRAPHS=0)", "kind": "llama8",
+rows.append({"method": "llama8 cuda fp8 eager decode (llama8-run --no-graphs)", "kind": "llama8",
              "metrics": {"ttft_ms": s3.get("prefill_ms"), "decode_tok_s": s3.get("decode_tokens_per_s"),
                          "peak_vram_mib": peak("peak_single3.txt")} if s3 else {},
              "notes": "as above without CUDA graphs: the graphs' share of decode speed",
              "error": None if s3 else "llama8-run failed (see single3.log)"})
 s4 = load("single4.json")
-rows.append({"method": "llama8 cuda fp8 without PDL (llama8-run, L8_PDL=0)", "kind": "llama8",
+rows.append({"method": "llama8 cuda fp8 without PDL (llama8-run --no-pdl)", "kind": "llama8",
              "metrics": {"ttft_ms": s4.get("prefill_ms"), "decode_tok_s": s4.get("decode_tokens_per_s")} if s4 else {},
              "notes": "as the graphs run, kernels launched without programmatic dependent launch: its share of decode speed",
              "error": None if s4 else "llama8-run failed (see single4.log)"})
@@ -142,7 +142,7 @@ def profile(p):
                         "phases": {r["phase"]: {x: r[x] for x in ("us_per_step", "share", "weight_gbs", "tflops")} for r in k["phases"]}}
             for k in p["kinds"]} if p else {}
 p = load("profile.json")
-rows.append({"method": "llama8 cuda fp8 step profile (llama8-run, L8_PROFILE)", "kind": "llama8",
+rows.append({"method": "llama8 cuda fp8 step profile (llama8-run --profile-file)", "kind": "llama8",
              "metrics": profile(p),
              "notes": "GPU time of each phase, the step queued behind a hold kernel so the kernels run back to back (eager, no PDL between the timed kernels); 512-token prompt, 32 decode steps",
              "error": None if p else "the profiled run failed (see single5.log)"})
@@ -191,7 +191,7 @@ rows.append({"method": "llama8 cuda fp8 batch 64 (llama8-run --batch 64)", "kind
              "notes": "64 copies of the 512-token prompt (each its own pages, seeds differ, greedy), prefilled one per step, then 63 decode steps of all 64 with graphs: decode at the serving batch with nothing else in the steps, against which serving's decode-only steps compare",
              "error": None if s6 else "llama8-run --batch 64 failed (see single6.log)"})
 p64 = load("profile64.json")
-rows.append({"method": "llama8 cuda fp8 step profile, batch 64 (llama8-run --batch 64, L8_PROFILE)", "kind": "llama8",
+rows.append({"method": "llama8 cuda fp8 step profile, batch 64 (llama8-run --batch 64 --profile-file)", "kind": "llama8",
              "metrics": profile(p64),
              "notes": "as the step profile above; decode steps of 64 rows (kv 512-528 each), prefill steps of one 512-token prompt",
              "error": None if p64 else "the profiled batch run failed (see single7.log)"})
@@ -219,23 +219,23 @@ echo "== single stream"
 python3 -c 'import random; r=random.Random(0); print(",".join(["128000"]+[str(r.randrange(1000,120000)) for _ in range(511)]))' >"$OUT/prompt512.txt"
 for run in 1 2 3 4; do
     peak_start "$OUT/mem_single$run.txt"
-    graphs=1 pdl=1
-    [ $run = 3 ] && graphs=0
-    [ $run = 4 ] && pdl=0
+    graphs=1 pdl=1 switch=
+    [ $run = 3 ] && graphs=0 switch=--no-graphs
+    [ $run = 4 ] && pdl=0 switch=--no-pdl
     warm=--warmup
     [ $run = 1 ] && warm=
-    L8_CUDA_GRAPHS=$graphs L8_PDL=$pdl timeout "$(lim 180)" "$BIN/llama8-run" --model "$MODEL" --backend cuda --numerics fp8 \
-        --tokens-file "$OUT/prompt512.txt" --max-new 128 --ignore-eos --json $warm --tune-file "$TUNE" \
-        >"$OUT/single$run.json" 2>"$OUT/single$run.log"
+    timeout "$(lim 180)" "$BIN/llama8-run" --model "$MODEL" --backend cuda --numerics fp8 \
+        --tokens-file "$OUT/prompt512.txt" --max-new 128 --ignore-eos --json $warm $switch \
+        --tune-file "$TUNE" >"$OUT/single$run.json" 2>"$OUT/single$run.log"
     echo "single run $run (graphs $graphs, pdl $pdl) rc=$? $(cat "$OUT/single$run.json")"
     echo "$(peak_stop "$OUT/mem_single$run.txt")" >"$OUT/peak_single$run.txt"
     tail -3 "$OUT/single$run.log"
 done
 
 echo "== step profile"
-L8_PROFILE="$OUT/profile.json" timeout "$(lim 120)" "$BIN/llama8-run" --model "$MODEL" --backend cuda \
+timeout "$(lim 120)" "$BIN/llama8-run" --model "$MODEL" --backend cuda \
     --numerics fp8 --tokens-file "$OUT/prompt512.txt" --max-new 32 --ignore-eos --json --warmup \
-    --tune-file "$TUNE" \
+    --tune-file "$TUNE" --profile-file "$OUT/profile.json" \
     >"$OUT/single5.json" 2>"$OUT/single5.log"
 echo "profile rc=$?"
 grep -A16 "cuda profile" "$OUT/single5.log"
@@ -267,13 +267,14 @@ echo "$(peak_stop "$OUT/mem_serve.txt")" >"$OUT/peak_serve.txt"
 tail -5 "$OUT/llama8d.log"
 
 echo "== batch 64"
-L8_CUDA_GRAPHS=1 timeout "$(lim 120)" "$BIN/llama8-run" --model "$MODEL" --backend cuda --numerics fp8 \
+timeout "$(lim 120)" "$BIN/llama8-run" --model "$MODEL" --backend cuda --numerics fp8 \
     --tokens-file "$OUT/prompt512.txt" --max-new 64 --ignore-eos --json --warmup --batch 64 \
     --tune-file "$TUNE" >"$OUT/single6.json" 2>"$OUT/single6.log"
 echo "batch 64 rc=$? $(cat "$OUT/single6.json")"
-L8_PROFILE="$OUT/profile64.json" timeout "$(lim 120)" "$BIN/llama8-run" --model "$MODEL" --backend cuda \
+timeout "$(lim 120)" "$BIN/llama8-run" --model "$MODEL" --backend cuda \
     --numerics fp8 --tokens-file "$OUT/prompt512.txt" --max-new 16 --ignore-eos --json --warmup \
-    --batch 64 --tune-file "$TUNE" >"$OUT/single7.json" 2>"$OUT/single7.log"
+    --batch 64 --tune-file "$TUNE" --profile-file "$OUT/profile64.json" \
+    >"$OUT/single7.json" 2>"$OUT/single7.log"
 echo "batch 64 profile rc=$?"
 grep -A16 "cuda profile" "$OUT/single7.log"
 

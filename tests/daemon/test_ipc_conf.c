@@ -74,6 +74,41 @@ int main(void)
           strstr(err, "x.conf:1: spin_us: bad value '1000001' (auto|US"), "message: %s", err);
     CHECK(l8d_conf_parse_text(&c, "spin_us = on\n", "x.conf", err) == -EINVAL, "spin_us on");
 
+    /* The cuda engine's measuring switches: off by default (the measured
+     * crossover, graphs, PDL, no profile); gemv_max_m auto or a row count. */
+    l8d_conf_defaults(&c);
+    CHECK(c.gemv_max_m_auto && c.cuda_graphs && c.cuda_pdl && !c.profile_file[0],
+          "measuring defaults: gemv_max_m %s, cuda_graphs %d, cuda_pdl %d, profile_file '%s'",
+          c.gemv_max_m_auto ? "auto" : "N", c.cuda_graphs, c.cuda_pdl, c.profile_file);
+    CHECK(l8d_conf_parse_text(&c, "gemv_max_m = 0\ncuda_graphs = false\ncuda_pdl = no\n"
+                              "profile_file = /tmp/p.json\n", "t.conf", err) == 0 &&
+          !c.gemv_max_m_auto && c.gemv_max_m == 0 && !c.cuda_graphs && !c.cuda_pdl &&
+          !strcmp(c.profile_file, "/tmp/p.json"), "measuring keys: %s", err);
+    CHECK(l8d_conf_parse_text(&c, "gemv_max_m = 4294967295\n", "t.conf", err) == 0 &&
+          c.gemv_max_m == 4294967295u, "gemv_max_m 2^32 - 1: %s", err);
+    CHECK(l8d_conf_parse_text(&c, "gemv_max_m = auto\n", "t.conf", err) == 0 && c.gemv_max_m_auto,
+          "gemv_max_m auto: %s", err);
+    CHECK(l8d_conf_parse_text(&c, "gemv_max_m = 4294967296\n", "x.conf", err) == -EINVAL &&
+          strstr(err, "x.conf:1: gemv_max_m: bad value '4294967296' (auto|N"), "message: %s", err);
+    CHECK(c.gemv_max_m_auto, "a refused gemv_max_m changed it");
+    CHECK(l8d_conf_parse_text(&c, "gemv_max_m = -1\n", "x.conf", err) == -EINVAL, "gemv_max_m -1");
+    CHECK(l8d_conf_parse_text(&c, "\ncuda_graphs = off\n", "x.conf", err) == -EINVAL &&
+          strstr(err, "x.conf:2: cuda_graphs: bad value 'off' (BOOL"), "message: %s", err);
+    CHECK(l8d_conf_parse_text(&c, "cuda_pdl = 2\n", "x.conf", err) == -EINVAL &&
+          strstr(err, "x.conf:1: cuda_pdl: bad value '2' (BOOL"), "message: %s", err);
+    char *argvm[] = { "llama8d", "--config", "/dev/null", "--model", "/m", "--gemv-max-m", "8",
+                      "--cuda-graphs=0", "--cuda-pdl", "false", "--profile-file", "/tmp/q.json",
+                      NULL };
+    CHECK(l8d_conf_from_args(&c, 12, argvm, err) == 0 && !c.gemv_max_m_auto &&
+              c.gemv_max_m == 8 && !c.cuda_graphs && !c.cuda_pdl &&
+              !strcmp(c.profile_file, "/tmp/q.json"),
+          "measuring flags: %s", err);
+    char *argvg[] = { "llama8d", "--config", "/dev/null", "--model", "/m", "--gemv-max-m", "x",
+                      NULL };
+    CHECK(l8d_conf_from_args(&c, 7, argvg, err) == -EINVAL &&
+              strstr(err, "gemv_max_m: bad value 'x'"),
+          "--gemv-max-m x: %s", err);
+
     /* tune_file: systemd's CacheDirectory= (the first of a list) by default,
      * nowhere without it, and an empty value means nowhere. */
     setenv("CACHE_DIRECTORY", "/var/cache/llama8d:/var/cache/other", 1);

@@ -1,9 +1,13 @@
 /* test_log: l8_log_text, which makes a client's chosen text (its name) fit
  * for a log line: valid UTF-8 kept whole, never cut inside a character,
  * each byte of an ill-formed sequence and each control character as '?';
- * and the rate limit of lines a peer can make repeat. */
+ * the rate limit of lines a peer can make repeat; and the engine's log
+ * callback, each line of a message on its own at its level. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <syslog.h>
+#include <unistd.h>
 
 #include "../test.h"
 
@@ -49,5 +53,24 @@ int main(void)
               !strcmp(l8_log_more(more, 0), "") &&
               !l8_log_ratelimit(&rl, t + L8_LOG_RATE_NS + 1, &skipped),
           "rate limit: %d passed, %llu skipped", passed, (unsigned long long)skipped);
+    /* l8_log_lines: one line each, at the message's level, empty lines
+     * dropped, lines past log_level not written. */
+    unsetenv("JOURNAL_STREAM");
+    l8_log_init(L8_LOG_INFO);
+    FILE *cap = tmpfile();
+    int saved = dup(STDERR_FILENO);
+    REQUIRE(cap && saved >= 0 && dup2(fileno(cap), STDERR_FILENO) >= 0, "cannot capture stderr");
+    l8_log_lines(NULL, LOG_INFO, "cuda: a report:\n  row 1\n\n  row 2");
+    l8_log_lines(NULL, LOG_WARNING, "cuda: a warning");
+    l8_log_lines(NULL, LOG_DEBUG, "cuda: not shown\nat info");
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    char got[256] = "";
+    rewind(cap);
+    got[fread(got, 1, sizeof got - 1, cap)] = 0;
+    fclose(cap);
+    const char *want = "llama8d: cuda: a report:\nllama8d:   row 1\nllama8d:   row 2\n"
+                       "llama8d: warning: cuda: a warning\n";
+    CHECK(!strcmp(got, want), "l8_log_lines wrote\n%s\nwant\n%s", got, want);
     return t_result("test_log");
 }

@@ -13,16 +13,16 @@
  *     to the same work in separate steps;
  *   exact, decode graphs: 3 sequences at different lengths per decode step
  *     (padded to a graph of 4), eager warm-up, capture, replays: case3's
- *     logits, and graphs on vs off (L8_CUDA_GRAPHS=0) within 1e-5;
+ *     logits, and graphs on vs off (no_graphs) within 1e-5;
  *   fp8, decode graphs over cuBLASLt at batches 1-3 with a prefill chunk
  *     between replays: graphs on vs off within 1e-2 (--graph-paths runs only
  *     this: the emulated sm_80's bf16 path, test emu_engine_sm80);
  *   sampling: the same seed gives the same tokens, run to run;
- *   the step profile (L8_PROFILE): every phase counted once per layer or
+ *   the step profile (profile_file): every phase counted once per layer or
  *     step, and profiling changes no logit.
  *   the GEMV / cuBLASLt crossover: measured and kept in the tune file, then
  *     taken from it (bitwise the logits of the same choice pinned by
- *     L8_GEMV_MAX_M); cuBLASLt's candidate pinned at every kept row count
+ *     gemv_max_m); cuBLASLt's candidate pinned at every kept row count
  *     up to a step's; malformed lines measured again, other lines kept.
  * With MODEL_DIR (the synthetic 8B of llama8-mkmodel: real head sizes, 8 KV
  * heads, 128k vocabulary), instead: a 40-token prompt in two chunks and 4
@@ -66,6 +66,26 @@
  * the same paths (as llama8d's restarts do through its tune_file). */
 static char g_tune[64];
 
+/* The measuring switches of every cuda engine the tests make (make,
+ * tune_prefill, big_run): main pins the emulation's GEMV; a test that
+ * changes one saves the pins and puts them back, so the tests after it
+ * keep main's. */
+struct pins {
+    bool gemv_fixed;
+    uint32_t gemv_max_m;
+    bool no_graphs;
+    const char *profile_file;
+};
+static struct pins g_pin;
+
+static void pin_opts(struct l8_engine_opts *o)
+{
+    o->gemv_fixed = g_pin.gemv_fixed;
+    o->gemv_max_m = g_pin.gemv_max_m;
+    o->no_graphs = g_pin.no_graphs;
+    o->profile_file = g_pin.profile_file;
+}
+
 /* What the engine reports holding: its weights as uploaded (the model's
  * bytes and the RoPE frequencies, for bf16 or f32 embeddings, which go up
  * as they are), exactly the pool's pages, and all of it inside what the
@@ -98,6 +118,7 @@ static struct l8_engine *make(const struct l8_model *m, enum l8_numerics num, ui
     struct l8_engine_opts o = { .numerics = num, .page_size = PS, .n_pages = n_pages,
                                 .max_step_tokens = CHUNK, .max_seqs = max_seqs,
                                 .tune_file = g_tune };
+    pin_opts(&o);
     struct l8_engine *e = NULL;
     char err[L8_ERRLEN];
     int r = l8_engine_create(m, L8_BACKEND_CUDA, &o, &e, err);
@@ -270,28 +291,10 @@ static void run_decode_and_batch(const struct l8_model *m, const struct l8_tenso
 }
 
 
-/* Set an environment variable for a test, keeping what it was (the pins
- * main sets for the emulation must outlive every test that changes them). */
-static char *env_pin(const char *name, const char *value)
-{
-    const char *v = getenv(name);
-    char *saved = v ? strdup(v) : NULL;
-    setenv(name, value, 1);
-    return saved;
-}
-static void env_restore(const char *name, char *saved)
-{
-    if (saved)
-        setenv(name, saved, 1);
-    else
-        unsetenv(name);
-    free(saved);
-}
-
 /* fp8, a mixed step: a prefill chunk of case2 (3 tiles, the tile kernel)
  * beside a decode row of case1 (the row kernel through its rows list)
  * gives bitwise the logits of the same work in separate steps. Everything
- * runs through the GEMV (L8_GEMV_MAX_M=64) and eagerly (L8_CUDA_GRAPHS=0),
+ * runs through the GEMV (gemv_max_m 64) and eagerly (no_graphs),
  * whose results do not depend on the other rows of a step, so any
  * difference is the step's layout: tiles, decode rows, their metadata. */
 static void run_mixed_step(const struct l8_model *m, const struct l8_tensor_set *ref)
@@ -305,8 +308,10 @@ static void run_mixed_step(const struct l8_model *m, const struct l8_tensor_set 
         pa[i] = 3 * i + 2;   /* interleaved, out of order between the two */
         pb[i] = 23 - 3 * i;
     }
-    char *saved = env_pin("L8_GEMV_MAX_M", "64");
-    setenv("L8_CUDA_GRAPHS", "0", 1);
+    const struct pins saved = g_pin;
+    g_pin.gemv_fixed = true;
+    g_pin.gemv_max_m = 64;
+    g_pin.no_graphs = true;
     float *mixed = malloc((size_t)(CH + 1) * V * 4), *apart = malloc((size_t)(CH + 1) * V * 4);
     for (int run = 0; run < 2; run++) {
         struct l8_engine *e = make(m, L8_NUMERICS_FP8, n_pages, 4);
@@ -333,8 +338,7 @@ static void run_mixed_step(const struct l8_model *m, const struct l8_tensor_set 
         }
         l8_engine_destroy(e);
     }
-    env_restore("L8_GEMV_MAX_M", saved);
-    unsetenv("L8_CUDA_GRAPHS");
+    g_pin = saved;
     uint32_t diff = 0;
     for (size_t i = 0; i < (size_t)(CH + 1) * V; i++)
         diff += memcmp(&mixed[i], &apart[i], 4) != 0;
@@ -351,7 +355,7 @@ static void run_mixed_step(const struct l8_model *m, const struct l8_tensor_set 
     free(apart);
 }
 
-/* The step profile (L8_PROFILE, fp8): a prompt step and DECODES decode
+/* The step profile (profile_file, fp8): a prompt step and DECODES decode
  * steps give one prefill and DECODES decode steps in the JSON, each with
  * every phase's calls per step (one per layer for the layer's operations,
  * one for the embedding, logits and sampling) and GPU time; and profiling
@@ -392,13 +396,12 @@ static void run_profile(const struct l8_model *m, const struct l8_tensor_set *re
     CHECK(fd >= 0, "mkstemp");
     close(fd);
     float *lg[2];
-    setenv("L8_CUDA_GRAPHS", "0", 1);
+    const struct pins saved = g_pin;
+    g_pin.no_graphs = true;
     for (int run = 0; run < 2; run++) {
-        if (run == 0)
-            setenv("L8_PROFILE", path, 1);
+        g_pin.profile_file = run == 0 ? path : NULL;
         lg[run] = malloc((size_t)(1 + PROF_DECODES) * V * 4);
         struct l8_engine *e = make(m, L8_NUMERICS_FP8, n_pages, 1);
-        unsetenv("L8_PROFILE");
         struct l8_seq s = { .tokens = tok, .n_tokens = S - PROF_DECODES, .pos = 0, .pages = pages,
                             .n_pages = n_pages, .logits = L8_LOGITS_LAST, .logits_out = lg[run] };
         for (uint32_t k = 0; k <= PROF_DECODES; k++) {
@@ -411,7 +414,7 @@ static void run_profile(const struct l8_model *m, const struct l8_tensor_set *re
         }
         l8_engine_destroy(e);   /* writes the profile */
     }
-    unsetenv("L8_CUDA_GRAPHS");
+    g_pin = saved;
     CHECK(memcmp(lg[0], lg[1], (size_t)(1 + PROF_DECODES) * V * 4) == 0,
           "profiling changed the logits");
     json_object *doc = json_object_from_file(path), *kinds = NULL;
@@ -467,6 +470,7 @@ static int tune_prefill(const struct l8_model *m, const struct l8_tensor_set *re
     load_tokens(ref, 2, tok, &S);
     struct l8_engine_opts o = { .numerics = L8_NUMERICS_FP8, .page_size = PS, .n_pages = 4,
                                 .max_step_tokens = TUNE_ROWS, .max_seqs = 1, .tune_file = tf };
+    pin_opts(&o);
     struct l8_engine *e = NULL;
     char err[L8_ERRLEN];
     int r = l8_engine_create(m, L8_BACKEND_CUDA, &o, &e, err);
@@ -510,8 +514,8 @@ static int tune_lines(const char *path, char *key, size_t key_len, char *vals, s
 
 /* The engine measures the crossover when the file has no line for its key,
  * keeps it there, and then takes the file's word for it: all 0 (cuBLASLt
- * everywhere) gives bitwise L8_GEMV_MAX_M=0's logits, all 64 those of
- * L8_GEMV_MAX_M=64, and the two differ. A malformed line is measured again
+ * everywhere) gives bitwise gemv_max_m 0's logits, all 64 those of
+ * gemv_max_m 64, and the two differ. A malformed line is measured again
  * and replaced, other keys' lines are kept, an unwritable file costs only
  * the keeping. */
 static void run_tune(const struct l8_model *m, const struct l8_tensor_set *ref)
@@ -520,14 +524,15 @@ static void run_tune(const struct l8_model *m, const struct l8_tensor_set *ref)
     char dir[] = "/tmp/l8-tune-XXXXXX", tf[96], key[1024], vals[256], text[2048];
     CHECK(mkdtemp(dir) != NULL, "mkdtemp");
     snprintf(tf, sizeof tf, "%s/tune", dir);
-    char *saved = env_pin("L8_GEMV_MAX_M", "0");
+    const struct pins saved = g_pin;
     float *pin[2], *got = malloc(n * 4);
     for (int i = 0; i < 2; i++) {
         pin[i] = malloc(n * 4);
-        setenv("L8_GEMV_MAX_M", i ? "64" : "0", 1);
+        g_pin.gemv_fixed = true;
+        g_pin.gemv_max_m = i ? 64 : 0;
         CHECK(tune_prefill(m, ref, NULL, pin[i]) == 0, "tune: pinned run %d", i);
     }
-    unsetenv("L8_GEMV_MAX_M");
+    g_pin.gemv_fixed = false;   /* from here on measured, or the file's */
     CHECK(memcmp(pin[0], pin[1], n * 4) != 0, "tune: GEMV and cuBLASLt gave bitwise equal logits");
 
     /* measured and kept */
@@ -551,7 +556,7 @@ static void run_tune(const struct l8_model *m, const struct l8_tensor_set *ref)
         write_file(tf, text);
         CHECK(tune_prefill(m, ref, tf, got) == 0, "tune: run from the file %d", i);
         CHECK(memcmp(got, pin[i], n * 4) == 0,
-              "tune: a file of all %d did not give L8_GEMV_MAX_M=%d's logits", 64 * i, 64 * i);
+              "tune: a file of all %d did not give gemv_max_m %d's logits", 64 * i, 64 * i);
     }
 
     /* cuBLASLt's algorithms: the file's ranks are taken as they are; a line
@@ -639,7 +644,7 @@ static void run_tune(const struct l8_model *m, const struct l8_tensor_set *ref)
     snprintf(tf, sizeof tf, "%s/no/such/dir/tune", dir);
     CHECK(tune_prefill(m, ref, tf, got) == 0, "tune: an unwritable tune file failed creation");
     rmdir(dir);
-    env_restore("L8_GEMV_MAX_M", saved);
+    g_pin = saved;
     free(pin[0]);
     free(pin[1]);
     free(got);
@@ -738,6 +743,8 @@ static int big_run(const struct l8_model *m, enum l8_backend be, enum l8_numeric
     struct l8_engine_opts o = { .numerics = num, .page_size = PS, .n_pages = n_pages,
                                 .max_step_tokens = BIG_CHUNK, .max_seqs = 1,
                                 .tune_file = g_tune };
+    if (be == L8_BACKEND_CUDA)
+        pin_opts(&o);
     struct l8_engine *e = NULL;
     char err[L8_ERRLEN];
     struct timespec t0, t1;
@@ -891,19 +898,17 @@ static void run_big(const char *dir)
 /* Decode graphs: three sequences at different lengths (case3's tokens, own
  * pages) decoded together, 3 rows padded to a graph of 4; steps 1 (eager,
  * warming the shape), 2 (capture) and the replays must all give case3's
- * reference logits, and the same as with graphs off (L8_CUDA_GRAPHS=0). */
+ * reference logits, and the same as with graphs off (no_graphs). */
 #define GB_SEQS 3u
 #define GB_STEPS 8u
 static void graph_batch_run(const struct l8_model *m, const struct l8_tensor_set *ref,
                             bool graphs, float *out)
 {
     const uint32_t V = m->cfg.vocab, n_pages = 64, start[GB_SEQS] = { 100, 150, 200 };
-    if (graphs)
-        unsetenv("L8_CUDA_GRAPHS");
-    else
-        setenv("L8_CUDA_GRAPHS", "0", 1);
+    const struct pins saved = g_pin;
+    g_pin.no_graphs = !graphs;
     struct l8_engine *e = make(m, L8_NUMERICS_EXACT, n_pages, 4);
-    unsetenv("L8_CUDA_GRAPHS");
+    g_pin = saved;
     uint32_t tok[300], S;
     load_tokens(ref, 3, tok, &S);
     uint32_t pages[GB_SEQS][16];
@@ -958,7 +963,7 @@ static void run_graph_batch(const struct l8_model *m, const struct l8_tensor_set
     free(x);
 }
 
-/* Decode graphs over cuBLASLt's FP8 path (L8_GEMV_MAX_M=0: every product
+/* Decode graphs over cuBLASLt's FP8 path (gemv_max_m 0: every product
  * there, and nothing measured at creation), at batch sizes that come and
  * go (a shape's graph is captured the second time it is seen), then a
  * prefill chunk longer than the prompts before, then replays: the path's
@@ -973,11 +978,12 @@ static void graph_paths_run(const struct l8_model *m, const struct l8_tensor_set
                             bool graphs, float *out)
 {
     const uint32_t V = m->cfg.vocab, n_pages = 96;
-    char *saved = env_pin("L8_GEMV_MAX_M", "0");
-    if (!graphs)
-        setenv("L8_CUDA_GRAPHS", "0", 1);
+    const struct pins saved = g_pin;
+    g_pin.gemv_fixed = true;
+    g_pin.gemv_max_m = 0;
+    g_pin.no_graphs = !graphs;
     struct l8_engine *e = make(m, L8_NUMERICS_FP8, n_pages, 4);
-    unsetenv("L8_CUDA_GRAPHS");
+    g_pin = saved;
     uint32_t tok[300], S, pos[GP_SEQS] = { 40, 60, 80 };
     load_tokens(ref, 3, tok, &S);
     uint32_t pages[GP_SEQS + 1][24];
@@ -1008,7 +1014,6 @@ static void graph_paths_run(const struct l8_model *m, const struct l8_tensor_set
             pos[q]++;
     }
     l8_engine_destroy(e);
-    env_restore("L8_GEMV_MAX_M", saved);
 }
 
 static void run_graph_paths(const struct l8_model *m, const struct l8_tensor_set *ref)
@@ -1096,7 +1101,8 @@ int main(int argc, char **argv)
     /* The emulation's timings send every product to cuBLASLt (its GEMV is
      * fibers, its cuBLASLt plain loops); keep the other tests on the paths
      * a GPU takes at these sizes. run_tune measures all the same. */
-    setenv("L8_GEMV_MAX_M", "8", 0);
+    g_pin.gemv_fixed = true;
+    g_pin.gemv_max_m = 8;
 #endif
     if (argc > 2 && !only_graph_paths && !only_streams) {
         run_big(argv[2]);

@@ -1203,7 +1203,7 @@ int main(int argc, char **argv)
         return t_failures ? 1 : 0;
     }
     printf("decode kernels launched with programmatic dependent launch: %s\n",
-           l8k_pdl_enabled() ? "yes" : "no (L8_PDL=0 or compute capability < 9)");
+           l8k_pdl_enabled() ? "yes" : "no (compute capability < 9)");
     struct l8k_blas *b = NULL;
     int rc = l8k_blas_create(0, &b);
     CHECK(rc == 0, "l8k_blas_create: %d", rc);

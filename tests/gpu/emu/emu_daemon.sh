@@ -60,7 +60,7 @@ for r in a b c; do
     fi
     [ -s "$tmp/cpu.$r" ] || { echo "FAIL: request $r: empty reply"; fail=1; }
 done
-grep -h "llama8 cuda" "$tmp/cuda.log" || true
+grep -h "^llama8d: cuda:" "$tmp/cuda.log" || true
 # the cuda backend's warm-up: graphs at batch 1, 2, 4, then a full step's prefill
 grep -h "^llama8d: \(warm-up\|decode graphs\)" "$tmp/cuda.log"
 grep -q "warm-up prefill of 64 tokens" "$tmp/cuda.log" ||
