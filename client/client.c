@@ -797,6 +797,7 @@ static void take_status(const Llama8__Status *s, struct l8c_status *out)
     o.clients = s->clients;
     o.max_clients = s->max_clients;
     o.admin_clients = s->admin_clients;
+    o.own_uid = s->own_uid;
     o.requests_running = s->requests_running;
     o.requests_waiting = s->requests_waiting;
     o.context_length = s->context_length;

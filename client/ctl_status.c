@@ -11,7 +11,9 @@
 static void status_usage(FILE *f)
 {
     fprintf(f, "Usage: llama8ctl status [--socket PATH] [--json]\n"
-               "Print the served model, KV pool use, clients, requests, errors sent, tokens/s and uptime.\n\n"
+               "Print the served model, KV pool use, clients, requests, errors sent, tokens/s and uptime.\n"
+               "A user other than root and the daemon's user sees their own uid's requests,\n"
+               "tokens, cache hits and errors, and the pool's figures (own_uid in --json).\n\n"
                "exit status: 0 ok, 1 the daemon failed to answer, 2 bad command line,\n"
                "3 no daemon at the socket\n");
 }
@@ -83,6 +85,7 @@ int ctl_status(int argc, char **argv)
         json_object_object_add(o, "config_restart", json_object_new_string(s.config_restart));
         json_object_object_add(o, "max_clients", json_object_new_int64(s.max_clients));
         json_object_object_add(o, "admin_clients", json_object_new_int64(s.admin_clients));
+        json_object_object_add(o, "own_uid", json_object_new_boolean(s.own_uid));
         puts(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY));
         json_object_put(o);
     } else {
@@ -98,18 +101,23 @@ int ctl_status(int argc, char **argv)
                    (double)s.device_used / GIB, (double)s.device_total / GIB);
         printf("clients:   %u (at most %u, and %u more for root and llama8d's user; "
                "llama8ctl clients lists them)\n", s.clients, s.max_clients, s.admin_clients);
-        printf("requests:  %u running, %u waiting, %llu done\n", s.requests_running,
-               s.requests_waiting, (unsigned long long)s.requests_done);
-        printf("tokens:    %llu generated, %.1f/s; %llu prompt (%llu from cache)\n",
-               (unsigned long long)s.tokens_generated, s.tokens_per_s,
-               (unsigned long long)s.prompt_tokens, (unsigned long long)s.prompt_tokens_cached);
+        /* own_uid: the counts are this uid's, the rates and queues everyone's. */
+        const char *yours = s.own_uid ? " by your uid" : "";
+        printf("requests:  %u running, %u waiting; %llu done%s\n", s.requests_running,
+               s.requests_waiting, (unsigned long long)s.requests_done, yours);
+        printf("tokens:    %.1f/s; %llu generated, %llu prompt (%llu from cache)%s\n",
+               s.tokens_per_s, (unsigned long long)s.tokens_generated,
+               (unsigned long long)s.prompt_tokens, (unsigned long long)s.prompt_tokens_cached,
+               yours);
         printf("errors:    ");
         int shown = 0;
         for (int i = 1; i < L8_ERR_MAX_; i++)
             if (s.errors[i])
                 printf("%s%s %llu", shown++ ? ", " : "", l8c_err_name(i),
                        (unsigned long long)s.errors[i]);
-        printf("%s\n", shown ? " (sent to clients since start)" : "none sent to clients");
+        printf("%s\n", shown ? (s.own_uid ? " (sent to your uid's clients since start)"
+                                           : " (sent to clients since start)")
+                             : s.own_uid ? "none sent to your uid's clients" : "none sent to clients");
         printf("uptime:    %.1f s%s\n", s.uptime_s, s.draining ? " (draining)" : "");
         if (s.step_stalled)
             printf("engine:    STALLED: a step has run %.1f s, past its bound; the watchdog "
@@ -128,7 +136,9 @@ int ctl_status(int argc, char **argv)
         if (s.config_restart[0])
             printf("; at the next start: %s", s.config_restart);
         printf("\n");
-        if (s.steps) {
+        if (s.own_uid)
+            printf("steps:     the engine's step figures are shown to root and llama8d's user\n");
+        else if (s.steps) {
             const uint64_t ps = s.steps - s.decode_steps;
             printf("steps:     %llu, %.3f ms each on average; %.1f us from a step's end to the "
                    "next one's start while requests were left (%llu such)\n",

@@ -193,6 +193,13 @@ struct l8c_status {
     /* Clients connected at most (max_clients), and how many more root and
      * the daemon's own user may connect beyond them (admin_clients). */
     uint32_t max_clients, admin_clients;
+    /* false: the daemon's figures (root and the daemon's user asked).
+     * true: a user other than those asked, and requests_done,
+     * tokens_generated, prompt_tokens, prompt_tokens_cached and errors are
+     * that uid's own, since the daemon started; steps ... decode_rows,
+     * fed_tokens and preemptions are 0 (they would tell when other users
+     * send and how long their prompts are). */
+    bool own_uid;
 };
 int l8c_status(struct l8c_client *c, struct l8c_status *out, int timeout_ms);
 /* Has the daemon read its configuration again, as SIGHUP (systemctl reload)

@@ -14,6 +14,36 @@
 #include "llama8.pb-c.h"
 #include "log.h"
 
+int l8d_usage_index(struct l8d *d, uid_t uid)
+{
+    for (uint32_t i = 0; i < d->n_usage; i++)
+        if (d->usage[i].uid == uid)
+            return (int)i;
+    if (d->n_usage == d->usage_cap) {
+        uint32_t cap = d->usage_cap ? 2 * d->usage_cap : 8;
+        struct l8d_usage *u = realloc(d->usage, cap * sizeof(*u));
+        if (!u)
+            return -ENOMEM;
+        d->usage = u;
+        d->usage_cap = cap;
+    }
+    d->usage[d->n_usage] = (struct l8d_usage){ .uid = uid };
+    return (int)d->n_usage++;
+}
+
+void l8d_count_error(struct l8d *d, uid_t uid, int code)
+{
+    if (code <= 0 || code >= L8_ERR_MAX_)
+        return;
+    d->errors[code]++;
+    for (uint32_t i = 0; i < d->n_usage; i++)
+        if (d->usage[i].uid == uid)
+            d->usage[i].errors[code]++;
+}
+
+/* The Status: the daemon's counters for the administrator; for any other
+ * user the pool's figures, and the request counters of their own uid
+ * (d->usage) instead of everyone's (Status.own_uid). */
 void l8d_admin_status(struct l8d_session *s)
 {
     struct l8d *d = s->d;
@@ -75,6 +105,18 @@ void l8d_admin_status(struct l8d_session *s)
     o.device_total = mem->device_total;
     o.errors = d->errors;
     o.n_errors = L8_ERR_MAX_;
+    if (!l8d_uid_is_admin(s->uid)) {
+        const struct l8d_usage *u = &d->usage[s->usage_i];
+        o.own_uid = true;
+        o.requests_done = u->requests_done;
+        o.tokens_generated = u->tokens_generated;
+        o.prompt_tokens = u->prompt_tokens;
+        o.prompt_tokens_cached = u->prompt_tokens_cached;
+        o.errors = (uint64_t *)u->errors;
+        o.steps = o.gap_steps = o.decode_steps = o.decode_rows = o.fed_tokens = 0;
+        o.step_time_s = o.gap_time_s = o.decode_time_s = 0;
+        o.preemptions = 0;
+    }
     Llama8__DaemonMessage m = LLAMA8__DAEMON_MESSAGE__INIT;
     m.msg_case = LLAMA8__DAEMON_MESSAGE__MSG_STATUS;
     m.status = &o;

@@ -20,6 +20,19 @@
 
 struct l8d;
 
+/* What one uid's clients did since the daemon started: what Status tells a
+ * user who is not the administrator in place of the daemon-wide counters,
+ * so no user learns when others send, how long their prompts are, or that
+ * their prompts hit the prefix cache. */
+struct l8d_usage {
+    uid_t uid;
+    uint64_t requests_done;      /* ended with a DONE event */
+    uint64_t prompt_tokens;      /* computed when the request started */
+    uint64_t prompt_tokens_cached; /* taken from the prefix cache then */
+    uint64_t tokens_generated;   /* delivered */
+    uint64_t errors[L8_ERR_MAX_];  /* error events and datagrams sent, by code */
+};
+
 /* One live request of a session; the scheduler's `user` points here. */
 struct l8d_req {
     struct l8d_session *s;
@@ -50,6 +63,7 @@ struct l8d_session {
     pid_t pid;
     uid_t uid;
     gid_t gid;
+    uint32_t usage_i;        /* its uid's entry in d->usage */
     char name[65];
     /* Shared memory: the daemon's private copy of the geometry is the only
      * one it trusts; the header in the mapping is for the client. */
@@ -168,6 +182,10 @@ struct l8d {
     uint64_t start_ns;
     uint64_t requests_done;
     uint64_t errors[L8_ERR_MAX_];       /* error events and datagrams sent, by code */
+    /* The same per uid (admin.c): an entry for each uid that connected,
+     * kept for the daemon's life (a few per workstation). */
+    struct l8d_usage *usage;
+    uint32_t n_usage, usage_cap;
     uint64_t rate_t[16], rate_tok[16];  /* 1 s samples for tokens/s */
     uint32_t rate_i, rate_n;
     uint64_t last_sample_ns, last_watchdog_ns;
@@ -217,8 +235,10 @@ void l8d_session_close(struct l8d_session *s, int err_code, const char *why);
 void l8d_session_free(struct l8d_session *s);
 /* SIGTERM deadline: cut every live request with SHUTTING_DOWN. */
 void l8d_session_cut_all(struct l8d_session *s);
-/* An Error datagram on fd (best effort, never blocks; counted in d->errors). */
-void l8d_send_error(struct l8d *d, int fd, int code, uint64_t request_id, const char *msg);
+/* An Error datagram on fd (best effort, never blocks; counted in d->errors
+ * and for uid, as l8d_count_error). */
+void l8d_send_error(struct l8d *d, int fd, uid_t uid, int code, uint64_t request_id,
+                    const char *msg);
 /* A DaemonMessage datagram on fd with nfds (at most L8_N_FDS) descriptors;
  * never blocks. 0, or a negative errno (-EMSGSIZE: over L8_MAX_CTL_MSG). */
 struct Llama8__DaemonMessage;
@@ -235,6 +255,12 @@ void l8d_admin_clients(struct l8d_session *s, uint64_t after_id);
 /* A ReloadRequest: l8d_reload, answered with the Status; a client that is
  * not the administrator is closed with PERMISSION_DENIED. */
 void l8d_admin_reload(struct l8d_session *s);
+/* The index of uid's entry in d->usage, made when it first connects, or
+ * -ENOMEM. */
+int  l8d_usage_index(struct l8d *d, uid_t uid);
+/* An error sent: counted in d->errors and, if uid has connected, in its
+ * entry. */
+void l8d_count_error(struct l8d *d, uid_t uid, int code);
 
 /* reload.c: read the configuration again (SIGHUP, a ReloadRequest) and
  * apply its live keys; what changed, what waits for a restart, or why the

@@ -400,6 +400,7 @@ static void teardown(struct l8d *d)
             l8d_session_free(d->sessions[i]);
     free(d->sessions);
     free(d->slot_gen);
+    free(d->usage);
     if (d->listen_fd >= 0) {
         close(d->listen_fd);
         if (!d->socket_activated)

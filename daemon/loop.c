@@ -210,6 +210,10 @@ static void start_step(struct l8d *d)
         if (!r || !r->live)
             continue;
         r->cached_tokens = slots[i].cached_tokens;
+        struct l8d_usage *u = &d->usage[r->s->usage_i];
+        u->prompt_tokens += r->prompt_tokens > r->cached_tokens
+                                ? r->prompt_tokens - r->cached_tokens : 0;
+        u->prompt_tokens_cached += r->cached_tokens;
         struct l8_event ev = { .request_id = slots[i].id, .t_ns = t, .kind = L8_EV_STARTED,
                                .token = r->prompt_tokens, .index = slots[i].cached_tokens,
                                .logprob = 0.0f };
@@ -636,7 +640,7 @@ int l8d_loop_run(struct l8d *d)
     for (uint32_t i = 0; i < d->n_slots; i++) {
         struct l8d_session *s = d->sessions[i];
         if (s && s->state != L8D_SESS_CLOSING)
-            l8d_send_error(d, s->fd, L8_ERR_SHUTTING_DOWN, 0, "the daemon stopped");
+            l8d_send_error(d, s->fd, s->uid, L8_ERR_SHUTTING_DOWN, 0, "the daemon stopped");
     }
     return d->exit_code;
 }

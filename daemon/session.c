@@ -48,10 +48,10 @@ _Static_assert((int)L8_DONE_CANCELLED == (int)LLAMA8__DONE_REASON__DONE_CANCELLE
 
 /* ---------------------------------------------------------------- control socket */
 
-void l8d_send_error(struct l8d *d, int fd, int code, uint64_t request_id, const char *msg)
+void l8d_send_error(struct l8d *d, int fd, uid_t uid, int code, uint64_t request_id,
+                    const char *msg)
 {
-    if (code > 0 && code < L8_ERR_MAX_)
-        d->errors[code]++;
+    l8d_count_error(d, uid, code);
     uint8_t buf[L8_MAX_CTL_MSG];
     Llama8__Error e = LLAMA8__ERROR__INIT;
     e.code = (Llama8__ErrorCode)code;
@@ -90,10 +90,10 @@ static void drop_unread(int fd, uint8_t *buf, size_t len)
  * it sees the queued Error; so shut our receiving side first (the client's
  * later sends fail with EPIPE instead of queueing; the client library then
  * reads the Error), drop what was already queued (its Hello), and close. */
-static void refuse(struct l8d *d, int fd, int code, const char *msg)
+static void refuse(struct l8d *d, int fd, uid_t uid, int code, const char *msg)
 {
     uint8_t sink[L8_MAX_CTL_MSG];
-    l8d_send_error(d, fd, code, 0, msg);
+    l8d_send_error(d, fd, uid, code, 0, msg);
     shutdown(fd, SHUT_RD);
     drop_unread(fd, sink, sizeof(sink));
     close(fd);
@@ -186,7 +186,7 @@ int l8d_session_refuse_waiting(struct l8d *d)
     for (int i = 0; i < 64 && rc == 0 && poll(&p, 1, 0) == 1; i++) {
         int fd = accept4(d->listen_fd, NULL, NULL, SOCK_CLOEXEC);
         if (fd >= 0)
-            refuse(d, fd, L8_ERR_TOO_MANY_CLIENTS, "the daemon is out of file descriptors");
+            refuse(d, fd, (uid_t)-1, L8_ERR_TOO_MANY_CLIENTS, "the daemon is out of file descriptors");
         else if (errno != EAGAIN && errno != ECONNABORTED)
             rc = -errno;
     }
@@ -209,11 +209,11 @@ int l8d_session_accept(struct l8d *d, int fd)
         if (l8_log_ratelimit(&d->rl_denied, l8d_now_ns(), &skipped))
             log_notice("refused pid %d uid %u: not root and not in group '%s'%s", (int)cr.pid,
                        (unsigned)cr.uid, d->conf.allowed_group, l8_log_more(more, skipped));
-        refuse(d, fd, L8_ERR_PERMISSION_DENIED, "not a member of the allowed group");
+        refuse(d, fd, cr.uid, L8_ERR_PERMISSION_DENIED, "not a member of the allowed group");
         return 0;
     }
     if (d->state != L8D_RUNNING) {
-        refuse(d, fd, L8_ERR_SHUTTING_DOWN, "the daemon is shutting down");
+        refuse(d, fd, cr.uid, L8_ERR_SHUTTING_DOWN, "the daemon is shutting down");
         return 0;
     }
     uint32_t slot = d->n_slots;
@@ -232,12 +232,13 @@ int l8d_session_accept(struct l8d *d, int fd)
             log_warn("refused pid %d uid %u: %u clients connected (max_clients %u, "
                      "admin_clients %u)%s", (int)cr.pid, (unsigned)cr.uid, d->n_sessions,
                      d->conf.max_clients, d->conf.admin_clients, l8_log_more(more, skipped));
-        refuse(d, fd, L8_ERR_TOO_MANY_CLIENTS, "too many clients");
+        refuse(d, fd, cr.uid, L8_ERR_TOO_MANY_CLIENTS, "too many clients");
         return 0;
     }
-    struct l8d_session *s = calloc(1, sizeof(*s));
+    const int usage_i = l8d_usage_index(d, cr.uid);
+    struct l8d_session *s = usage_i < 0 ? NULL : calloc(1, sizeof(*s));
     if (!s) {
-        refuse(d, fd, L8_ERR_INTERNAL, "out of memory");
+        refuse(d, fd, cr.uid, L8_ERR_INTERNAL, "out of memory");
         return -ENOMEM;
     }
     s->d = d;
@@ -248,6 +249,7 @@ int l8d_session_accept(struct l8d *d, int fd)
     s->pid = cr.pid;
     s->uid = cr.uid;
     s->gid = cr.gid;
+    s->usage_i = (uint32_t)usage_i;
     s->id = ++d->next_client_id;
     s->state = L8D_SESS_HELLO;
     s->t_accept_ns = l8d_now_ns();
@@ -509,7 +511,7 @@ static void push_refusal(struct l8d_session *s, uint64_t id, int code, int field
     struct l8_event ev = { .request_id = id, .t_ns = l8d_now_ns(), .kind = L8_EV_ERROR,
                            .code = (uint16_t)code, .reason = (uint8_t)field, .token = value,
                            .index = limit, .logprob = fvalue };
-    s->d->errors[code]++;
+    l8d_count_error(s->d, s->uid, code);
     l8d_session_push(s, &ev);
 }
 
@@ -553,6 +555,7 @@ void l8d_session_on_sched_event(struct l8d *d, const struct l8_sched_event *e, u
         if (!r->generated++)
             r->t_first_ns = t_ns;
         s->tokens_generated++;
+        d->usage[s->usage_i].tokens_generated++;
         break;
     case L8_SCHED_EV_DONE:
         ev.kind = L8_EV_DONE;
@@ -566,6 +569,7 @@ void l8d_session_on_sched_event(struct l8d *d, const struct l8_sched_event *e, u
         req_release(s, r, ev.reason == L8_DONE_EOS ? "done (eos)" : ev.reason == L8_DONE_STOP
                           ? "done (stop id)" : "done (length)", t_ns);
         d->requests_done++;
+        d->usage[s->usage_i].requests_done++;
         break;
     case L8_SCHED_EV_ERROR:
     default:
@@ -573,7 +577,7 @@ void l8d_session_on_sched_event(struct l8d *d, const struct l8_sched_event *e, u
                 (unsigned long long)e->id, e->error);
         ev = (struct l8_event){ .request_id = e->id, .t_ns = t_ns, .kind = L8_EV_ERROR,
                                 .code = L8_ERR_INTERNAL, .logprob = NAN };
-        d->errors[L8_ERR_INTERNAL]++;
+        l8d_count_error(d, s->uid, L8_ERR_INTERNAL);
         req_release(s, r, "failed (engine error)", t_ns);
         break;
     }
@@ -800,7 +804,7 @@ void l8d_session_close(struct l8d_session *s, int err_code, const char *why)
     if (s->state == L8D_SESS_CLOSING)
         return;
     if (err_code) {
-        l8d_send_error(d, s->fd, err_code, 0, why);
+        l8d_send_error(d, s->fd, s->uid, err_code, 0, why);
         s->error_sent = true;
     }
     uint32_t n = l8_sched_cancel_owner(d->sched, s->id);

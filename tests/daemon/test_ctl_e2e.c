@@ -428,6 +428,8 @@ static void status_json(struct status *s)
     s->clients = get_int(j, "clients", w);
     CHECK(get_int(j, "max_clients", w) == 256 && get_int(j, "admin_clients", w) == 2,
           "max_clients, admin_clients %s", o.p);
+    CHECK(!json_object_get_boolean(get(j, "own_uid", json_type_boolean, w)),
+          "own_uid (root asks) %s", o.p);
     s->running = get_int(j, "requests_running", w);
     s->waiting = get_int(j, "requests_waiting", w);
     s->done = get_int(j, "requests_done", w);

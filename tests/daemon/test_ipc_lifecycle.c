@@ -17,6 +17,9 @@
  *    clients only (needs root);
  *  - prefix_cache: user (the default) keeps each uid's cached pages to it,
  *    shared and off do what they say (needs root, else skipped);
+ *  - Status as uid 65534 beside root's traffic: its own uid's requests,
+ *    tokens and cache hits, no step figures; root sees everyone's (needs
+ *    root, else skipped);
  *  - socket activation through systemd-socket-activate (skipped if absent);
  *  - SIGHUP reloads the configuration: RELOADING=1 then READY=1, the live
  *    keys applied (flags still win; max_clients up, then down under the
@@ -672,6 +675,93 @@ static void test_prefix_cache_scope(void)
     }
 }
 
+/* As uid 65534 in group gid: with generate, one request as
+ * cached_prompt_tokens makes; then its Status into *out. 0, or -1. */
+static int status_as_nobody(const char *sock, gid_t gid, bool generate, struct l8c_status *out)
+{
+    int p[2];
+    REQUIRE(pipe(p) == 0, "pipe");
+    pid_t kid = fork_as_nobody(&gid, 1);
+    if (kid == 0) {
+        close(p[0]);
+        struct l8c_client *c;
+        struct l8c_status st;
+        char err[L8C_ERRLEN];
+        if ((generate && cached_prompt_tokens(sock) < 0) ||
+            l8c_connect(sock, "nobody's status", &c, err) < 0 || l8c_status(c, &st, 10000) < 0 ||
+            write(p[1], &st, sizeof st) != (ssize_t)sizeof st)
+            _exit(2);
+        _exit(0);
+    }
+    close(p[1]);
+    ssize_t n = read(p[0], out, sizeof *out);
+    close(p[0]);
+    return child_status(kid) == 0 && n == (ssize_t)sizeof *out ? 0 : -1;
+}
+
+/* Status tells a user other than root and the daemon's user their own
+ * uid's requests, tokens and cache hits, and the pool's figures, not when
+ * others send or how long their prompts are (own_uid); root sees it all. */
+static void test_status_scope(void)
+{
+    if (geteuid() != 0) {
+        fprintf(stderr, "status scope: not root, skipped\n");
+        return;
+    }
+    char gname[64];
+    const gid_t gid = member_group(gname);
+    struct tdaemon d;
+    const char *extra[] = { "--allowed-group", gname, "--socket-mode", "0666",
+                            "--page-size", "16", NULL };
+    tdaemon_start(&d, bin, model, extra);
+    /* Root's traffic: two 40-token prompts, the second 32 from the cache. */
+    CHECK(cached_prompt_tokens(d.sock) == 0 && cached_prompt_tokens(d.sock) == 32,
+          "root's requests");
+    struct l8c_status st;
+    CHECK(status_as_nobody(d.sock, gid, false, &st) == 0, "uid 65534's status");
+    CHECK(st.own_uid && st.requests_done == 0 && st.tokens_generated == 0 &&
+              st.prompt_tokens == 0 && st.prompt_tokens_cached == 0,
+          "uid 65534 beside root's 2 requests: own_uid %d, %llu done, %llu generated, "
+          "%llu prompt (%llu cached); want its own: 0", st.own_uid,
+          (unsigned long long)st.requests_done, (unsigned long long)st.tokens_generated,
+          (unsigned long long)st.prompt_tokens, (unsigned long long)st.prompt_tokens_cached);
+    CHECK(st.steps == 0 && st.decode_steps == 0 && st.decode_rows == 0 && st.fed_tokens == 0 &&
+              st.step_time_s == 0 && st.preemptions == 0,
+          "uid 65534 sees step figures: %llu steps, %llu fed", (unsigned long long)st.steps,
+          (unsigned long long)st.fed_tokens);
+    CHECK(st.pages_total > 0 && st.clients >= 1 && st.page_size == 16 && st.tokens_per_s >= 0,
+          "uid 65534's pool figures: %u pages, %u clients", st.pages_total, st.clients);
+    uint64_t errs = 0;
+    for (int i = 0; i < 32; i++)
+        errs += st.errors[i];
+    CHECK(errs == 0, "uid 65534 sees %llu errors", (unsigned long long)errs);
+    /* Its own requests: the first computes all 40, the second takes 32
+     * from its uid's cache. */
+    CHECK(status_as_nobody(d.sock, gid, true, &st) == 0 && st.own_uid && st.requests_done == 1 &&
+              st.tokens_generated == 4 && st.prompt_tokens == 40 && st.prompt_tokens_cached == 0,
+          "uid 65534 after 1 request: %llu done, %llu generated, %llu prompt (%llu cached)",
+          (unsigned long long)st.requests_done, (unsigned long long)st.tokens_generated,
+          (unsigned long long)st.prompt_tokens, (unsigned long long)st.prompt_tokens_cached);
+    CHECK(status_as_nobody(d.sock, gid, true, &st) == 0 && st.own_uid && st.requests_done == 2 &&
+              st.tokens_generated == 8 && st.prompt_tokens == 48 && st.prompt_tokens_cached == 32,
+          "uid 65534 after 2 requests: %llu done, %llu generated, %llu prompt (%llu cached)",
+          (unsigned long long)st.requests_done, (unsigned long long)st.tokens_generated,
+          (unsigned long long)st.prompt_tokens, (unsigned long long)st.prompt_tokens_cached);
+    /* Root: everyone's. */
+    struct l8c_client *c;
+    char err[L8C_ERRLEN];
+    REQUIRE(l8c_connect(d.sock, "root", &c, err) == 0, "connect: %s", err);
+    CHECK(l8c_status(c, &st, 10000) == 0 && !st.own_uid && st.requests_done == 4 &&
+              st.tokens_generated == 16 && st.prompt_tokens_cached == 64 && st.steps > 0 &&
+              st.fed_tokens > 0,
+          "root's status: own_uid %d, %llu done, %llu generated, %llu cached, %llu steps",
+          st.own_uid, (unsigned long long)st.requests_done,
+          (unsigned long long)st.tokens_generated, (unsigned long long)st.prompt_tokens_cached,
+          (unsigned long long)st.steps);
+    l8c_close(c);
+    CHECK(tdaemon_stop(&d) == 0, "exit");
+}
+
 static void test_socket_activation(void)
 {
     const char *sa = NULL;
@@ -740,6 +830,7 @@ int main(int argc, char **argv)
     test_admin_clients();
     test_clients();
     test_prefix_cache_scope();
+    test_status_scope();
     test_socket_activation();
     test_reload();
     test_rate();
