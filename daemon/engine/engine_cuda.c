@@ -79,7 +79,11 @@ struct cuda_engine {
     const struct l8_model *m;
     const struct l8_config *c;
     enum l8_numerics num;
-    uint32_t ps, n_pages, max_tokens, max_seqs, max_pages_seq, lch;
+    uint32_t page_size;           /* positions per KV page */
+    uint32_t n_pages, max_tokens, max_seqs, max_pages_seq;
+    uint32_t logit_chunk;         /* logit rows computed at once (a step's rows go
+                                     through lm_head and sampling in chunks of this
+                                     many): max(max_seqs, 64), the rows of fin .. h_lp */
     uint32_t in_max;              /* the widest product input: max(hidden, inter, nh D) */
     struct l8_tune tune;          /* GEMV up to tune.gemv_max_m[product] rows */
     cudaStream_t st;
@@ -111,23 +115,23 @@ struct cuda_engine {
     float *xs;                    /* [T] per-token scales */
     float *attn_work;
     size_t attn_work_floats;
-    float *fin;                   /* [lch, hidden] final-normed rows (f32) */
-    uint16_t *fin16;              /* [lch, hidden] the same in bf16 (cuBLASLt lm_head) */
-    float *logits;                /* [lch, vocab] */
-    float *samp_scr;              /* [lch, vocab] */
-    struct l8k_sample_req *d_req; /* [lch] */
-    int32_t *d_tok;               /* [lch] */
-    float *d_lp;                  /* [lch] */
+    float *fin;                   /* [logit_chunk, hidden] final-normed rows (f32) */
+    uint16_t *fin16;              /* [logit_chunk, hidden] the same in bf16 (cuBLASLt lm_head) */
+    float *logits;                /* [logit_chunk, vocab] */
+    float *samp_scr;              /* [logit_chunk, vocab] */
+    struct l8k_sample_req *d_req; /* [logit_chunk] */
+    int32_t *d_tok;               /* [logit_chunk] */
+    float *d_lp;                  /* [logit_chunk] */
     int32_t *d_hist;              /* history ids, grows */
     size_t hist_cap;
 
     /* Step metadata: one pinned host block mirrored by one device block. */
     int32_t *h_meta, *d_meta;
     size_t meta_cap;              /* int32 elements */
-    float *h_logits;              /* [lch, vocab] pinned */
-    struct l8k_sample_req *h_req; /* [lch] pinned */
-    int32_t *h_tok;               /* [lch] pinned */
-    float *h_lp;                  /* [lch] pinned */
+    float *h_logits;              /* [logit_chunk, vocab] pinned */
+    struct l8k_sample_req *h_req; /* [logit_chunk] pinned */
+    int32_t *h_tok;               /* [logit_chunk] pinned */
+    float *h_lp;                  /* [logit_chunk] pinned */
     int32_t *h_hist;              /* pinned, hist_cap */
 
     /* Host scratch. */
@@ -302,12 +306,12 @@ static int tune_run(void *ctx, enum l8_tune_product p, uint32_t M, bool gemm)
                  : p == L8_TP_QKV
                      ? l8k_gemv_qkv_rope(W->w, W->s, e->xq, L8K_FP8, e->xs, M, W->k, y, W->n,
                                          e->tune_rope, e->inv_freq, nh, nkv, D, e->kv, e->kv,
-                                         e->kv_dt, e->ps, e->tune_rope, e->st)
+                                         e->kv_dt, e->page_size, e->tune_rope, e->st)
                      : l8k_gemv(W->w, L8K_FP8, W->s, e->xq, L8K_FP8, e->xs, M, W->n, W->k, y,
                                 W->n, e->st);
         if (!rc && gemm && p == L8_TP_QKV)   /* a step follows cuBLASLt's qkv with rope_kv */
             rc = l8k_rope_kv(y, W->n, e->tune_rope, e->inv_freq, M, nh, nkv, D, e->kv, e->kv,
-                             e->kv_dt, e->ps, e->tune_rope, e->st);
+                             e->kv_dt, e->page_size, e->tune_rope, e->st);
         if (rc)
             return rc;
     }
@@ -497,7 +501,7 @@ struct create_acct {
 /* The longest context the pool allows a sequence (the model's at most). */
 static uint64_t pool_ctx(const struct cuda_engine *e)
 {
-    const uint64_t ctx = (uint64_t)e->n_pages * e->ps;
+    const uint64_t ctx = (uint64_t)e->n_pages * e->page_size;
     return ctx < e->c->max_pos ? ctx : e->c->max_pos;
 }
 
@@ -708,22 +712,22 @@ static int alloc_activations(struct cuda_engine *e, struct create_acct *a, char 
         f |= dmalloc((void **)&e->xq, (size_t)T * e->in_max, &a->work);
     f |= dmalloc((void **)&e->xs, (size_t)T * 4, &a->work);
     f |= dmalloc((void **)&e->attn_work, e->attn_work_floats * 4, &a->work);
-    f |= dmalloc((void **)&e->fin, (size_t)e->lch * H * 4, &a->work);
-    f |= dmalloc((void **)&e->fin16, (size_t)e->lch * H * 2, &a->work);
-    f |= dmalloc((void **)&e->logits, (size_t)e->lch * V * 4, &a->work);
-    f |= dmalloc((void **)&e->samp_scr, (size_t)e->lch * V * 4, &a->work);
-    f |= dmalloc((void **)&e->d_req, (size_t)e->lch * sizeof *e->d_req, &a->work);
-    f |= dmalloc((void **)&e->d_tok, (size_t)e->lch * 4, &a->work);
-    f |= dmalloc((void **)&e->d_lp, (size_t)e->lch * 4, &a->work);
+    f |= dmalloc((void **)&e->fin, (size_t)e->logit_chunk * H * 4, &a->work);
+    f |= dmalloc((void **)&e->fin16, (size_t)e->logit_chunk * H * 2, &a->work);
+    f |= dmalloc((void **)&e->logits, (size_t)e->logit_chunk * V * 4, &a->work);
+    f |= dmalloc((void **)&e->samp_scr, (size_t)e->logit_chunk * V * 4, &a->work);
+    f |= dmalloc((void **)&e->d_req, (size_t)e->logit_chunk * sizeof *e->d_req, &a->work);
+    f |= dmalloc((void **)&e->d_tok, (size_t)e->logit_chunk * 4, &a->work);
+    f |= dmalloc((void **)&e->d_lp, (size_t)e->logit_chunk * 4, &a->work);
     if (f) {
         snprintf(err, L8_ERRLEN, "out of GPU memory for activations (%u tokens)", T);
         return -ENOMEM;
     }
-    CK(cudaHostAlloc((void **)&e->h_logits, (size_t)e->lch * V * 4, cudaHostAllocDefault));
-    CK(cudaHostAlloc((void **)&e->h_req, (size_t)e->lch * sizeof *e->h_req,
+    CK(cudaHostAlloc((void **)&e->h_logits, (size_t)e->logit_chunk * V * 4, cudaHostAllocDefault));
+    CK(cudaHostAlloc((void **)&e->h_req, (size_t)e->logit_chunk * sizeof *e->h_req,
                      cudaHostAllocDefault));
-    CK(cudaHostAlloc((void **)&e->h_tok, (size_t)e->lch * 4, cudaHostAllocDefault));
-    CK(cudaHostAlloc((void **)&e->h_lp, (size_t)e->lch * 4, cudaHostAllocDefault));
+    CK(cudaHostAlloc((void **)&e->h_tok, (size_t)e->logit_chunk * 4, cudaHostAllocDefault));
+    CK(cudaHostAlloc((void **)&e->h_lp, (size_t)e->logit_chunk * 4, cudaHostAllocDefault));
     e->rows = malloc((size_t)T * sizeof *e->rows);
     e->rm_first = malloc((size_t)e->max_seqs * sizeof *e->rm_first);
     e->rm_cnt = malloc((size_t)e->max_seqs * sizeof *e->rm_cnt);
@@ -758,7 +762,8 @@ static int alloc_kv_pool(struct cuda_engine *e, const struct l8_engine_opts *o,
     const struct l8_config *c = e->c;
     e->kv_dt = e->num == L8_NUMERICS_EXACT ? L8K_F32 : L8K_BF16;
     const size_t elt = e->kv_dt == L8K_F32 ? 4 : 2;
-    const size_t page_bytes = (size_t)c->n_layers * 2 * c->n_kv_heads * e->ps * c->head_dim * elt;
+    const size_t page_bytes =
+        (size_t)c->n_layers * 2 * c->n_kv_heads * e->page_size * c->head_dim * elt;
     size_t free_b = 0, total_b = 0;
     CK(cudaMemGetInfo(&free_b, &total_b));
     uint64_t want;
@@ -769,7 +774,7 @@ static int alloc_kv_pool(struct cuda_engine *e, const struct l8_engine_opts *o,
     else {
         /* One full context of the model (16 GiB for Llama 3.1 8B's
          * 131,072 positions), so any request fits, within free memory. */
-        want = (uint64_t)((c->max_pos + e->ps - 1) / e->ps) * page_bytes;
+        want = (uint64_t)((c->max_pos + e->page_size - 1) / e->page_size) * page_bytes;
         if (free_b > FREE_MEM_RESERVE && want > free_b - FREE_MEM_RESERVE)
             want = free_b - FREE_MEM_RESERVE;
     }
@@ -781,12 +786,12 @@ static int alloc_kv_pool(struct cuda_engine *e, const struct l8_engine_opts *o,
                  (double)free_b / 1048576.0);
         return -ENOMEM;
     }
-    e->kv_half = (size_t)e->n_pages * c->n_kv_heads * e->ps * c->head_dim;
+    e->kv_half = (size_t)e->n_pages * c->n_kv_heads * e->page_size * c->head_dim;
     if (dmalloc(&e->kv, (uint64_t)e->n_pages * page_bytes, &a->kv_pool)) {
         snprintf(err, L8_ERRLEN, "out of GPU memory for the KV pool");
         return -ENOMEM;
     }
-    e->max_pages_seq = (uint32_t)((pool_ctx(e) + e->ps - 1) / e->ps);
+    e->max_pages_seq = (uint32_t)((pool_ctx(e) + e->page_size - 1) / e->page_size);
     return 0;
 }
 
@@ -811,8 +816,8 @@ static int alloc_graphs(struct cuda_engine *e, const struct l8_engine_opts *o,
     if (!e->use_graphs)
         return 0;
     struct meta_layout gl;
-    meta_plan(e, e->graph_max_b, e->graph_max_b, (e->graph_max_kv + e->ps - 1) / e->ps,
-              e->graph_max_b, 0, 0, &gl);
+    meta_plan(e, e->graph_max_b, e->graph_max_b,
+              (e->graph_max_kv + e->page_size - 1) / e->page_size, e->graph_max_b, 0, 0, &gl);
     if (dmalloc((void **)&e->d_gmeta, gl.total * 4, &a->work)) {
         snprintf(err, L8_ERRLEN, "out of GPU memory for the graph metadata");
         return -ENOMEM;
@@ -847,10 +852,10 @@ static int cuda_create(const struct l8_model *m, const struct l8_engine_opts *o,
     e->m = m;
     e->c = &m->cfg;
     e->num = o->numerics;
-    e->ps = o->page_size;
+    e->page_size = o->page_size;
     e->max_tokens = o->max_step_tokens;
     e->max_seqs = o->max_seqs;
-    e->lch = e->max_seqs > 64 ? e->max_seqs : 64;
+    e->logit_chunk = e->max_seqs > 64 ? e->max_seqs : 64;
     if ((rc = check_shape(e, err)))
         goto err;
     l8k_set_pdl(!o->no_pdl);   /* before this engine's first launch */
@@ -864,7 +869,7 @@ static int cuda_create(const struct l8_model *m, const struct l8_engine_opts *o,
         "out %d); decode graphs %s; PDL %s; %.1f GiB free of %.1f",
         (double)a.weights / 1073741824.0, a.up_s,
         a.up_s > 0 ? (double)a.uploaded / a.up_s / 1e9 : 0, a.ver_s * 1e3,
-        (double)a.work / 1048576.0, e->n_pages, e->ps, (double)a.kv_pool / 1048576.0,
+        (double)a.work / 1048576.0, e->n_pages, e->page_size, (double)a.kv_pool / 1048576.0,
         e->kv_dt == L8K_F32 ? "f32" : "bf16", (int)l8k_blas_fp8_path(e->blas, L8K_F32),
         (int)l8k_blas_fp8_path(e->blas, L8K_BF16),
         e->use_graphs ? "on" : e->prof ? "off (profiling)" : "off (as asked)",
@@ -1057,16 +1062,16 @@ static int attention(struct cuda_engine *e, const struct fwd *f, const void *kb,
                    QKV = (nh + 2 * nkv) * D;
     const float sm_scale = 1.0f / sqrtf((float)D);
     if (!f->n_tiles)
-        return l8k_attention(e->qkv, QKV, kb, vb, e->kv_dt, e->ps, f->pt, f->pt_stride, f->rseq,
-                             f->kvl, NULL, f->T, nh, nkv, D, sm_scale, f->max_kv, e->attn_work,
-                             e->att, nh * D, e->st);
-    int rc = l8k_attention_prefill(e->qkv, QKV, kb, vb, e->ps, f->pt, f->pt_stride, f->tiles,
-                                   f->n_tiles, nh, nkv, D, sm_scale, f->max_kv, e->attn_work,
-                                   e->att, nh * D, e->st);
+        return l8k_attention(e->qkv, QKV, kb, vb, e->kv_dt, e->page_size, f->pt, f->pt_stride,
+                             f->rseq, f->kvl, NULL, f->T, nh, nkv, D, sm_scale, f->max_kv,
+                             e->attn_work, e->att, nh * D, e->st);
+    int rc = l8k_attention_prefill(e->qkv, QKV, kb, vb, e->page_size, f->pt, f->pt_stride,
+                                   f->tiles, f->n_tiles, nh, nkv, D, sm_scale, f->max_kv,
+                                   e->attn_work, e->att, nh * D, e->st);
     if (rc || !f->n_drows)
         return rc;
-    return l8k_attention(e->qkv, QKV, kb, vb, e->kv_dt, e->ps, f->pt, f->pt_stride, f->rseq,
-                         f->kvl, f->drows, f->n_drows, nh, nkv, D, sm_scale, f->max_kv,
+    return l8k_attention(e->qkv, QKV, kb, vb, e->kv_dt, e->page_size, f->pt, f->pt_stride,
+                         f->rseq, f->kvl, f->drows, f->n_drows, nh, nkv, D, sm_scale, f->max_kv,
                          e->attn_work, e->att, nh * D, e->st);
 }
 
@@ -1094,11 +1099,11 @@ static int fwd_layers(struct cuda_engine *e, const struct fwd *f)
             OP(L8_PH_QKV, l8k_gemv_qkv_rope(g->qkv.w, g->qkv.s, ib, idt,
                                             idt == L8K_FP8 ? e->xs : NULL, T, H, e->qkv, QKV,
                                             f->pos, e->inv_freq, nh, nkv, D, kb, vb, e->kv_dt,
-                                            e->ps, f->slot, e->st));
+                                            e->page_size, f->slot, e->st));
         } else {
             OP(L8_PH_QKV, project(e, L8_TP_QKV, &g->qkv, T, NULL, e->qkv));
             OP(L8_PH_ROPE_KV, l8k_rope_kv(e->qkv, QKV, f->pos, e->inv_freq, T, nh, nkv, D, kb,
-                                          vb, e->kv_dt, e->ps, f->slot, e->st));
+                                          vb, e->kv_dt, e->page_size, f->slot, e->st));
         }
         OP(L8_PH_ATTENTION, attention(e, f, kb, vb));
         if (e->num == L8_NUMERICS_FP8)
@@ -1114,7 +1119,7 @@ static int fwd_layers(struct cuda_engine *e, const struct fwd *f)
     return 0;
 }
 
-/* Logit rows lrows[r0, r0 + nr) (nr <= lch): the last residual add, the
+/* Logit rows lrows[r0, r0 + nr) (nr <= logit_chunk): the last residual add, the
  * final norm, lm_head, into e->logits [nr, V]. */
 static int fwd_logits(struct cuda_engine *e, const struct fwd *f, uint32_t r0, uint32_t nr)
 {
@@ -1333,7 +1338,7 @@ static int graph_step(struct cuda_engine *e, struct l8_seq *seqs, uint32_t n_seq
         if (seqs[s].pos + 1 > max_kv)
             max_kv = seqs[s].pos + 1;
     const uint32_t Bb = graph_batch(e, n_seqs), kvb = graph_kv(e, max_kv);
-    const uint32_t pt_stride = (kvb + e->ps - 1) / e->ps;
+    const uint32_t pt_stride = (kvb + e->page_size - 1) / e->page_size;
     struct meta_layout ml;
     meta_plan(e, Bb, Bb, pt_stride, Bb, 0, 0, &ml);
     int32_t *hm = e->h_gmeta;
@@ -1350,12 +1355,12 @@ static int graph_step(struct cuda_engine *e, struct l8_seq *seqs, uint32_t n_seq
             continue;
         }
         const struct l8_seq *q = &seqs[s];
-        const uint32_t p = q->pos, np = (p + 1 + e->ps - 1) / e->ps;
+        const uint32_t p = q->pos, np = (p + 1 + e->page_size - 1) / e->page_size;
         for (uint32_t i = 0; i < pt_stride; i++)
             pt[i] = i < np ? (int32_t)q->pages[i] : 0;
         hm[ml.tok + s] = (int32_t)q->tokens[0];
         hm[ml.pos + s] = (int32_t)p;
-        hm[ml.slot + s] = (int32_t)(q->pages[p / e->ps] * e->ps + p % e->ps);
+        hm[ml.slot + s] = (int32_t)(q->pages[p / e->page_size] * e->page_size + p % e->page_size);
         hm[ml.row_seq + s] = (int32_t)s;
         hm[ml.kv_len + s] = (int32_t)(p + 1);
     }
@@ -1409,7 +1414,7 @@ static int cuda_step(void *impl, struct l8_seq *seqs, uint32_t n_seqs)
     for (uint32_t s = 0; s < n_seqs; s++) {
         const struct l8_seq *q = &seqs[s];
         uint32_t end = q->pos + q->n_tokens;
-        uint32_t np = (end + e->ps - 1) / e->ps;
+        uint32_t np = (end + e->page_size - 1) / e->page_size;
         if (np > pt_stride)
             pt_stride = np;
         if (end > max_kv)
@@ -1455,14 +1460,15 @@ static int cuda_step(void *impl, struct l8_seq *seqs, uint32_t n_seqs)
         else if (tiles)
             ti += l8k_attention_tiles(nh, nkv, t, q->n_tokens, q->pos, s,
                                       hm + ml.tiles + 4 * (size_t)ti);
-        uint32_t np = (q->pos + q->n_tokens + e->ps - 1) / e->ps;
+        uint32_t np = (q->pos + q->n_tokens + e->page_size - 1) / e->page_size;
         for (uint32_t p = 0; p < pt_stride; p++)
             pt[p] = p < np ? (int32_t)q->pages[p] : 0;
         for (uint32_t i = 0; i < q->n_tokens; i++, t++) {
             uint32_t p = q->pos + i;
             hm[ml.tok + t] = (int32_t)q->tokens[i];
             hm[ml.pos + t] = (int32_t)p;
-            hm[ml.slot + t] = (int32_t)(q->pages[p / e->ps] * e->ps + p % e->ps);
+            hm[ml.slot + t] =
+                (int32_t)(q->pages[p / e->page_size] * e->page_size + p % e->page_size);
             hm[ml.row_seq + t] = (int32_t)s;
             hm[ml.kv_len + t] = (int32_t)(p + 1);
         }
@@ -1477,10 +1483,10 @@ static int cuda_step(void *impl, struct l8_seq *seqs, uint32_t n_seqs)
     TRY(upload_history(e, seqs, n_seqs));
     l8_prof_mark(e->prof, L8_PH_UPLOAD);
     TRY(fwd_layers(e, &f));
-    /* Logits and sampling, in chunks of lch rows. */
+    /* Logits and sampling, in chunks of logit_chunk rows. */
     struct rowmap rm = { e->rm_first, e->rm_cnt };
-    for (uint32_t r0 = 0; r0 < n_rows; r0 += e->lch) {
-        uint32_t nr = n_rows - r0 < e->lch ? n_rows - r0 : e->lch;
+    for (uint32_t r0 = 0; r0 < n_rows; r0 += e->logit_chunk) {
+        uint32_t nr = n_rows - r0 < e->logit_chunk ? n_rows - r0 : e->logit_chunk;
         TRY(fwd_logits(e, &f, r0, nr));
         TRY(sample_and_copy(e, seqs, n_seqs, &rm, r0, nr));
     }
