@@ -79,7 +79,11 @@ struct cuda_engine {
     const struct l8_model *m;
     const struct l8_config *c;
     enum l8_numerics num;
-    uint32_t ps, n_pages, max_tokens, max_seqs, max_pages_seq, lch;
+    uint32_t page_size;           /* positions per KV page */
+    uint32_t n_pages, max_tokens, max_seqs, max_pages_seq;
+    uint32_t logit_chunk;         /* logit rows computed at once (a step's rows go
+                                     through lm_head and sampling in chunks of this
+                                     many): max(max_seqs, 64), the rows of fin .. h_lp */
     uint32_t in_max;              /* the widest product input: max(hidden, inter, nh D) */
     struct l8_tune tune;          /* GEMV up to tune.gemv_max_m[product] rows */
     cudaStream_t st;
@@ -111,23 +115,23 @@ struct cuda_engine {
     float *xs;                    /* [T] per-token scales */
     float *attn_work;
     size_t attn_work_floats;
-    float *fin;                   /* [lch, hidden] final-normed rows (f32) */
-    uint16_t *fin16;              /* [lch, hidden] the same in bf16 (cuBLASLt lm_head) */
-    float *logits;                /* [lch, vocab] */
-    float *samp_scr;              /* [lch, vocab] */
-    struct l8k_sample_req *d_req; /* [lch] */
-    int32_t *d_tok;               /* [lch] */
-    float *d_lp;                  /* [lch] */
+    float *fin;                   /* [logit_chunk, hidden] final-normed rows (f32) */
+    uint16_t *fin16;              /* [logit_chunk, hidden] the same in bf16 (cuBLASLt lm_head) */
+    float *logits;                /* [logit_chunk, vocab] */
+    float *samp_scr;              /* [logit_chunk, vocab] */
+    struct l8k_sample_req *d_req; /* [logit_chunk] */
+    int32_t *d_tok;               /* [logit_chunk] */
+    float *d_lp;                  /* [logit_chunk] */
     int32_t *d_hist;              /* history ids, grows */
     size_t hist_cap;
 
     /* Step metadata: one pinned host block mirrored by one device block. */
     int32_t *h_meta, *d_meta;
     size_t meta_cap;              /* int32 elements */
-    float *h_logits;              /* [lch, vocab] pinned */
-    struct l8k_sample_req *h_req; /* [lch] pinned */
-    int32_t *h_tok;               /* [lch] pinned */
-    float *h_lp;                  /* [lch] pinned */
+    float *h_logits;              /* [logit_chunk, vocab] pinned */
+    struct l8k_sample_req *h_req; /* [logit_chunk] pinned */
+    int32_t *h_tok;               /* [logit_chunk] pinned */
+    float *h_lp;                  /* [logit_chunk] pinned */
     int32_t *h_hist;              /* pinned, hist_cap */
 
     /* Host scratch. */
@@ -158,14 +162,15 @@ static int chomp(const char *s)
     return (int)n;
 }
 
+/* A CUDA runtime call of a creation step: on failure err says where and
+ * what, and the step returns -ENOMEM or -EIO. */
 #define CK(call)                                                              \
     do {                                                                      \
         cudaError_t ck_ = (call);                                             \
         if (ck_ != cudaSuccess) {                                             \
             snprintf(err, L8_ERRLEN, "%s:%d: %s", __FILE__, __LINE__,         \
                      cudaGetErrorString(ck_));                                \
-            rc = ck_ == cudaErrorMemoryAllocation ? -ENOMEM : -EIO;           \
-            goto err;                                                         \
+            return ck_ == cudaErrorMemoryAllocation ? -ENOMEM : -EIO;         \
         }                                                                     \
     } while (0)
 
@@ -301,12 +306,12 @@ static int tune_run(void *ctx, enum l8_tune_product p, uint32_t M, bool gemm)
                  : p == L8_TP_QKV
                      ? l8k_gemv_qkv_rope(W->w, W->s, e->xq, L8K_FP8, e->xs, M, W->k, y, W->n,
                                          e->tune_rope, e->inv_freq, nh, nkv, D, e->kv, e->kv,
-                                         e->kv_dt, e->ps, e->tune_rope, e->st)
+                                         e->kv_dt, e->page_size, e->tune_rope, e->st)
                      : l8k_gemv(W->w, L8K_FP8, W->s, e->xq, L8K_FP8, e->xs, M, W->n, W->k, y,
                                 W->n, e->st);
         if (!rc && gemm && p == L8_TP_QKV)   /* a step follows cuBLASLt's qkv with rope_kv */
             rc = l8k_rope_kv(y, W->n, e->tune_rope, e->inv_freq, M, nh, nkv, D, e->kv, e->kv,
-                             e->kv_dt, e->ps, e->tune_rope, e->st);
+                             e->kv_dt, e->page_size, e->tune_rope, e->st);
         if (rc)
             return rc;
     }
@@ -483,67 +488,91 @@ static int choose_tuning(struct cuda_engine *e, const struct l8_engine_opts *o,
     return 0;
 }
 
-static int cuda_create(const struct l8_model *m, const struct l8_engine_opts *o, void **impl,
-                       uint32_t *n_pages_out, struct l8_engine_mem *mem, char err[L8_ERRLEN])
-{
-    const struct l8_config *c = &m->cfg;
-    struct cuda_engine *e = calloc(1, sizeof *e);
-    struct l8_upload up = { 0 };
-    void *conv_embed = NULL, *conv_lm = NULL;
-    uint64_t wbytes = 0, abytes = 0, kv_bytes = 0;   /* abytes: activations and the pool */
-    int rc = -EIO;
-    int ndev = 0;
+/* What creation allocated and measured: the summary it logs and
+ * l8_engine_mem. */
+struct create_acct {
+    uint64_t weights;     /* device bytes of the weights */
+    uint64_t work;        /* activations, scratch and the graphs' metadata */
+    uint64_t kv_pool;
+    uint64_t uploaded;    /* bytes the upload copied */
+    double up_s, ver_s;   /* the upload's copies, and their check */
+};
 
-    if (!e) {
-        snprintf(err, L8_ERRLEN, "out of memory");
-        return -ENOMEM;
-    }
+/* The longest context the pool allows a sequence (the model's at most). */
+static uint64_t pool_ctx(const struct cuda_engine *e)
+{
+    const uint64_t ctx = (uint64_t)e->n_pages * e->page_size;
+    return ctx < e->c->max_pos ? ctx : e->c->max_pos;
+}
+
+/* Creation 1: a device, and the shapes the kernels handle. Nothing is
+ * allocated yet. */
+static int check_shape(const struct cuda_engine *e, char err[L8_ERRLEN])
+{
+    const struct l8_config *c = e->c;
+    const uint32_t D = c->head_dim, nh = c->n_heads;
+    int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
         cudaGetLastError();
         snprintf(err, L8_ERRLEN, "no CUDA device");
-        free(e);
         return -ENODEV;
     }
-    e->log = o->log;
-    e->log_ud = o->log_ud;
-    l8k_set_pdl(!o->no_pdl);   /* before this engine's first launch */
-    e->m = m;
-    e->c = c;
-    e->num = o->numerics;
-    e->ps = o->page_size;
-    e->max_tokens = o->max_step_tokens;
-    e->max_seqs = o->max_seqs;
-    e->lch = e->max_seqs > 64 ? e->max_seqs : 64;
-    const uint32_t H = c->hidden, I = c->inter, D = c->head_dim, nh = c->n_heads,
-                   nkv = c->n_kv_heads, V = c->vocab, NL = c->n_layers;
-    const uint32_t QKV = (nh + 2 * nkv) * D;
     if (e->max_tokens > ATTN_MAX_ROWS) {
         snprintf(err, L8_ERRLEN, "cuda engine: at most %u tokens per step", ATTN_MAX_ROWS);
-        free(e);
         return -EINVAL;
     }
-    if (H % 16 || I % 16 || (nh * D) % 16 || (D != 64 && D != 128) || nh / nkv > 8) {
+    if (c->hidden % 16 || c->inter % 16 || (nh * D) % 16 || (D != 64 && D != 128) ||
+        nh / c->n_kv_heads > 8) {
         snprintf(err, L8_ERRLEN,
                  "cuda engine needs hidden, inter, heads*head_dim multiples of 16, "
                  "head_dim 64 or 128 and at most 8 query heads per KV head");
-        free(e);
         return -ENOTSUP;
     }
+    return 0;
+}
 
+/* Creation 2: the engine's stream and its cuBLASLt handle. */
+static int open_stream(struct cuda_engine *e, char err[L8_ERRLEN])
+{
+    int rc;
     CK(cudaStreamCreateWithFlags(&e->st, cudaStreamNonBlocking));
     if ((rc = l8k_blas_create(e->st, &e->blas)) < 0) {
         snprintf(err, L8_ERRLEN, "cuBLASLt setup failed (%d)", rc);
-        goto err;
+        return rc;
     }
+    return 0;
+}
 
-    /* Weights. */
+/* l8_upload_add, with err said. */
+static int upload_add(struct l8_upload *up, const void *src, void *dst, size_t bytes,
+                      const char *what, char err[L8_ERRLEN])
+{
+    int rc = l8_upload_add(up, src, dst, bytes, what);
+    if (rc)
+        snprintf(err, L8_ERRLEN, "out of memory");
+    return rc;
+}
+
+/* Creation 3: the weights on the GPU (q/k/v and gate/up fused along
+ * their rows), uploaded and verified (cuda_upload.h). The device buffers are e's
+ * (cuda_destroy frees them, whatever happens here); the job list and the
+ * host's converted copies are this function's. */
+static int upload_weights(struct cuda_engine *e, struct create_acct *a, char err[L8_ERRLEN])
+{
+    const struct l8_model *m = e->m;
+    const uint32_t H = e->c->hidden, D = e->c->head_dim, NL = e->c->n_layers;
+    struct l8_upload up = { 0 };
+    void *conv_embed = NULL, *conv_lm = NULL;
+    const void *src;
+    size_t bytes;
+    char what[96];
+    int rc = -ENOMEM;
+
     e->L = calloc(NL, sizeof *e->L);
     if (!e->L) {
-        rc = -ENOMEM;
         snprintf(err, L8_ERRLEN, "out of memory");
-        goto err;
+        goto out;
     }
-    char what[96];
     for (uint32_t l = 0; l < NL; l++) {
         const struct l8_layer *ml = &m->layers[l];
         struct glayer *g = &e->L[l];
@@ -556,21 +585,21 @@ static int cuda_create(const struct l8_model *m, const struct l8_engine_opts *o,
                 n += parts[f][p]->out;
             fused[f]->n = n;
             fused[f]->k = k;
-            if (dmalloc((void **)&fused[f]->w, (size_t)n * k, &wbytes) ||
-                dmalloc((void **)&fused[f]->s, (size_t)n * 4, &wbytes)) {
+            if (dmalloc((void **)&fused[f]->w, (size_t)n * k, &a->weights) ||
+                dmalloc((void **)&fused[f]->s, (size_t)n * 4, &a->weights)) {
                 rc = -ENOMEM;
                 snprintf(err, L8_ERRLEN, "out of GPU memory for layer %u weights", l);
-                goto err;
+                goto out;
             }
             uint32_t row = 0;
             for (int p = 0; p < 3 && parts[f][p]; p++) {
                 const struct l8_qweight *q = parts[f][p];
                 snprintf(what, sizeof what, "layer %u projection %d.%d", l, f, p);
-                if ((rc = l8_upload_add(&up, q->w, fused[f]->w + (size_t)row * k,
-                                        (size_t)q->out * k, what)) ||
-                    (rc = l8_upload_add(&up, q->scale, fused[f]->s + row, (size_t)q->out * 4,
-                                        what)))
-                    goto err_nomem;
+                if ((rc = upload_add(&up, q->w, fused[f]->w + (size_t)row * k,
+                                     (size_t)q->out * k, what, err)) ||
+                    (rc = upload_add(&up, q->scale, fused[f]->s + row, (size_t)q->out * 4,
+                                     what, err)))
+                    goto out;
                 row += q->out;
             }
         }
@@ -580,124 +609,131 @@ static int cuda_create(const struct l8_model *m, const struct l8_engine_opts *o,
             dst[s]->n = single[s]->out;
             dst[s]->k = single[s]->in;
             size_t cnt = (size_t)dst[s]->n * dst[s]->k;
-            if (dmalloc((void **)&dst[s]->w, cnt, &wbytes) ||
-                dmalloc((void **)&dst[s]->s, (size_t)dst[s]->n * 4, &wbytes)) {
+            if (dmalloc((void **)&dst[s]->w, cnt, &a->weights) ||
+                dmalloc((void **)&dst[s]->s, (size_t)dst[s]->n * 4, &a->weights)) {
                 rc = -ENOMEM;
                 snprintf(err, L8_ERRLEN, "out of GPU memory for layer %u weights", l);
-                goto err;
+                goto out;
             }
             snprintf(what, sizeof what, "layer %u %s", l, s ? "down_proj" : "o_proj");
-            if ((rc = l8_upload_add(&up, single[s]->w, dst[s]->w, cnt, what)) ||
-                (rc = l8_upload_add(&up, single[s]->scale, dst[s]->s, (size_t)dst[s]->n * 4, what)))
-                goto err_nomem;
+            if ((rc = upload_add(&up, single[s]->w, dst[s]->w, cnt, what, err)) ||
+                (rc = upload_add(&up, single[s]->scale, dst[s]->s, (size_t)dst[s]->n * 4, what,
+                                 err)))
+                goto out;
         }
-        if (dmalloc((void **)&g->attn_norm, H * 4, &wbytes) ||
-            dmalloc((void **)&g->mlp_norm, H * 4, &wbytes)) {
+        if (dmalloc((void **)&g->attn_norm, H * 4, &a->weights) ||
+            dmalloc((void **)&g->mlp_norm, H * 4, &a->weights)) {
             rc = -ENOMEM;
             snprintf(err, L8_ERRLEN, "out of GPU memory for layer %u norms", l);
-            goto err;
+            goto out;
         }
         snprintf(what, sizeof what, "layer %u norms", l);
-        if ((rc = l8_upload_add(&up, ml->attn_norm, g->attn_norm, H * 4, what)) ||
-            (rc = l8_upload_add(&up, ml->mlp_norm, g->mlp_norm, H * 4, what)))
-            goto err_nomem;
+        if ((rc = upload_add(&up, ml->attn_norm, g->attn_norm, H * 4, what, err)) ||
+            (rc = upload_add(&up, ml->mlp_norm, g->mlp_norm, H * 4, what, err)))
+            goto out;
     }
-    {
-        const void *src;
-        size_t bytes;
-        if ((rc = dense_source(&m->embed, &src, &e->embed_dt, &bytes, &conv_embed)))
-            goto err_nomem;
-        if (dmalloc(&e->embed, bytes, &wbytes)) {
-            rc = -ENOMEM;
-            snprintf(err, L8_ERRLEN, "out of GPU memory for the embedding");
-            goto err;
-        }
-        if ((rc = l8_upload_add(&up, src, e->embed, bytes, "embed_tokens")))
-            goto err_nomem;
-        e->lm_shared = m->lm_head.data == m->embed.data;
-        if (e->lm_shared) {
-            e->lm_head = e->embed;
-            e->lm_dt = e->embed_dt;
-        } else {
-            if ((rc = dense_source(&m->lm_head, &src, &e->lm_dt, &bytes, &conv_lm)))
-                goto err_nomem;
-            if (dmalloc(&e->lm_head, bytes, &wbytes)) {
-                rc = -ENOMEM;
-                snprintf(err, L8_ERRLEN, "out of GPU memory for lm_head");
-                goto err;
-            }
-            if ((rc = l8_upload_add(&up, src, e->lm_head, bytes, "lm_head")))
-                goto err_nomem;
-        }
-        if (dmalloc((void **)&e->final_norm, H * 4, &wbytes) ||
-            dmalloc((void **)&e->inv_freq, D / 2 * 4, &wbytes)) {
-            rc = -ENOMEM;
-            snprintf(err, L8_ERRLEN, "out of GPU memory");
-            goto err;
-        }
-        if ((rc = l8_upload_add(&up, m->final_norm, e->final_norm, H * 4, "norm")) ||
-            (rc = l8_upload_add(&up, m->rope_inv_freq, e->inv_freq, D / 2 * 4, "rope inv_freq")))
-            goto err_nomem;
+
+    if ((rc = dense_source(&m->embed, &src, &e->embed_dt, &bytes, &conv_embed))) {
+        snprintf(err, L8_ERRLEN, "out of memory");
+        goto out;
     }
-    double up_s = 0, ver_s = 0;
-    if ((rc = l8_upload_run(&up, e->st, &up_s, &ver_s, err)))
-        goto err;
+    if (dmalloc(&e->embed, bytes, &a->weights)) {
+        rc = -ENOMEM;
+        snprintf(err, L8_ERRLEN, "out of GPU memory for the embedding");
+        goto out;
+    }
+    if ((rc = upload_add(&up, src, e->embed, bytes, "embed_tokens", err)))
+        goto out;
+    e->lm_shared = m->lm_head.data == m->embed.data;
+    if (e->lm_shared) {
+        e->lm_head = e->embed;
+        e->lm_dt = e->embed_dt;
+    } else {
+        if ((rc = dense_source(&m->lm_head, &src, &e->lm_dt, &bytes, &conv_lm))) {
+            snprintf(err, L8_ERRLEN, "out of memory");
+            goto out;
+        }
+        if (dmalloc(&e->lm_head, bytes, &a->weights)) {
+            rc = -ENOMEM;
+            snprintf(err, L8_ERRLEN, "out of GPU memory for lm_head");
+            goto out;
+        }
+        if ((rc = upload_add(&up, src, e->lm_head, bytes, "lm_head", err)))
+            goto out;
+    }
+    if (dmalloc((void **)&e->final_norm, H * 4, &a->weights) ||
+        dmalloc((void **)&e->inv_freq, D / 2 * 4, &a->weights)) {
+        rc = -ENOMEM;
+        snprintf(err, L8_ERRLEN, "out of GPU memory");
+        goto out;
+    }
+    if ((rc = upload_add(&up, m->final_norm, e->final_norm, H * 4, "norm", err)) ||
+        (rc = upload_add(&up, m->rope_inv_freq, e->inv_freq, D / 2 * 4, "rope inv_freq", err)))
+        goto out;
+    rc = l8_upload_run(&up, e->st, &a->up_s, &a->ver_s, err);
+    a->uploaded = up.bytes;
+out:
+    l8_upload_free(&up);
     free(conv_embed);
     free(conv_lm);
-    conv_embed = conv_lm = NULL;
+    return rc;
+}
 
-    /* Activations: max_tokens rows, and in fp8 at least the rows the
-     * crossover is measured at (so its tune file line suits any budget). */
+/* Creation 4: the activations, for max_tokens rows and in fp8 at least
+ * the rows the crossover is measured at (so its tune file line suits any
+ * budget); the logit chunk's buffers; host scratch; and the bf16 decode
+ * path's scratch at its largest. */
+static int alloc_activations(struct cuda_engine *e, struct create_acct *a, char err[L8_ERRLEN])
+{
+    const struct l8_config *c = e->c;
+    const uint32_t H = c->hidden, I = c->inter, D = c->head_dim, nh = c->n_heads,
+                   nkv = c->n_kv_heads, V = c->vocab, QKV = (nh + 2 * nkv) * D;
     const uint32_t T = e->num == L8_NUMERICS_FP8 && e->max_tokens < L8_TUNE_MAX_M
                            ? L8_TUNE_MAX_M : e->max_tokens;
-    {
-        e->in_max = H > I ? H : I;
-        if (nh * D > e->in_max)
-            e->in_max = nh * D;
-        /* The widest attention workspace over any row count up to T. */
-        uint32_t ctx = c->max_pos;
-        for (uint32_t r = 1; r <= T; r++) {
-            size_t w = l8k_attention_work_floats(r, nh, D, ctx);
-            if (w > e->attn_work_floats)
-                e->attn_work_floats = w;
-        }
-        int a = 0;
-        a |= dmalloc((void **)&e->x, (size_t)T * H * 4, &abytes);
-        a |= dmalloc((void **)&e->y, (size_t)T * H * 4, &abytes);
-        a |= dmalloc((void **)&e->qkv, (size_t)T * QKV * 4, &abytes);
-        a |= dmalloc((void **)&e->att, (size_t)T * nh * D * 4, &abytes);
-        a |= dmalloc((void **)&e->gu, (size_t)T * 2 * I * 4, &abytes);
-        if (e->num == L8_NUMERICS_EXACT)
-            a |= dmalloc((void **)&e->act, (size_t)T * e->in_max * 4, &abytes);
-        else
-            a |= dmalloc((void **)&e->xq, (size_t)T * e->in_max, &abytes);
-        a |= dmalloc((void **)&e->xs, (size_t)T * 4, &abytes);
-        a |= dmalloc((void **)&e->attn_work, e->attn_work_floats * 4, &abytes);
-        a |= dmalloc((void **)&e->fin, (size_t)e->lch * H * 4, &abytes);
-        a |= dmalloc((void **)&e->fin16, (size_t)e->lch * H * 2, &abytes);
-        a |= dmalloc((void **)&e->logits, (size_t)e->lch * V * 4, &abytes);
-        a |= dmalloc((void **)&e->samp_scr, (size_t)e->lch * V * 4, &abytes);
-        a |= dmalloc((void **)&e->d_req, (size_t)e->lch * sizeof *e->d_req, &abytes);
-        a |= dmalloc((void **)&e->d_tok, (size_t)e->lch * 4, &abytes);
-        a |= dmalloc((void **)&e->d_lp, (size_t)e->lch * 4, &abytes);
-        if (a) {
-            rc = -ENOMEM;
-            snprintf(err, L8_ERRLEN, "out of GPU memory for activations (%u tokens)", T);
-            goto err;
-        }
-        CK(cudaHostAlloc((void **)&e->h_logits, (size_t)e->lch * V * 4, cudaHostAllocDefault));
-        CK(cudaHostAlloc((void **)&e->h_req, (size_t)e->lch * sizeof *e->h_req,
-                         cudaHostAllocDefault));
-        CK(cudaHostAlloc((void **)&e->h_tok, (size_t)e->lch * 4, cudaHostAllocDefault));
-        CK(cudaHostAlloc((void **)&e->h_lp, (size_t)e->lch * 4, cudaHostAllocDefault));
-        e->rows = malloc((size_t)T * sizeof *e->rows);
-        e->rm_first = malloc((size_t)e->max_seqs * sizeof *e->rm_first);
-        e->rm_cnt = malloc((size_t)e->max_seqs * sizeof *e->rm_cnt);
-        if (!e->rows || !e->rm_first || !e->rm_cnt) {
-            rc = -ENOMEM;
-            snprintf(err, L8_ERRLEN, "out of memory");
-            goto err;
-        }
+    int rc;
+    e->in_max = H > I ? H : I;
+    if (nh * D > e->in_max)
+        e->in_max = nh * D;
+    /* The widest attention workspace over any row count up to T. */
+    for (uint32_t r = 1; r <= T; r++) {
+        size_t w = l8k_attention_work_floats(r, nh, D, c->max_pos);
+        if (w > e->attn_work_floats)
+            e->attn_work_floats = w;
+    }
+    int f = 0;
+    f |= dmalloc((void **)&e->x, (size_t)T * H * 4, &a->work);
+    f |= dmalloc((void **)&e->y, (size_t)T * H * 4, &a->work);
+    f |= dmalloc((void **)&e->qkv, (size_t)T * QKV * 4, &a->work);
+    f |= dmalloc((void **)&e->att, (size_t)T * nh * D * 4, &a->work);
+    f |= dmalloc((void **)&e->gu, (size_t)T * 2 * I * 4, &a->work);
+    if (e->num == L8_NUMERICS_EXACT)
+        f |= dmalloc((void **)&e->act, (size_t)T * e->in_max * 4, &a->work);
+    else
+        f |= dmalloc((void **)&e->xq, (size_t)T * e->in_max, &a->work);
+    f |= dmalloc((void **)&e->xs, (size_t)T * 4, &a->work);
+    f |= dmalloc((void **)&e->attn_work, e->attn_work_floats * 4, &a->work);
+    f |= dmalloc((void **)&e->fin, (size_t)e->logit_chunk * H * 4, &a->work);
+    f |= dmalloc((void **)&e->fin16, (size_t)e->logit_chunk * H * 2, &a->work);
+    f |= dmalloc((void **)&e->logits, (size_t)e->logit_chunk * V * 4, &a->work);
+    f |= dmalloc((void **)&e->samp_scr, (size_t)e->logit_chunk * V * 4, &a->work);
+    f |= dmalloc((void **)&e->d_req, (size_t)e->logit_chunk * sizeof *e->d_req, &a->work);
+    f |= dmalloc((void **)&e->d_tok, (size_t)e->logit_chunk * 4, &a->work);
+    f |= dmalloc((void **)&e->d_lp, (size_t)e->logit_chunk * 4, &a->work);
+    if (f) {
+        snprintf(err, L8_ERRLEN, "out of GPU memory for activations (%u tokens)", T);
+        return -ENOMEM;
+    }
+    CK(cudaHostAlloc((void **)&e->h_logits, (size_t)e->logit_chunk * V * 4, cudaHostAllocDefault));
+    CK(cudaHostAlloc((void **)&e->h_req, (size_t)e->logit_chunk * sizeof *e->h_req,
+                     cudaHostAllocDefault));
+    CK(cudaHostAlloc((void **)&e->h_tok, (size_t)e->logit_chunk * 4, cudaHostAllocDefault));
+    CK(cudaHostAlloc((void **)&e->h_lp, (size_t)e->logit_chunk * 4, cudaHostAllocDefault));
+    e->rows = malloc((size_t)T * sizeof *e->rows);
+    e->rm_first = malloc((size_t)e->max_seqs * sizeof *e->rm_first);
+    e->rm_cnt = malloc((size_t)e->max_seqs * sizeof *e->rm_cnt);
+    if (!e->rows || !e->rm_first || !e->rm_cnt) {
+        snprintf(err, L8_ERRLEN, "out of memory");
+        return -ENOMEM;
     }
 
     /* The bf16 decode path (no FP8 tensor cores: sm_80) converts each
@@ -712,120 +748,164 @@ static int cuda_create(const struct l8_model *m, const struct l8_engine_opts *o,
             rc = l8k_blas_reserve(e->blas, T, shape[i][0], shape[i][1]);
         if (rc) {
             snprintf(err, L8_ERRLEN, "out of GPU memory for the bf16 GEMM scratch (%d)", rc);
-            goto err;
+            return rc;
         }
     }
+    return 0;
+}
 
-    /* KV pool. */
-    {
-        e->kv_dt = e->num == L8_NUMERICS_EXACT ? L8K_F32 : L8K_BF16;
-        size_t elt = e->kv_dt == L8K_F32 ? 4 : 2;
-        size_t page_bytes = (size_t)NL * 2 * nkv * e->ps * D * elt;
-        size_t free_b = 0, total_b = 0;
-        CK(cudaMemGetInfo(&free_b, &total_b));
-        uint64_t want;
-        if (o->n_pages)
-            want = (uint64_t)o->n_pages * page_bytes;
-        else if (o->kv_bytes)
-            want = o->kv_bytes;
-        else {
-            /* One full context of the model (16 GiB for Llama 3.1 8B's
-             * 131,072 positions), so any request fits, within free memory. */
-            want = (uint64_t)((c->max_pos + e->ps - 1) / e->ps) * page_bytes;
-            if (free_b > FREE_MEM_RESERVE && want > free_b - FREE_MEM_RESERVE)
-                want = free_b - FREE_MEM_RESERVE;
-        }
-        /* Clamped, not truncated: a huge request must fail the check below. */
-        e->n_pages = want / page_bytes > UINT32_MAX ? UINT32_MAX : (uint32_t)(want / page_bytes);
-        if (e->n_pages == 0 || (uint64_t)e->n_pages * page_bytes + FREE_MEM_RESERVE > free_b) {
-            rc = -ENOMEM;
-            snprintf(err, L8_ERRLEN, "KV pool of %u pages (%.1f MiB) does not fit in %.1f MiB free",
-                     e->n_pages, (double)e->n_pages * page_bytes / 1048576.0,
-                     (double)free_b / 1048576.0);
-            goto err;
-        }
-        e->kv_half = (size_t)e->n_pages * nkv * e->ps * D;
-        kv_bytes = (uint64_t)e->n_pages * page_bytes;
-        if (dmalloc(&e->kv, kv_bytes, &abytes)) {
-            rc = -ENOMEM;
-            snprintf(err, L8_ERRLEN, "out of GPU memory for the KV pool");
-            goto err;
-        }
-        uint64_t ctx = (uint64_t)e->n_pages * e->ps;
-        if (ctx > c->max_pos)
-            ctx = c->max_pos;
-        e->max_pages_seq = (uint32_t)((ctx + e->ps - 1) / e->ps);
-
-        /* Decode graphs: batches up to max_seqs (and the step budget), kv
-         * buckets up to the longest context the pool allows. */
-        e->prof = l8_prof_create(e->st, o->profile_file, e->log, e->log_ud);
-        e->use_graphs = !o->no_graphs && !e->prof;
-        l8_prof_product(e->prof, L8_PH_QKV, QKV, H, 1, true);
-        l8_prof_product(e->prof, L8_PH_O, H, nh * D, 1, true);
-        l8_prof_product(e->prof, L8_PH_GATE_UP, 2 * I, H, 1, true);
-        l8_prof_product(e->prof, L8_PH_DOWN, H, I, 1, true);
-        l8_prof_product(e->prof, L8_PH_LOGITS, V, H, e->lm_dt == L8K_BF16 ? 2 : 4, false);
-        e->graph_max_b = e->max_seqs < e->max_tokens ? e->max_seqs : e->max_tokens;
-        e->graph_max_kv = (uint32_t)ctx;
-        if (e->use_graphs) {
-            struct meta_layout gl;
-            meta_plan(e, e->graph_max_b, e->graph_max_b,
-                      (e->graph_max_kv + e->ps - 1) / e->ps, e->graph_max_b, 0, 0, &gl);
-            if (dmalloc((void **)&e->d_gmeta, gl.total * 4, &abytes)) {
-                rc = -ENOMEM;
-                snprintf(err, L8_ERRLEN, "out of GPU memory for the graph metadata");
-                goto err;
-            }
-            CK(cudaHostAlloc((void **)&e->h_gmeta, gl.total * 4, cudaHostAllocDefault));
-        }
-        CK(cudaMemGetInfo(&free_b, &total_b));
-        SAY(e, LOG_INFO,
-                "cuda: weights %.2f GiB uploaded in %.2f s (%.1f GB/s), checksums "
-                "equal (%.1f ms); activations %.1f MiB; KV pool %u pages of %u (%.1f MiB, %s); "
-                "fp8 GEMM path %d (bf16 out %d); decode graphs %s; PDL %s; %.1f GiB free of %.1f",
-                (double)wbytes / 1073741824.0, up_s, up_s > 0 ? (double)up.bytes / up_s / 1e9 : 0,
-                ver_s * 1e3,
-                (double)(abytes - kv_bytes) / 1048576.0, e->n_pages, e->ps,
-                (double)kv_bytes / 1048576.0,
-                e->kv_dt == L8K_F32 ? "f32" : "bf16", (int)l8k_blas_fp8_path(e->blas, L8K_F32),
-                (int)l8k_blas_fp8_path(e->blas, L8K_BF16),
-                e->use_graphs ? "on" : e->prof ? "off (profiling)" : "off (as asked)",
-                l8k_pdl_enabled() ? "on" : "off",
-                (double)free_b / 1073741824.0, (double)total_b / 1073741824.0);
+/* Creation 5: the KV pool, of the options' pages or bytes, else one full
+ * context of the model within the free memory. */
+static int alloc_kv_pool(struct cuda_engine *e, const struct l8_engine_opts *o,
+                         struct create_acct *a, char err[L8_ERRLEN])
+{
+    const struct l8_config *c = e->c;
+    e->kv_dt = e->num == L8_NUMERICS_EXACT ? L8K_F32 : L8K_BF16;
+    const size_t elt = e->kv_dt == L8K_F32 ? 4 : 2;
+    const size_t page_bytes =
+        (size_t)c->n_layers * 2 * c->n_kv_heads * e->page_size * c->head_dim * elt;
+    size_t free_b = 0, total_b = 0;
+    CK(cudaMemGetInfo(&free_b, &total_b));
+    uint64_t want;
+    if (o->n_pages)
+        want = (uint64_t)o->n_pages * page_bytes;
+    else if (o->kv_bytes)
+        want = o->kv_bytes;
+    else {
+        /* One full context of the model (16 GiB for Llama 3.1 8B's
+         * 131,072 positions), so any request fits, within free memory. */
+        want = (uint64_t)((c->max_pos + e->page_size - 1) / e->page_size) * page_bytes;
+        if (free_b > FREE_MEM_RESERVE && want > free_b - FREE_MEM_RESERVE)
+            want = free_b - FREE_MEM_RESERVE;
     }
+    /* Clamped, not truncated: a huge request must fail the check below. */
+    e->n_pages = want / page_bytes > UINT32_MAX ? UINT32_MAX : (uint32_t)(want / page_bytes);
+    if (e->n_pages == 0 || (uint64_t)e->n_pages * page_bytes + FREE_MEM_RESERVE > free_b) {
+        snprintf(err, L8_ERRLEN, "KV pool of %u pages (%.1f MiB) does not fit in %.1f MiB free",
+                 e->n_pages, (double)e->n_pages * page_bytes / 1048576.0,
+                 (double)free_b / 1048576.0);
+        return -ENOMEM;
+    }
+    e->kv_half = (size_t)e->n_pages * c->n_kv_heads * e->page_size * c->head_dim;
+    if (dmalloc(&e->kv, (uint64_t)e->n_pages * page_bytes, &a->kv_pool)) {
+        snprintf(err, L8_ERRLEN, "out of GPU memory for the KV pool");
+        return -ENOMEM;
+    }
+    e->max_pages_seq = (uint32_t)((pool_ctx(e) + e->page_size - 1) / e->page_size);
+    return 0;
+}
+
+/* Creation 6: the step profile when asked for, and the decode graphs'
+ * plan and metadata: batches up to max_seqs (and the step budget), kv
+ * buckets up to the longest context the pool allows. */
+static int alloc_graphs(struct cuda_engine *e, const struct l8_engine_opts *o,
+                        struct create_acct *a, char err[L8_ERRLEN])
+{
+    const struct l8_config *c = e->c;
+    const uint32_t H = c->hidden, I = c->inter, D = c->head_dim, nh = c->n_heads,
+                   QKV = (nh + 2 * c->n_kv_heads) * D;
+    e->prof = l8_prof_create(e->st, o->profile_file, e->log, e->log_ud);
+    e->use_graphs = !o->no_graphs && !e->prof;
+    l8_prof_product(e->prof, L8_PH_QKV, QKV, H, 1, true);
+    l8_prof_product(e->prof, L8_PH_O, H, nh * D, 1, true);
+    l8_prof_product(e->prof, L8_PH_GATE_UP, 2 * I, H, 1, true);
+    l8_prof_product(e->prof, L8_PH_DOWN, H, I, 1, true);
+    l8_prof_product(e->prof, L8_PH_LOGITS, c->vocab, H, e->lm_dt == L8K_BF16 ? 2 : 4, false);
+    e->graph_max_b = e->max_seqs < e->max_tokens ? e->max_seqs : e->max_tokens;
+    e->graph_max_kv = (uint32_t)pool_ctx(e);
+    if (!e->use_graphs)
+        return 0;
+    struct meta_layout gl;
+    meta_plan(e, e->graph_max_b, e->graph_max_b,
+              (e->graph_max_kv + e->page_size - 1) / e->page_size, e->graph_max_b, 0, 0, &gl);
+    if (dmalloc((void **)&e->d_gmeta, gl.total * 4, &a->work)) {
+        snprintf(err, L8_ERRLEN, "out of GPU memory for the graph metadata");
+        return -ENOMEM;
+    }
+    CK(cudaHostAlloc((void **)&e->h_gmeta, gl.total * 4, cudaHostAllocDefault));
+    return 0;
+}
+
+/* The device's free and total memory. */
+static int device_memory(size_t *free_b, size_t *total_b, char err[L8_ERRLEN])
+{
+    CK(cudaMemGetInfo(free_b, total_b));
+    return 0;
+}
+
+/* The steps above, then the GEMV / cuBLASLt crossover (choose_tuning); a
+ * step that fails leaves what it made in e, and cuda_destroy frees it. */
+static int cuda_create(const struct l8_model *m, const struct l8_engine_opts *o, void **impl,
+                       uint32_t *n_pages_out, struct l8_engine_mem *mem, char err[L8_ERRLEN])
+{
+    struct cuda_engine *e = calloc(1, sizeof *e);
+    struct create_acct a = { 0 };
+    size_t free_b = 0, total_b = 0;
+    int rc;
+
+    if (!e) {
+        snprintf(err, L8_ERRLEN, "out of memory");
+        return -ENOMEM;
+    }
+    e->log = o->log;
+    e->log_ud = o->log_ud;
+    e->m = m;
+    e->c = &m->cfg;
+    e->num = o->numerics;
+    e->page_size = o->page_size;
+    e->max_tokens = o->max_step_tokens;
+    e->max_seqs = o->max_seqs;
+    e->logit_chunk = e->max_seqs > 64 ? e->max_seqs : 64;
+    if ((rc = check_shape(e, err)))
+        goto err;
+    l8k_set_pdl(!o->no_pdl);   /* before this engine's first launch */
+    if ((rc = open_stream(e, err)) || (rc = upload_weights(e, &a, err)) ||
+        (rc = alloc_activations(e, &a, err)) || (rc = alloc_kv_pool(e, o, &a, err)) ||
+        (rc = alloc_graphs(e, o, &a, err)) || (rc = device_memory(&free_b, &total_b, err)))
+        goto err;
+    SAY(e, LOG_INFO,
+        "cuda: weights %.2f GiB uploaded in %.2f s (%.1f GB/s), checksums equal (%.1f ms); "
+        "activations %.1f MiB; KV pool %u pages of %u (%.1f MiB, %s); fp8 GEMM path %d (bf16 "
+        "out %d); decode graphs %s; PDL %s; %.1f GiB free of %.1f",
+        (double)a.weights / 1073741824.0, a.up_s,
+        a.up_s > 0 ? (double)a.uploaded / a.up_s / 1e9 : 0, a.ver_s * 1e3,
+        (double)a.work / 1048576.0, e->n_pages, e->page_size, (double)a.kv_pool / 1048576.0,
+        e->kv_dt == L8K_F32 ? "f32" : "bf16", (int)l8k_blas_fp8_path(e->blas, L8K_F32),
+        (int)l8k_blas_fp8_path(e->blas, L8K_BF16),
+        e->use_graphs ? "on" : e->prof ? "off (profiling)" : "off (as asked)",
+        l8k_pdl_enabled() ? "on" : "off", (double)free_b / 1073741824.0,
+        (double)total_b / 1073741824.0);
     if ((rc = choose_tuning(e, o, err)))
         goto err;
     log_refusals(e);
-    {
-        size_t free_b = 0, total_b = 0;
-        CK(cudaMemGetInfo(&free_b, &total_b));
-        *mem = (struct l8_engine_mem){ .weights = wbytes, .kv_pool = kv_bytes,
-                                       .work = abytes - kv_bytes,
-                                       .device_used = total_b - free_b, .device_total = total_b };
-    }
-    l8_upload_free(&up);
+    if ((rc = device_memory(&free_b, &total_b, err)))
+        goto err;
+    *mem = (struct l8_engine_mem){ .weights = a.weights, .kv_pool = a.kv_pool, .work = a.work,
+                                   .device_used = total_b - free_b, .device_total = total_b };
     *impl = e;
     *n_pages_out = e->n_pages;
     return 0;
 
-err_nomem:
-    if (rc == -ENOMEM)
-        snprintf(err, L8_ERRLEN, "out of memory");
 err:
-    l8_upload_free(&up);
-    free(conv_embed);
-    free(conv_lm);
     cuda_destroy(e);
     return rc;
 }
 
+/* Frees what e holds, a partly made engine's too (every pointer NULL or
+ * allocated). */
 static void cuda_destroy(void *impl)
 {
     struct cuda_engine *e = impl;
     if (!e)
         return;
-    if (e->st)
-        cudaStreamSynchronize(e->st);
+    /* Everything the engine holds comes after its stream: one that failed
+     * before (no device, a shape it cannot run) has nothing to free, and
+     * must not touch the device (cudaFree would create a context). */
+    if (!e->st) {
+        free(e);
+        return;
+    }
+    cudaStreamSynchronize(e->st);
     if (e->L) {
         for (uint32_t l = 0; l < e->c->n_layers; l++) {
             struct glayer *g = &e->L[l];
@@ -851,8 +931,7 @@ static void cuda_destroy(void *impl)
         cudaFreeHost(host[i]);
     l8k_blas_destroy(e->blas);
     l8_prof_finish(e->prof);
-    if (e->st)
-        cudaStreamDestroy(e->st);
+    cudaStreamDestroy(e->st);
     uint32_t captured = 0;
     for (uint32_t i = 0; i < e->n_graphs; i++)
         if (e->graphs[i].exec) {
@@ -983,16 +1062,16 @@ static int attention(struct cuda_engine *e, const struct fwd *f, const void *kb,
                    QKV = (nh + 2 * nkv) * D;
     const float sm_scale = 1.0f / sqrtf((float)D);
     if (!f->n_tiles)
-        return l8k_attention(e->qkv, QKV, kb, vb, e->kv_dt, e->ps, f->pt, f->pt_stride, f->rseq,
-                             f->kvl, NULL, f->T, nh, nkv, D, sm_scale, f->max_kv, e->attn_work,
-                             e->att, nh * D, e->st);
-    int rc = l8k_attention_prefill(e->qkv, QKV, kb, vb, e->ps, f->pt, f->pt_stride, f->tiles,
-                                   f->n_tiles, nh, nkv, D, sm_scale, f->max_kv, e->attn_work,
-                                   e->att, nh * D, e->st);
+        return l8k_attention(e->qkv, QKV, kb, vb, e->kv_dt, e->page_size, f->pt, f->pt_stride,
+                             f->rseq, f->kvl, NULL, f->T, nh, nkv, D, sm_scale, f->max_kv,
+                             e->attn_work, e->att, nh * D, e->st);
+    int rc = l8k_attention_prefill(e->qkv, QKV, kb, vb, e->page_size, f->pt, f->pt_stride,
+                                   f->tiles, f->n_tiles, nh, nkv, D, sm_scale, f->max_kv,
+                                   e->attn_work, e->att, nh * D, e->st);
     if (rc || !f->n_drows)
         return rc;
-    return l8k_attention(e->qkv, QKV, kb, vb, e->kv_dt, e->ps, f->pt, f->pt_stride, f->rseq,
-                         f->kvl, f->drows, f->n_drows, nh, nkv, D, sm_scale, f->max_kv,
+    return l8k_attention(e->qkv, QKV, kb, vb, e->kv_dt, e->page_size, f->pt, f->pt_stride,
+                         f->rseq, f->kvl, f->drows, f->n_drows, nh, nkv, D, sm_scale, f->max_kv,
                          e->attn_work, e->att, nh * D, e->st);
 }
 
@@ -1020,11 +1099,11 @@ static int fwd_layers(struct cuda_engine *e, const struct fwd *f)
             OP(L8_PH_QKV, l8k_gemv_qkv_rope(g->qkv.w, g->qkv.s, ib, idt,
                                             idt == L8K_FP8 ? e->xs : NULL, T, H, e->qkv, QKV,
                                             f->pos, e->inv_freq, nh, nkv, D, kb, vb, e->kv_dt,
-                                            e->ps, f->slot, e->st));
+                                            e->page_size, f->slot, e->st));
         } else {
             OP(L8_PH_QKV, project(e, L8_TP_QKV, &g->qkv, T, NULL, e->qkv));
             OP(L8_PH_ROPE_KV, l8k_rope_kv(e->qkv, QKV, f->pos, e->inv_freq, T, nh, nkv, D, kb,
-                                          vb, e->kv_dt, e->ps, f->slot, e->st));
+                                          vb, e->kv_dt, e->page_size, f->slot, e->st));
         }
         OP(L8_PH_ATTENTION, attention(e, f, kb, vb));
         if (e->num == L8_NUMERICS_FP8)
@@ -1040,7 +1119,7 @@ static int fwd_layers(struct cuda_engine *e, const struct fwd *f)
     return 0;
 }
 
-/* Logit rows lrows[r0, r0 + nr) (nr <= lch): the last residual add, the
+/* Logit rows lrows[r0, r0 + nr) (nr <= logit_chunk): the last residual add, the
  * final norm, lm_head, into e->logits [nr, V]. */
 static int fwd_logits(struct cuda_engine *e, const struct fwd *f, uint32_t r0, uint32_t nr)
 {
@@ -1259,7 +1338,7 @@ static int graph_step(struct cuda_engine *e, struct l8_seq *seqs, uint32_t n_seq
         if (seqs[s].pos + 1 > max_kv)
             max_kv = seqs[s].pos + 1;
     const uint32_t Bb = graph_batch(e, n_seqs), kvb = graph_kv(e, max_kv);
-    const uint32_t pt_stride = (kvb + e->ps - 1) / e->ps;
+    const uint32_t pt_stride = (kvb + e->page_size - 1) / e->page_size;
     struct meta_layout ml;
     meta_plan(e, Bb, Bb, pt_stride, Bb, 0, 0, &ml);
     int32_t *hm = e->h_gmeta;
@@ -1276,12 +1355,12 @@ static int graph_step(struct cuda_engine *e, struct l8_seq *seqs, uint32_t n_seq
             continue;
         }
         const struct l8_seq *q = &seqs[s];
-        const uint32_t p = q->pos, np = (p + 1 + e->ps - 1) / e->ps;
+        const uint32_t p = q->pos, np = (p + 1 + e->page_size - 1) / e->page_size;
         for (uint32_t i = 0; i < pt_stride; i++)
             pt[i] = i < np ? (int32_t)q->pages[i] : 0;
         hm[ml.tok + s] = (int32_t)q->tokens[0];
         hm[ml.pos + s] = (int32_t)p;
-        hm[ml.slot + s] = (int32_t)(q->pages[p / e->ps] * e->ps + p % e->ps);
+        hm[ml.slot + s] = (int32_t)(q->pages[p / e->page_size] * e->page_size + p % e->page_size);
         hm[ml.row_seq + s] = (int32_t)s;
         hm[ml.kv_len + s] = (int32_t)(p + 1);
     }
@@ -1335,7 +1414,7 @@ static int cuda_step(void *impl, struct l8_seq *seqs, uint32_t n_seqs)
     for (uint32_t s = 0; s < n_seqs; s++) {
         const struct l8_seq *q = &seqs[s];
         uint32_t end = q->pos + q->n_tokens;
-        uint32_t np = (end + e->ps - 1) / e->ps;
+        uint32_t np = (end + e->page_size - 1) / e->page_size;
         if (np > pt_stride)
             pt_stride = np;
         if (end > max_kv)
@@ -1381,14 +1460,15 @@ static int cuda_step(void *impl, struct l8_seq *seqs, uint32_t n_seqs)
         else if (tiles)
             ti += l8k_attention_tiles(nh, nkv, t, q->n_tokens, q->pos, s,
                                       hm + ml.tiles + 4 * (size_t)ti);
-        uint32_t np = (q->pos + q->n_tokens + e->ps - 1) / e->ps;
+        uint32_t np = (q->pos + q->n_tokens + e->page_size - 1) / e->page_size;
         for (uint32_t p = 0; p < pt_stride; p++)
             pt[p] = p < np ? (int32_t)q->pages[p] : 0;
         for (uint32_t i = 0; i < q->n_tokens; i++, t++) {
             uint32_t p = q->pos + i;
             hm[ml.tok + t] = (int32_t)q->tokens[i];
             hm[ml.pos + t] = (int32_t)p;
-            hm[ml.slot + t] = (int32_t)(q->pages[p / e->ps] * e->ps + p % e->ps);
+            hm[ml.slot + t] =
+                (int32_t)(q->pages[p / e->page_size] * e->page_size + p % e->page_size);
             hm[ml.row_seq + t] = (int32_t)s;
             hm[ml.kv_len + t] = (int32_t)(p + 1);
         }
@@ -1403,10 +1483,10 @@ static int cuda_step(void *impl, struct l8_seq *seqs, uint32_t n_seqs)
     TRY(upload_history(e, seqs, n_seqs));
     l8_prof_mark(e->prof, L8_PH_UPLOAD);
     TRY(fwd_layers(e, &f));
-    /* Logits and sampling, in chunks of lch rows. */
+    /* Logits and sampling, in chunks of logit_chunk rows. */
     struct rowmap rm = { e->rm_first, e->rm_cnt };
-    for (uint32_t r0 = 0; r0 < n_rows; r0 += e->lch) {
-        uint32_t nr = n_rows - r0 < e->lch ? n_rows - r0 : e->lch;
+    for (uint32_t r0 = 0; r0 < n_rows; r0 += e->logit_chunk) {
+        uint32_t nr = n_rows - r0 < e->logit_chunk ? n_rows - r0 : e->logit_chunk;
         TRY(fwd_logits(e, &f, r0, nr));
         TRY(sample_and_copy(e, seqs, n_seqs, &rm, r0, nr));
     }
