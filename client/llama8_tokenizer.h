@@ -57,9 +57,14 @@ void l8tok_ids_free(l8tok_ids *v);
 
 typedef struct l8tok l8tok;
 
+/* The largest tokenizer.json l8tok_load reads (Llama 3's is 9 MB). */
+#define L8TOK_MAX_FILE (256u << 20)
+
 /* Load a tokenizer.json.  path is the file, or a model directory that holds one.
- * Errors: -ENOENT/-EACCES/... from opening, -EINVAL for malformed JSON or a vocabulary or
- * merge that does not parse, -ENOTSUP for a tokenizer.json outside what is implemented (a
+ * Errors: -ENOENT/-EACCES/... from opening, -EINVAL for a file that is not a regular one
+ * (a FIFO, a device or a socket: refused at once, never read), for malformed JSON or a
+ * vocabulary or merge that does not parse, -EISDIR, -EFBIG for one over L8TOK_MAX_FILE,
+ * -EIO for one that changed size while read, -ENOTSUP for a tokenizer.json outside what is implemented (a
  * model other than byte-level BPE, a normalizer, dropout, added tokens with
  * lstrip/rstrip/single_word, a pre-tokenizer other than Split(regex, Isolated) followed by
  * ByteLevel), -ENOMEM.  On success *out is the caller's; release it with l8tok_free().

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "l8_build.h"
+#include "daemon/model/read_file.h"
 
 static const struct ctl_cmd commands[] = {
     {"tokenize", ctl_tokenize, "text -> token ids (no daemon needed)"},
@@ -225,13 +226,22 @@ int ctl_tokenizer_load(const char *path, const char *hint, l8tok **out)
         return 0;
     struct stat st;
     const bool dir = stat(path, &st) == 0 && S_ISDIR(st.st_mode);
-    const char *why = rc == -EINVAL ? "not a tokenizer.json (not a regular file, malformed "
-                                      "JSON, or a vocabulary or merge that does not parse)"
+    char file[PATH_MAX + 16];
+    snprintf(file, sizeof file, "%s%s", path, dir ? "/tokenizer.json" : "");
+    /* What l8tok_load refused without reading: the kind of file, or its size. */
+    const char *kind = stat(file, &st) == 0 ? l8_file_kind(&st) : NULL;
+    char what[128];
+    if (kind)
+        snprintf(what, sizeof what, "is %s, not a regular file", kind);
+    else
+        snprintf(what, sizeof what, "is larger than %u bytes", L8TOK_MAX_FILE);
+    const char *why = kind || rc == -EFBIG ? what
+                    : rc == -EINVAL ? "not a tokenizer.json (malformed JSON, or a vocabulary "
+                                      "or merge that does not parse)"
                     : rc == -ENOTSUP ? "a tokenizer this program does not implement (it reads "
                                        "byte-level BPE with a Split pre-tokenizer, as Llama 3's)"
                     : strerror(-rc);
-    fprintf(stderr, "llama8ctl: tokenizer %s%s: %s%s\n", path, dir ? "/tokenizer.json" : "", why,
-            hint ? hint : "");
+    fprintf(stderr, "llama8ctl: tokenizer %s: %s%s\n", file, why, hint ? hint : "");
     return rc;
 }
 

@@ -12,9 +12,9 @@
  * as in the reference.
  */
 #include "tokenizer_internal.h"
+#include "daemon/model/read_file.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -28,8 +28,6 @@
 /* GPT-2's byte-level alphabet: 188 printable bytes map to their own code point, the other
  * 68 to 256..323. */
 #define BYTE_LEVEL_CPS 324
-/* Cap on tokenizer.json size: the real one is 9 MB. */
-#define MAX_TOKENIZER_FILE (256u << 20)
 /* Word cache: entries, and bytes of keys and ids it may hold before it is cleared.  Words
  * longer than WORD_CACHE_MAX_LEN bytes are not cached (as the reference's 256). */
 #define WORD_CACHE_SLOTS (1u << 16)
@@ -420,45 +418,7 @@ static int byte_level_decode(const int16_t cp_to_byte[BYTE_LEVEL_CPS], const cha
 
 static int read_file(const char *path, char **buf, size_t *len)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -errno;
-    int rc;
-    char *b = NULL;
-    struct stat st;
-    if (fstat(fd, &st) < 0) {
-        rc = -errno;
-        goto err;
-    }
-    if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > MAX_TOKENIZER_FILE) {
-        rc = S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL;
-        goto err;
-    }
-    b = malloc((size_t)st.st_size + 1);
-    if (!b) {
-        rc = -ENOMEM;
-        goto err;
-    }
-    size_t got = 0;
-    while (got < (size_t)st.st_size) {
-        ssize_t r = read(fd, b + got, (size_t)st.st_size - got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0) {
-            rc = r < 0 ? -errno : -EIO;
-            goto err;
-        }
-        got += (size_t)r;
-    }
-    b[got] = 0;
-    close(fd);
-    *buf = b;
-    *len = got;
-    return 0;
-err:
-    free(b);
-    close(fd);
-    return rc;
+    return l8_read_file(path, L8TOK_MAX_FILE, buf, len, NULL, 0);
 }
 
 char *l8tok__resolve_path(const char *path, const char *name)

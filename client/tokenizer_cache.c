@@ -22,6 +22,7 @@
  * the ones unused for 30 days.
  */
 #include "tokenizer_internal.h"
+#include "daemon/model/read_file.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -35,7 +36,7 @@
 #include <time.h>
 #include <unistd.h>
 
-/* Larger than any cache of a tokenizer.json within MAX_TOKENIZER_FILE; a bigger file is
+/* Larger than any cache of a tokenizer.json within L8TOK_MAX_FILE; a bigger file is
  * not ours. */
 #define MAX_CACHE_FILE (1ull << 30)
 #define CACHE_DIR_MODE 0700
@@ -118,21 +119,13 @@ _Static_assert(HASH_FILE_CHUNK % HASH_BLOCK == 0, "chunks are whole hash blocks"
 
 int l8tok__hash_file(const char *path, uint64_t *size, uint64_t *hash)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    uint64_t fsize;
+    int fd = l8_open_regular(path, L8TOK_MAX_FILE, &fsize, NULL, 0);
     if (fd < 0)
-        return -errno;
+        return fd;
     uint8_t *buf = NULL;
     int rc;
-    struct stat st;
-    if (fstat(fd, &st) < 0) {
-        rc = -errno;
-        goto out;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        rc = -EINVAL;
-        goto out;
-    }
-    if ((uint64_t)st.st_size < L8TOK_CACHE_MIN_SOURCE) {
+    if (fsize < L8TOK_CACHE_MIN_SOURCE) {
         rc = 0;
         goto out;
     }
@@ -365,24 +358,17 @@ int l8tok__cache_load(l8tok *t, uint64_t src_size, uint64_t src_hash, char **pat
     int rc = l8tok__cache_path(src_size, src_hash, &path);
     if (rc < 0)
         return rc;
-    /* O_NONBLOCK: a FIFO put where the file should be must not hang the load (it is then
-     * refused as not a regular file). */
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    uint64_t fsize;
+    int fd = l8_open_regular(path, MAX_CACHE_FILE, &fsize, NULL, 0);
     free(path);
     if (fd < 0)
-        return -errno;
+        return fd;
     uint8_t *image = NULL;
-    struct stat st;
-    if (fstat(fd, &st) < 0) {
-        rc = -errno;
-        goto err;
-    }
-    if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size < sizeof(struct l8tok_cache_header) ||
-        (uint64_t)st.st_size > MAX_CACHE_FILE) {
+    if (fsize < sizeof(struct l8tok_cache_header)) {
         rc = -EINVAL;
         goto err;
     }
-    size_t size = (size_t)st.st_size;
+    size_t size = (size_t)fsize;
     /* The buffer's alignment, the header's 96 bytes and the 8-byte section alignment keep
      * every table aligned for its type. */
     image = image_alloc(size);

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "l8_build.h"
+#include "read_file.h"
 #include "scheduler.h"
 
 enum kind { K_STR, K_U32, K_U64, K_INT, K_NUMERICS, K_BACKEND, K_LEVEL, K_BOOL, K_PREFIX_CACHE, K_SPIN,
@@ -345,42 +346,13 @@ int l8d_conf_parse_text(struct l8d_conf *c, const char *text, const char *path,
 
 static int load_file(struct l8d_conf *c, const char *path, bool must, char err[L8D_ERRLEN])
 {
-    FILE *f = fopen(path, "re");
-    if (!f) {
-        if (!must && errno == ENOENT)
-            return 0;
-        snprintf(err, L8D_ERRLEN, "%s: %s", path, strerror(errno));
-        return -EINVAL;
-    }
-    char *buf = NULL;
-    size_t cap = 0, n = 0, r;
-    char tmp[4096];
-    while ((r = fread(tmp, 1, sizeof(tmp), f)) > 0) {
-        if (n + r + 1 > cap) {
-            cap = (n + r + 1) * 2;
-            char *nb = realloc(buf, cap);
-            if (!nb) {
-                free(buf);
-                fclose(f);
-                return -ENOMEM;
-            }
-            buf = nb;
-        }
-        memcpy(buf + n, tmp, r);
-        n += r;
-    }
-    /* A directory opens, and its read fails (EISDIR): not an empty file. */
-    if (ferror(f)) {
-        snprintf(err, L8D_ERRLEN, "%s: %s", path, strerror(errno));
-        free(buf);
-        fclose(f);
-        return -EINVAL;
-    }
-    fclose(f);
-    if (!buf)
+    char *buf;
+    int rc = l8_read_file(path, L8D_CONF_MAX, &buf, NULL, err, L8D_ERRLEN);
+    if (rc == -ENOENT && !must)
         return 0;
-    buf[n] = 0;
-    int rc = l8d_conf_parse_text(c, buf, path, err);
+    if (rc < 0)
+        return rc == -ENOMEM ? rc : -EINVAL;
+    rc = l8d_conf_parse_text(c, buf, path, err);
     free(buf);
     return rc;
 }

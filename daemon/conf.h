@@ -10,6 +10,8 @@
 
 #define L8D_DEFAULT_CONF "/etc/llama8d/llama8d.conf"
 #define L8D_ERRLEN 512
+/* llama8d.conf is a few hundred bytes; anything past this is not one. */
+#define L8D_CONF_MAX (1u << 20)
 #define L8D_SPIN_MAX_US 1000000u
 /* max_clients + admin_clients: the session slots are an array. */
 #define L8D_MAX_CONNECTIONS (1u << 20)

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "mono_clock.h"
+#include "read_file.h"
 
 #define TUNE_REPS 3
 #define TUNE_FILE_MAX (1u << 20)
@@ -196,30 +197,6 @@ void l8_tune_add_algos(struct l8_tune *t, const struct l8_algo_set *s)
 
 /* ---- the file ------------------------------------------------------------ */
 
-/* The whole file, NUL-terminated (*len without it); -ENOENT if missing. */
-static int slurp(const char *path, char **out, size_t *len)
-{
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return -errno;
-    char *buf = malloc(TUNE_FILE_MAX + 1);
-    if (!buf) {
-        fclose(f);
-        return -ENOMEM;
-    }
-    size_t n = fread(buf, 1, TUNE_FILE_MAX + 1, f);
-    int bad = ferror(f);
-    fclose(f);
-    if (bad || n > TUNE_FILE_MAX) {
-        free(buf);
-        return bad ? -EIO : -EFBIG;
-    }
-    buf[n] = 0;
-    *out = buf;
-    *len = n;
-    return 0;
-}
-
 /* The length of the line at l (up to its newline or end). */
 static size_t line_len(const char *l, const char *end)
 {
@@ -299,11 +276,9 @@ int l8_tune_load(const char *path, const char *key, struct l8_tune *t, char *err
 {
     char *buf;
     size_t len;
-    int rc = slurp(path, &buf, &len);
-    if (rc == -EFBIG || rc == -EIO)
-        snprintf(err, err_len, "%s: %s", path, rc == -EFBIG ? "larger than 1 MiB" : "read error");
+    int rc = l8_read_file(path, TUNE_FILE_MAX, &buf, &len, err, err_len);
     if (rc)
-        return rc == -EFBIG || rc == -EIO ? -EINVAL : rc;
+        return rc == -ENOENT || rc == -ENOMEM ? rc : -EINVAL;
     rc = -ENOENT;
     unsigned lineno = 0;
     for (char *l = buf; l < buf + len && rc == -ENOENT; lineno++) {
@@ -331,7 +306,7 @@ int l8_tune_save(const char *path, const char *key, const struct l8_tune *t)
 {
     char *old = NULL, tmp[4096];
     size_t len = 0;
-    int rc = slurp(path, &old, &len);
+    int rc = l8_read_file(path, TUNE_FILE_MAX, &old, &len, NULL, 0);
     if (rc && rc != -ENOENT)
         return rc;
     if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp) {

@@ -451,7 +451,7 @@ int l8_config_load(const char *dir, struct l8_config *out, char err[L8_ERRLEN])
     char path[4200], *buf;
     size_t len;
     snprintf(path, sizeof path, "%s/config.json", dir);
-    int r = l8_read_file(path, L8_CFG_MAX_FILE, &buf, &len, err);
+    int r = l8_read_file(path, L8_CFG_MAX_FILE, &buf, &len, err, L8_ERRLEN);
     if (r)
         return r;
     if (strlen(buf) != len)

@@ -9,7 +9,6 @@
 #include "read_file.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <json-c/json.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -17,7 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 /* The reference implementation refuses headers above 100 MB; a real one is
@@ -172,20 +170,11 @@ static int add_file(struct l8_tensor_set *s, const char *path, char err[L8_ERRLE
         return l8_fail_code(err, -ENOMEM, "%s: out of memory", path);
     s->n_files++;   /* from here on l8_st_close frees it */
 
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* No size bound: a shard is mapped, not read, and its header is checked below. */
+    uint64_t size;
+    int fd = l8_open_regular(path, UINT64_MAX, &size, err, L8_ERRLEN);
     if (fd < 0)
-        return l8_fail_code(err, -errno, "%s: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) < 0) {
-        r = l8_fail_code(err, -errno, "%s: %s", path, strerror(errno));
-        close(fd);
-        return r;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return l8_fail(err, "%s: not a regular file", path);
-    }
-    uint64_t size = (uint64_t)st.st_size;
+        return fd;
     if (size < 8) {
         close(fd);
         return l8_fail(err, "%s: truncated file: %llu bytes, too short for the 8-byte header"
@@ -397,7 +386,7 @@ static int open_sharded(const char *dir, const char *ipath, struct l8_tensor_set
     const char **shards = NULL;
     int r;
 
-    if ((r = l8_read_file(ipath, L8_ST_MAX_INDEX, &text, NULL, err)))
+    if ((r = l8_read_file(ipath, L8_ST_MAX_INDEX, &text, NULL, err, L8_ERRLEN)))
         return r;
     if ((r = parse_json(text, strlen(text), ipath, &idx, err)))
         goto out;

@@ -720,7 +720,7 @@ static int copy_tokenizer(const char *src, const char *dir)
 {
     char err[L8_ERRLEN], *buf;
     size_t len;
-    int rc = l8_read_file(src, MK_TOKENIZER_MAX, &buf, &len, err);
+    int rc = l8_read_file(src, MK_TOKENIZER_MAX, &buf, &len, err, sizeof err);
     if (rc < 0) {
         fprintf(stderr, "llama8-mkmodel: --tokenizer %s\n", err);
         return rc;

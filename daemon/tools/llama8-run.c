@@ -28,12 +28,15 @@
 #include "engine.h"
 #include "mono_clock.h"
 #include "model.h"
+#include "read_file.h"
 #include "safetensors.h"
 #include "l8_build.h"
 
 #define DEFAULT_PAGE_SIZE 16u
 #define MAX_STOP 64
 #define MAX_BATCH 1024u
+/* A whole context of ids as text is about 1 MB. */
+#define RUN_TOKENS_FILE_MAX (64u << 20)
 
 struct opts {
     const char *model, *tokens, *tokens_file, *logits_out, *tune_file, *profile_file;
@@ -165,37 +168,6 @@ static long parse_ids(const char *s, uint32_t **out)
     }
     *out = v;
     return (long)n;
-}
-
-static char *read_file(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    size_t cap = 4096, n = 0;
-    char *b = malloc(cap);
-    while (b) {
-        size_t r = fread(b + n, 1, cap - n - 1, f);
-        n += r;
-        if (n < cap - 1)
-            break;
-        char *nb = realloc(b, cap * 2);
-        if (!nb) {
-            free(b);
-            b = NULL;
-            break;
-        }
-        b = nb;
-        cap *= 2;
-    }
-    if (b)
-        b[n] = 0;
-    if (ferror(f)) {
-        free(b);
-        b = NULL;
-    }
-    fclose(f);
-    return b;
 }
 
 static int parse_args(int argc, char **argv, struct opts *o)
@@ -468,9 +440,9 @@ int main(int argc, char **argv)
     uint32_t *prompt = NULL;
     long S;
     if (o.tokens_file) {
-        char *txt = read_file(o.tokens_file);
-        if (!txt) {
-            fprintf(stderr, "llama8-run: cannot read %s: %s\n", o.tokens_file, strerror(errno));
+        char *txt, err[512];
+        if (l8_read_file(o.tokens_file, RUN_TOKENS_FILE_MAX, &txt, NULL, err, sizeof err)) {
+            fprintf(stderr, "llama8-run: --tokens-file %s\n", err);
             return 2;
         }
         S = parse_ids(txt, &prompt);

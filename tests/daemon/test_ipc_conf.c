@@ -20,6 +20,7 @@ static void note_change(const char *key, const char *was, const char *now, bool 
 
 int main(void)
 {
+    alarm(60);  /* a config read that hangs (a FIFO, /dev/zero) fails instead */
     struct l8d_conf c;
     char err[L8D_ERRLEN] = "";
     l8d_conf_defaults(&c);
@@ -135,8 +136,26 @@ int main(void)
     char *argv3[] = { "llama8d", "--config", "/nonexistent/llama8d.conf", "--model", "/m", NULL };
     CHECK(l8d_conf_from_args(&c, 5, argv3, err) == -EINVAL, "missing config");
     char *argv3d[] = { "llama8d", "--config", "/tmp", "--model", "/m", NULL };
-    CHECK(l8d_conf_from_args(&c, 5, argv3d, err) == -EINVAL && strstr(err, "/tmp: Is a directory"),
-          "a directory as the config: %s", err);
+    CHECK(l8d_conf_from_args(&c, 5, argv3d, err) == -EINVAL &&
+          strstr(err, "/tmp: is a directory, not a regular file"), "a directory as the config: %s",
+          err);
+    /* What is not a regular file is refused at once, named: /dev/zero (its read would never
+     * end), a FIFO (its open would wait for a writer); /dev/null is an empty file. */
+    char *argv3z[] = { "llama8d", "--config", "/dev/zero", "--model", "/m", NULL };
+    CHECK(l8d_conf_from_args(&c, 5, argv3z, err) == -EINVAL &&
+          strstr(err, "/dev/zero: is a character device, not a regular file"), "/dev/zero: %s",
+          err);
+    char fifo[] = "/tmp/l8ipc-test.fifo";
+    unlink(fifo);
+    REQUIRE(mkfifo(fifo, 0600) == 0);
+    char *argv3f[] = { "llama8d", "--config", fifo, "--model", "/m", NULL };
+    CHECK(l8d_conf_from_args(&c, 5, argv3f, err) == -EINVAL &&
+          strstr(err, "/tmp/l8ipc-test.fifo: is a FIFO, not a regular file"), "a FIFO: %s", err);
+    unlink(fifo);
+    REQUIRE(truncate("/tmp/l8ipc-test.conf", L8D_CONF_MAX + 1) == 0);
+    CHECK(l8d_conf_from_args(&c, 5, (char *[]){ "llama8d", "--config", "/tmp/l8ipc-test.conf",
+                                                "--model", "/m", NULL }, err) == -EINVAL &&
+          strstr(err, "is larger than 1048576 bytes"), "over the bound: %s", err);
     char *argv4[] = { "llama8d", "--config", "/dev/null", NULL };
     CHECK(l8d_conf_from_args(&c, 3, argv4, err) == -EINVAL && strstr(err, "no model"), "no model");
     char *argv5[] = { "llama8d", "--config", "/dev/null", "--model", "/m", "--max-batch", "64",

@@ -24,7 +24,7 @@
  *  - SIGHUP reloads the configuration: RELOADING=1 then READY=1, the live
  *    keys applied (flags still win; max_clients up, then down under the
  *    clients connected), the others listed in Status as
- *    waiting for a restart, a bad or missing file refused with the running
+ *    waiting for a restart, a bad or missing file (or a FIFO) refused with the running
  *    configuration kept, a request streaming through it all; no reload
  *    while draining;
  *  - Status's tokens/s right after a short reply.
@@ -276,6 +276,16 @@ static void test_reload(void)
     CHECK(strstr(st.config_error, "No such file") && st.config_reloads == 1,
           "without the file: error '%s', %llu reloads", st.config_error,
           (unsigned long long)st.config_reloads);
+    /* A FIFO in its place: refused at once, named (opening it would wait for a writer,
+     * and the loop with it). */
+    REQUIRE(mkfifo(conf, 0600) == 0, "mkfifo %s", conf);
+    kill(d.pid, SIGHUP);
+    CHECK(reload_done(&d, 3), "reload of a FIFO: no READY=1: %s", d.notes);
+    REQUIRE(l8c_status(admin, &st, 10000) == 0, "status");
+    CHECK(strstr(st.config_error, "llama8d.conf: is a FIFO, not a regular file") &&
+          st.config_reloads == 1, "a FIFO: error '%s', %llu reloads", st.config_error,
+          (unsigned long long)st.config_reloads);
+    unlink(conf);
 
     /* Back to the start's file: nothing waits for a restart; max_clients 2
      * keeps the 3 clients connected and refuses a fourth. */
@@ -286,7 +296,7 @@ static void test_reload(void)
           "l8c_reload back to the start: %d, error '%s', restart '%s', %llu reloads", rc,
           st.config_error, st.config_restart, (unsigned long long)st.config_reloads);
     l8c_close(admin);
-    CHECK(reload_done(&d, 3), "fourth reload: no READY=1: %s", d.notes);
+    CHECK(reload_done(&d, 4), "fifth reload: no READY=1: %s", d.notes);
     struct l8c_client *fourth;
     CHECK(l8c_connect(d.sock, "fourth", &fourth, err) == -EUSERS,
           "a client past max_clients 2 let in: %s", err);

@@ -7,7 +7,8 @@
  *   embeddings) and an FP8 one with an ignored projection: load-time
  *   quantization equals l8_quantize_weight_row on every row.
  * - Broken copies of the golden checkpoint, one defect each: the load fails
- *   with the right code and a message naming the file and tensor or key. */
+ *   with the right code and a message naming the file and tensor or key; a
+ *   FIFO, a directory or a device in place of a file is refused at once. */
 #include <float.h>
 #include <math.h>
 
@@ -642,6 +643,26 @@ static void test_broken_golden(void)
     free(p);
     t_rm_rf(d);
 
+    /* A file of the checkpoint that is not a regular file is refused at once,
+     * named with what it is: a FIFO (open() would wait for a writer for ever),
+     * a directory, /dev/zero (a read that never ends). */
+    const char *files[] = { "config.json", "model.safetensors.index.json", SHARD2 };
+    for (int i = 0; i < 3; i++) {
+        d = t_copy_ckpt(golden);
+        p = t_path(d, files[i]);
+        unlink(p);
+        REQUIRE(mkfifo(p, 0600) == 0);
+        EXPECT_LOAD(d, -EINVAL, files[i], "is a FIFO, not a regular file");
+        unlink(p);
+        REQUIRE(mkdir(p, 0700) == 0);
+        EXPECT_LOAD(d, -EISDIR, files[i], "is a directory, not a regular file");
+        rmdir(p);
+        REQUIRE(symlink("/dev/zero", p) == 0);
+        EXPECT_LOAD(d, -EINVAL, files[i], "is a character device, not a regular file");
+        free(p);
+        t_rm_rf(d);
+    }
+
     /* Tied embeddings: a stored lm_head is ignored, as Hugging Face does. */
     d = t_copy_ckpt(golden);
     p = t_path(d, "config.json");
@@ -659,6 +680,7 @@ static void test_broken_golden(void)
 
 int main(int argc, char **argv)
 {
+    alarm(120);  /* a load that hangs (on a FIFO) fails instead of waiting for meson */
     if (argc < 2) {
         fprintf(stderr, "usage: %s GOLDEN_CHECKPOINT_DIR\n", argv[0]);
         return 1;

@@ -180,6 +180,18 @@ int main(int argc, char **argv)
     RUN(&r, "", "tokenize", "-t", "/dev/null", "x");
     CHECK(r.status == 1 && strstr(r.err, "/dev/null: not a tokenizer.json"), "/dev/null: %d %s",
           r.status, r.err);
+    /* What is not a regular file is named, at once: a device, a FIFO (no writer). */
+    RUN(&r, "", "tokenize", "-t", "/dev/zero", "x");
+    CHECK(r.status == 1 && strstr(r.err, "tokenizer /dev/zero: is a character device, not a "
+                                  "regular file"), "/dev/zero: %d %s", r.status, r.err);
+    char fifo[64];
+    snprintf(fifo, sizeof fifo, "/tmp/l8ctl-test-%d.fifo", (int)getpid());
+    if (mkfifo(fifo, 0600) == 0) {
+        RUN(&r, "", "tokenize", "-t", fifo, "x");
+        CHECK(r.status == 1 && strstr(r.err, "is a FIFO, not a regular file"), "a FIFO: %d %s",
+              r.status, r.err);
+        unlink(fifo);
+    }
     run(&r, "x", 1, NULL, "tokenize", (char *)NULL);
     CHECK(r.status == 2 && strstr(r.err, "no tokenizer"), "no tokenizer configured: %d %s", r.status, r.err);
 

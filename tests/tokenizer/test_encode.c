@@ -410,6 +410,19 @@ static void test_toy_and_errors(const char *dir)
     json_object_to_file(path, toy);
     CHECK(l8tok_load(path, &tok) == -EINVAL, "a merge of an unknown token");
     json_object_put(toy);
+    /* Not a regular file: refused at once, never read (a FIFO's open would wait for a
+     * writer, /dev/zero never ends); one over L8TOK_MAX_FILE refused from its size. */
+    snprintf(path, sizeof(path), "%s/fifo.json", dir);
+    unlink(path);
+    CHECK(mkfifo(path, 0600) == 0, "mkfifo %s", path);
+    CHECK(l8tok_load(path, &tok) == -EINVAL, "a FIFO");
+    unlink(path);
+    CHECK(l8tok_load("/dev/zero", &tok) == -EINVAL, "/dev/zero");
+    snprintf(path, sizeof(path), "%s/huge.json", dir);
+    write_file(path, "");
+    CHECK(truncate(path, (off_t)L8TOK_MAX_FILE + 1) == 0, "truncate %s", path);
+    CHECK(l8tok_load(path, &tok) == -EFBIG, "over L8TOK_MAX_FILE");
+    unlink(path);
     CHECK(tok == sentinel, "out untouched on failure");
     l8tok_free(NULL);
     l8tok_ids_free(NULL);
@@ -459,6 +472,7 @@ static void test_threads(const l8tok *tok)
 
 int main(int argc, char **argv)
 {
+    alarm(240);  /* a load that hangs (on a FIFO) fails instead */
     l8tok *tok = tt_load(argc, argv);
     if (argc < 3) {
         fprintf(stderr, "usage: %s TOKENIZER_JSON SCRATCH_DIR\n", argv[0]);
