@@ -522,15 +522,15 @@ static bool quantifier(struct re *re, bool take, int *min, int *max)
     size_t p = off + 1;
     long a = 0, b = -1;
     size_t d0 = p;
-    while (p < re->len && is_digit(re->s[p]))
-        a = a > 1000000 ? a : a * 10 + (re->s[p++] - '0');
+    for (; p < re->len && is_digit(re->s[p]); p++)
+        a = a > 1000000 ? a : a * 10 + (re->s[p] - '0');
     if (p == d0)
         return false;
     if (p < re->len && re->s[p] == ',') {
         size_t d1 = ++p;
         b = 0;
-        while (p < re->len && is_digit(re->s[p]))
-            b = b > 1000000 ? b : b * 10 + (re->s[p++] - '0');
+        for (; p < re->len && is_digit(re->s[p]); p++)
+            b = b > 1000000 ? b : b * 10 + (re->s[p] - '0');
         if (p == d1)
             b = INF;
     } else {
