@@ -69,23 +69,33 @@ int l8g_regex_to_gbnf(const char *re, size_t len, char **gbnf, char err[L8G_ERRL
 /* The same as rules to embed in a larger grammar (a JSON Schema's
  * "pattern"): one or more rules, malloc'd in *rules, the one to refer to
  * named name ([A-Za-z0-9_-]+), any others name-something.
- * l8g_regex_to_gbnf is this with "root" and anchored. anchored: the strings
- * the pattern matches whole. Otherwise a search, as JSON Schema's patterns
- * are: the strings that contain a match; a top-level alternative without ^
- * may have anything (newlines included) before it, one without $ anything
- * after it. The dialect is PCRE2's (10.42) with PCRE2_UTF and without
- * PCRE2_UCP: \d \w \s and [[:alpha:]]-style classes are ASCII, \h \v
- * Unicode's horizontal and vertical spaces, . any code point but \n, $ the
- * end of the string only; plus \uHHHH and \u{H...}. Refused: \b \B, \1
- * and other backreferences, lookaround, atomic groups, inline options
- * ((?i)), recursion, \A \z \p{..}, ^ or $ anywhere but the ends, a
- * possessive quantifier (a*+) unless on a set and provably the same strings,
- * {m,n} with m > n or a count over 10000, unbalanced ( ) or [ ], a
- * quantifier with nothing to repeat, invalid UTF-8, a pattern that matches
- * nothing. Named groups, (?| ) and (?#...) are plain groups and comments.
- * Returns 0, -EINVAL with "column C: what" (C the 1-based byte), -E2BIG
- * (the grammar would pass the engine's 1 MiB), -ENOMEM. */
-int l8g_regex_to_gbnf_rules(const char *re, size_t len, const char *name, bool anchored,
+ * l8g_regex_to_gbnf is this with "root" and L8G_RE_ANCHORED. Flags:
+ *   L8G_RE_ANCHORED     the strings the pattern matches whole. Without it a
+ *                       search, as JSON Schema's patterns are: the strings
+ *                       that contain a match; a top-level alternative
+ *                       without ^ may have anything (newlines included)
+ *                       before it, one without $ anything after it.
+ *   L8G_RE_JSON_STRING  each character as the inside of a JSON string
+ *                       writes it, in JSON.stringify's one form: itself,
+ *                       \" \\ \b \f \n \r \t, other controls \u00XX (hex
+ *                       digits of either case); the caller adds the quotes.
+ * The dialect is PCRE2's (10.42) with PCRE2_UTF and without PCRE2_UCP:
+ * \d \w \s and [[:alpha:]]-style classes are ASCII, \h \v Unicode's
+ * horizontal and vertical spaces, . any code point but \n, $ the end of the
+ * string only (PCRE2_DOLLAR_ENDONLY, as ECMAScript); plus \uHHHH and
+ * \u{H...}; a { that opens no {m} {m,} {m,n} is a literal ({,n} too).
+ * Refused: \b \B, \1 and other backreferences, lookaround, atomic groups,
+ * inline options ((?i)), recursion, conditionals, (*VERB)s, \A \z \p{..}
+ * \Q..\E, ^ or $ anywhere but the ends of the pattern or of a top-level
+ * alternative, a possessive quantifier (a*+) unless on a set and provably
+ * the same strings, {m,n} with m > n or a count over 10000, groups nested
+ * deeper than 200, unbalanced ( ) or [ ], a quantifier with nothing to
+ * repeat, invalid UTF-8, a pattern that matches nothing. Named groups,
+ * (?| ) and (?#...) are plain groups and comments. Returns 0, -EINVAL with
+ * "column C: what" (C the 1-based byte), -E2BIG (the grammar would pass
+ * the engine's 1 MiB), -ENOMEM; *rules is untouched on failure. */
+enum { L8G_RE_ANCHORED = 1u << 0, L8G_RE_JSON_STRING = 1u << 1 };
+int l8g_regex_to_gbnf_rules(const char *re, size_t len, const char *name, unsigned flags,
                             char **rules, char err[L8G_ERRLEN]);
 
 /* ---- the vocabulary and the masks -------------------------------------- */

@@ -13,7 +13,10 @@
  * Syntax and meanings are PCRE2's (10.42) with PCRE2_UTF and without
  * PCRE2_UCP: \d \w \s and the POSIX classes are ASCII, \h \v are Unicode's
  * horizontal and vertical spaces, . is any code point but \n. Beyond PCRE2:
- * \uHHHH and \u{H...} (JSON Schema patterns are ECMAScript's). */
+ * \uHHHH and \u{H...} (JSON Schema patterns are ECMAScript's).
+ * With L8G_RE_JSON_STRING a set is printed as its characters look inside a
+ * JSON string (", \ and the controls escaped), and the search's .* refers
+ * to one rule name-char rather than repeating that. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -1131,6 +1134,9 @@ struct out {
     char *b;
     size_t n, cap;
     int rc;          /* -ENOMEM, -E2BIG */
+    bool json;       /* L8G_RE_JSON_STRING: characters as JSON string content */
+    const char *name;   /* the rule's: JSON's any character is rule name-char */
+    bool any_used;      /* name-char referred to */
 };
 
 static void put(struct out *o, const char *s, size_t n)
@@ -1201,7 +1207,7 @@ static void put_ranges(struct out *o, const struct rset *s)
     }
 }
 
-static void put_set(struct out *o, const struct rset *s)
+static void put_class(struct out *o, const struct rset *s)
 {
     if (s->n == 1 && s->r[0].lo == s->r[0].hi) {
         puts_(o, "\"");
@@ -1229,6 +1235,126 @@ static void put_set(struct out *o, const struct rset *s)
     free(c.r);
 }
 
+/* The escape letter of c in JSON's short form (\" \\ \b \f \n \r \t), or 0. */
+static char json_short(uint32_t c)
+{
+    switch (c) {
+    case '"': return '"';
+    case '\\': return '\\';
+    case 0x08: return 'b';
+    case 0x0C: return 'f';
+    case '\n': return 'n';
+    case '\r': return 'r';
+    case '\t': return 't';
+    default: return 0;
+    }
+}
+
+/* Whether c stands for itself inside a JSON string. */
+static bool json_plain(uint32_t c) { return c >= 0x20 && c != '"' && c != '\\'; }
+
+static bool set_has(const struct rset *s, uint32_t c)
+{
+    for (size_t i = 0; i < s->n && s->r[i].lo <= c; i++)
+        if (c <= s->r[i].hi)
+            return true;
+    return false;
+}
+
+enum ctx { C_ALT, C_SEQ, C_REP };   /* where a set is printed: parentheses needed */
+
+/* A set: a class, or in JSON mode the characters as a JSON string has
+ * them, the way JSON.stringify writes them: themselves, \" \\ \b \f
+ * \n \r \t, other controls \u00XX (either case of hex digit). */
+static void put_set(struct out *o, const struct rset *s, enum ctx ctx)
+{
+    if (!o->json) {
+        put_class(o, s);
+        return;
+    }
+    if (o->name && s->n == 1 && s->r[0].lo == 0 && s->r[0].hi == CP_MAX) {
+        puts_(o, o->name);   /* the search's .*: long in JSON, printed once */
+        puts_(o, "-char");
+        o->any_used = true;
+        return;
+    }
+    struct rset plain = { 0 };
+    char letters[8], nib[2][40];
+    size_t nl = 0, nn[2] = { 0, 0 };
+    for (size_t i = 0; i < s->n; i++) {   /* s less the controls, " and \ */
+        uint32_t lo = s->r[i].lo < 0x20 ? 0x20 : s->r[i].lo, hi = s->r[i].hi;
+        for (uint32_t c = lo; c <= hi;) {
+            uint32_t end = c <= '"' && hi >= '"' ? '"' : c <= '\\' && hi >= '\\' ? '\\' : hi + 1;
+            if (end > c && !set_push(&plain, c, end - 1)) {
+                free(plain.r);
+                o->rc = o->rc ? o->rc : -ENOMEM;
+                return;
+            }
+            if (end > hi)
+                break;
+            c = end + 1;
+        }
+    }
+    for (uint32_t c = 0; c < 0x80; c++) {
+        if (json_plain(c) || !set_has(s, c))
+            continue;
+        char e = json_short(c);
+        if (e) {
+            letters[nl++] = e;
+        } else {
+            const char *hex = "0123456789abcdef";
+            nib[c >> 4][nn[c >> 4]++] = hex[c & 15];
+            if ((c & 15) >= 10)
+                nib[c >> 4][nn[c >> 4]++] = (char)(hex[c & 15] - 32);
+        }
+    }
+    int parts = (plain.n > 0) + (nl > 0) + (nn[0] > 0) + (nn[1] > 0);
+    bool seq = !plain.n || parts > 1;   /* a part is two or more items */
+    bool paren = (ctx == C_SEQ && parts > 1) || (ctx == C_REP && seq);
+    int done = 0;
+    if (paren)
+        puts_(o, "(");
+    if (plain.n) {
+        put_class(o, &plain);
+        done++;
+    }
+    if (nl) {
+        puts_(o, done++ ? " | \"\\\\\" [" : "\"\\\\\" [");
+        for (size_t i = 0; i < nl; i++)
+            put_cp(o, (uint8_t)letters[i], true);
+        puts_(o, "]");
+    }
+    for (int h = 0; h < 2; h++) {
+        if (!nn[h])
+            continue;
+        puts_(o, done++ ? " | " : "");
+        puts_(o, h ? "\"\\\\u001\" [" : "\"\\\\u000\" [");
+        put(o, nib[h], nn[h]);
+        puts_(o, "]");
+    }
+    if (paren)
+        puts_(o, ")");
+    free(plain.r);
+}
+
+/* Whether x is one character that goes into a literal. */
+static bool is_lit(const struct out *o, const struct node *x)
+{
+    if (!is_char(x))
+        return false;
+    uint32_t c = x->set.r[0].lo;
+    return !o->json || json_plain(c) || json_short(c);
+}
+
+static void put_lit(struct out *o, uint32_t c)
+{
+    if (o->json && !json_plain(c)) {
+        put_cp(o, '\\', false);
+        c = (uint8_t)json_short(c);
+    }
+    put_cp(o, c, false);
+}
+
 /* x as GBNF. atom: it will be repeated or sit in a sequence, so an
  * alternative or a sequence goes in parentheses. */
 static void emit(struct out *o, const struct node *x, bool atom)
@@ -1239,7 +1365,7 @@ static void emit(struct out *o, const struct node *x, bool atom)
         puts_(o, "\"\"");
         return;
     case K_SET:
-        put_set(o, &x->set);
+        put_set(o, &x->set, atom ? C_SEQ : C_ALT);
         return;
     case K_CAT:
         if (atom)
@@ -1247,10 +1373,10 @@ static void emit(struct out *o, const struct node *x, bool atom)
         for (size_t i = 0; i < x->n; i++) {
             if (i)
                 puts_(o, " ");
-            if (is_char(x->kid[i])) {   /* a run of characters: one literal */
+            if (is_lit(o, x->kid[i])) {   /* a run of characters: one literal */
                 puts_(o, "\"");
-                for (; i < x->n && is_char(x->kid[i]); i++)
-                    put_cp(o, x->kid[i]->set.r[0].lo, false);
+                for (; i < x->n && is_lit(o, x->kid[i]); i++)
+                    put_lit(o, x->kid[i]->set.r[0].lo);
                 puts_(o, "\"");
                 i--;
             } else {
@@ -1274,7 +1400,7 @@ static void emit(struct out *o, const struct node *x, bool atom)
     case K_REP: {
         const struct node *k = x->kid[0];
         if (k->kind == K_SET) {
-            put_set(o, &k->set);
+            put_set(o, &k->set, C_REP);
         } else {
             puts_(o, "(");
             emit(o, k, false);
@@ -1334,12 +1460,12 @@ static size_t utf8_bad(const uint8_t *s, size_t len)
     return len;
 }
 
-int l8g_regex_to_gbnf_rules(const char *pattern, size_t len, const char *name, bool anchored,
+int l8g_regex_to_gbnf_rules(const char *pattern, size_t len, const char *name, unsigned flags,
                             char **rules, char err[L8G_ERRLEN])
 {
-    struct re re = { .s = (const uint8_t *)pattern, .len = len, .search = !anchored,
-                     .err = err };
-    struct out o = { 0 };
+    struct re re = { .s = (const uint8_t *)pattern, .len = len,
+                     .search = !(flags & L8G_RE_ANCHORED), .err = err };
+    struct out o = { .json = flags & L8G_RE_JSON_STRING };
     re.nothing.kind = K_NOTHING;
     re.empty.kind = K_EMPTY;
     err[0] = 0;
@@ -1368,8 +1494,22 @@ int l8g_regex_to_gbnf_rules(const char *pattern, size_t len, const char *name, b
     }
     put(&o, name, nl);
     puts_(&o, " ::= ");
+    o.name = name;
     emit(&o, x, false);
     puts_(&o, "\n");
+    if (o.any_used) {
+        struct rset any = { 0 };
+        if (!set_push(&any, 0, CP_MAX)) {
+            oom(&re);
+            goto out;
+        }
+        o.name = NULL;
+        put(&o, name, nl);
+        puts_(&o, "-char ::= ");
+        put_set(&o, &any, C_ALT);
+        puts_(&o, "\n");
+        free(any.r);
+    }
     if (o.rc)
         fail_rc(&re, o.rc, o.rc == -E2BIG ? "the grammar would be larger than 1 MiB"
                                           : "out of memory");
@@ -1390,5 +1530,5 @@ out:
 
 int l8g_regex_to_gbnf(const char *pattern, size_t len, char **gbnf, char err[L8G_ERRLEN])
 {
-    return l8g_regex_to_gbnf_rules(pattern, len, "root", true, gbnf, err);
+    return l8g_regex_to_gbnf_rules(pattern, len, "root", L8G_RE_ANCHORED, gbnf, err);
 }

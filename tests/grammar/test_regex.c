@@ -11,9 +11,11 @@
  * match: a full or partial match means a prefix), the whole string and a
  * cut of it at a character boundary. The unanchored form
  * (l8g_regex_to_gbnf_rules, anchored false) against PCRE2's search with
- * PCRE2_DOLLAR_ENDONLY, embedded in a larger grammar. Then the exact text
- * of a few translations and every refused construct with its message.
- * Exits 0, or 1 with each difference on stderr. */
+ * PCRE2_DOLLAR_ENDONLY, embedded in a larger grammar; the JSON string form
+ * (L8G_RE_JSON_STRING, whole and search) on each string written as JSON
+ * does, in quotes. Then the exact text of a few translations and every
+ * refused construct with its message. Exits 0, or 1 with each difference
+ * on stderr; TEST_REGEX_VERBOSE=1 names each pattern as it starts. */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <errno.h>
 #include <pcre2.h>
@@ -339,6 +341,21 @@ static void random_str(const struct alpha *a, struct str *s)
         s->cp[i] = a->c[rn((uint32_t)a->n)];
 }
 
+/* The letter of JSON's short escape of c (\" \\ \b \f \n \r \t), or 0. */
+static char json_short(uint32_t c)
+{
+    switch (c) {
+    case '"': return '"';
+    case '\\': return '\\';
+    case 0x08: return 'b';
+    case 0x0C: return 'f';
+    case '\n': return 'n';
+    case '\r': return 'r';
+    case '\t': return 't';
+    default: return 0;
+    }
+}
+
 /* ---- one pattern ---------------------------------------------------------------- */
 
 struct totals {
@@ -364,7 +381,7 @@ static bool compare(const char *re, size_t len, int n_walk, int n_rand)
 {
     struct ref r;
     char err[L8G_ERRLEN], *text = NULL, *rules = NULL;
-    struct l8g_grammar *g = NULL, *gs = NULL;
+    struct l8g_grammar *g = NULL, *gs = NULL, *gj[2] = { NULL, NULL };
     int fails = 0;
     if (!ref_open(&r, re, len)) {
         CHECK(false, "PCRE2 refuses /%.*s/", (int)len, re);
@@ -394,6 +411,23 @@ static bool compare(const char *re, size_t len, int n_walk, int n_rand)
     free(embed);
     if (rc)
         goto out;
+    /* the JSON string forms, whole and search: root ::= "\"" x-js "\"" */
+    for (int j = 0; j < 2; j++) {
+        char *jr = NULL;
+        rc = l8g_regex_to_gbnf_rules(re, len, "x-js", L8G_RE_JSON_STRING | (j ? 0 : L8G_RE_ANCHORED),
+                                     &jr, err);
+        CHECK(rc == 0, "/%.*s/ json: %d %s", (int)len, re, rc, err);
+        if (rc)
+            goto out;
+        char *embed_j = malloc(strlen(jr) + 64);
+        el = sprintf(embed_j, "root ::= \"\\\"\" x-js \"\\\"\"\n%s", jr);
+        rc = l8g_grammar_parse(embed_j, (size_t)el, &gj[j], err);
+        CHECK(rc == 0, "/%.*s/: the engine refuses %s: %s", (int)len, re, embed_j, err);
+        free(embed_j);
+        free(jr);
+        if (rc)
+            goto out;
+    }
 
     struct alpha a = { .n = 0 };
     alphabet(re, len, &a);
@@ -439,6 +473,33 @@ static bool compare(const char *re, size_t len, int n_walk, int n_rand)
                 fails++;
             }
         }
+        if (k % 3 != 0) {   /* as a JSON string, whole (1) or searched (2) */
+            uint8_t e[MAX_CPS * 6 + 8];
+            size_t m = 0;
+            e[m++] = '"';
+            for (size_t i = 0; i < s.n; i++) {
+                uint32_t c = s.cp[i];
+                char sh = json_short(c);
+                if (sh) {
+                    e[m++] = '\\';
+                    e[m++] = (uint8_t)sh;
+                } else if (c < 0x20) {
+                    m += (size_t)sprintf((char *)e + m, rn(2) ? "\\u%04x" : "\\u%04X", c);
+                } else {
+                    m += put_utf8(e + m, c);
+                }
+            }
+            e[m++] = '"';
+            want = k % 3 == 1 ? ref_whole(&r, b, n) : ref_search(&r, b, n);
+            n_unknown += want < 0;
+            if (want >= 0) {
+                tot.checks++;
+                if (want != l8g_grammar_accepts(gj[k % 3 - 1], e, m, false)) {
+                    show(k % 3 == 1 ? "json" : "json search", re, len, e, m, want, text);
+                    fails++;
+                }
+            }
+        }
         if (k % 3 == 0) {   /* the search, inside "<" ">" */
             uint8_t e[MAX_CPS * 4 + 8];
             e[0] = '<';
@@ -459,6 +520,8 @@ static bool compare(const char *re, size_t len, int n_walk, int n_rand)
 out:
     l8g_grammar_free(g);
     l8g_grammar_free(gs);
+    l8g_grammar_free(gj[0]);
+    l8g_grammar_free(gj[1]);
     free(text);
     free(rules);
     ref_close(&r);
@@ -676,32 +739,41 @@ static void gen_alt(struct buf *b, int depth)
 
 struct text_case {
     const char *re;
-    bool anchored;
+    unsigned flags;
     const char *gbnf;
 };
 
 static const struct text_case TEXTS[] = {
-    { "abc", true, "root ::= \"abc\"\n" },
-    { "a|b|c", true, "root ::= [a-c]\n" },
-    { "(a|)", true, "root ::= \"a\"?\n" },
-    { "(a?)*", true, "root ::= \"a\"*\n" },
-    { "(a*b?)+", true, "root ::= (\"a\"+ \"b\"? | \"b\")*\n" },
-    { "[α-ω]+", true, "root ::= [\\u03B1-\\u03C9]+\n" },
-    { ".", true, "root ::= [^\\x0A]\n" },
-    { "[^a]", true, "root ::= [^a]\n" },
-    { "\\d{3}-\\d{4}", true, "root ::= [0-9]{3} \"-\" [0-9]{4}\n" },
-    { "^(ls|cat) [a-z./ -]+$", true, "root ::= (\"ls\" | \"cat\") \" \" [\\x20\\x2D-/a-z]+\n" },
-    { "(ab){2,5}", true, "root ::= (\"ab\"){2,5}\n" },
-    { "[]a]", true, "root ::= [\\x5Da]\n" },
-    { "\\x{1F600}\\u00e9\"\\\\", true, "root ::= \"\\U0001F600\\u00E9\\x22\\x5C\"\n" },
-    { "", true, "root ::= \"\"\n" },
-    { "a|[^\\s\\S]", true, "root ::= \"a\"\n" },
-    { "x{,3}", true, "root ::= \"x{,3}\"\n" },
-    { "a++b", true, "root ::= \"a\"+ \"b\"\n" },
-    { "abc", false, "root ::= .* \"abc\" .*\n" },
-    { "^a|b$|^c$|d|^e", false, "root ::= .* \"d\" .* | [ae] .* | .* \"b\" | \"c\"\n" },
-    { "^ab$", false, "root ::= \"ab\"\n" },
-    { "a?", false, "root ::= .*\n" },
+    { "abc", L8G_RE_ANCHORED, "root ::= \"abc\"\n" },
+    { "a|b|c", L8G_RE_ANCHORED, "root ::= [a-c]\n" },
+    { "(a|)", L8G_RE_ANCHORED, "root ::= \"a\"?\n" },
+    { "(a?)*", L8G_RE_ANCHORED, "root ::= \"a\"*\n" },
+    { "(a*b?)+", L8G_RE_ANCHORED, "root ::= (\"a\"+ \"b\"? | \"b\")*\n" },
+    { "[α-ω]+", L8G_RE_ANCHORED, "root ::= [\\u03B1-\\u03C9]+\n" },
+    { ".", L8G_RE_ANCHORED, "root ::= [^\\x0A]\n" },
+    { "[^a]", L8G_RE_ANCHORED, "root ::= [^a]\n" },
+    { "\\d{3}-\\d{4}", L8G_RE_ANCHORED, "root ::= [0-9]{3} \"-\" [0-9]{4}\n" },
+    { "^(ls|cat) [a-z./ -]+$", L8G_RE_ANCHORED, "root ::= (\"ls\" | \"cat\") \" \" [\\x20\\x2D-/a-z]+\n" },
+    { "(ab){2,5}", L8G_RE_ANCHORED, "root ::= (\"ab\"){2,5}\n" },
+    { "[]a]", L8G_RE_ANCHORED, "root ::= [\\x5Da]\n" },
+    { "\\x{1F600}\\u00e9\"\\\\", L8G_RE_ANCHORED, "root ::= \"\\U0001F600\\u00E9\\x22\\x5C\"\n" },
+    { "", L8G_RE_ANCHORED, "root ::= \"\"\n" },
+    { "a|[^\\s\\S]", L8G_RE_ANCHORED, "root ::= \"a\"\n" },
+    { "x{,3}", L8G_RE_ANCHORED, "root ::= \"x{,3}\"\n" },
+    { "a++b", L8G_RE_ANCHORED, "root ::= \"a\"+ \"b\"\n" },
+    { "abc", 0, "root ::= .* \"abc\" .*\n" },
+    { "^a|b$|^c$|d|^e", 0, "root ::= .* \"d\" .* | [ae] .* | .* \"b\" | \"c\"\n" },
+    { "^ab$", 0, "root ::= \"ab\"\n" },
+    { "a?", 0, "root ::= .*\n" },
+    { "a\"\\\\\n\\x01\\x1f", L8G_RE_ANCHORED | L8G_RE_JSON_STRING,
+      "root ::= \"a\\x5C\\x22\\x5C\\x5C\\x5Cn\" \"\\\\u000\" [1] \"\\\\u001\" [fF]\n" },
+    { "[^a]", L8G_RE_ANCHORED | L8G_RE_JSON_STRING,
+      "root ::= [\\x20!#-\\x5B\\x5D-`b-\\U0010FFFF] | \"\\\\\" [btnfr\\x22\\x5C] | \"\\\\u000\" "
+      "[01234567bBeEfF] | \"\\\\u001\" [0123456789aAbBcCdDeEfF]\n" },
+    { "a", L8G_RE_JSON_STRING,
+      "root ::= root-char* \"a\" root-char*\n"
+      "root-char ::= [\\x20!#-\\x5B\\x5D-\\U0010FFFF] | \"\\\\\" [btnfr\\x22\\x5C] | \"\\\\u000\" "
+      "[01234567bBeEfF] | \"\\\\u001\" [0123456789aAbBcCdDeEfF]\n" },
 };
 
 struct err_case {
@@ -792,7 +864,7 @@ static void test_texts(void)
     for (size_t i = 0; i < sizeof TEXTS / sizeof *TEXTS; i++) {
         const struct text_case *t = &TEXTS[i];
         char err[L8G_ERRLEN], *g = NULL;
-        int rc = l8g_regex_to_gbnf_rules(t->re, strlen(t->re), "root", t->anchored, &g, err);
+        int rc = l8g_regex_to_gbnf_rules(t->re, strlen(t->re), "root", t->flags, &g, err);
         CHECK(rc == 0 && !strcmp(g, t->gbnf), "/%s/: %d %s, expected %s", t->re, rc,
               rc ? err : g, t->gbnf);
         free(g);
@@ -872,11 +944,16 @@ int main(int argc, char **argv)
         rng_s = master;
         master = rnd();
         rng_s = master;
-        if (rn(4) == 0)
-            bput(&b, "^");
-        gen_alt(&b, 0);
-        if (rn(4) == 0)
-            bput(&b, "$");
+        /* at most 60 bytes: the longer ones are ambiguous enough that the
+         * reference matcher takes seconds a string */
+        do {
+            b.n = 0;
+            if (rn(4) == 0)
+                bput(&b, "^");
+            gen_alt(&b, 0);
+            if (rn(4) == 0)
+                bput(&b, "$");
+        } while (b.n > 60);
         b.b[b.n] = 0;
         compared += compare(b.b, b.n, n_walk / 10 + 1, n_walk / 10 + 1);
     }
