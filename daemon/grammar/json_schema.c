@@ -199,14 +199,17 @@ static const struct {
 struct rule {
     char *name;
     char *body; /* NULL while it is being written (a $ref target may recur) */
+    bool target; /* a $ref target's: others may refer to it */
 };
 
-/* A $ref target: the subschema, its rule, and where it is on the stack of
- * targets being written (-1 when it is not). */
+/* A $ref target: the subschema, its rule, the pointer that named it first
+ * (errors inside it are told from there), and how far it is written. */
+enum ref_state { R_PENDING, R_ACTIVE, R_DONE };
 struct ref {
     json_object *target;
     int rule;
-    int stack;
+    enum ref_state state;
+    char *ptr;
 };
 
 struct ctx {
@@ -217,10 +220,14 @@ struct ctx {
     size_t hcap, nhash;
     struct ref *refs;
     int nrefs, refcap;
-    /* The $ref targets being written, innermost last. Those at index
-     * left_base or above have consumed nothing yet in their rule: reaching
-     * one of them again would be left recursion (a cycle with no content). */
-    int stack[SCHEMA_MAX_DEPTH + 1];
+    /* Rules being written, innermost last: the root or a queued target at
+     * the bottom, then the targets each reached at the very start of the
+     * one below (at its left edge). left_base == nstack once a token is
+     * written in the innermost (gen_inner): a target reached there is only
+     * queued (R_PENDING) and written later from the bottom, so every rule
+     * on the stack is at the left edge of the one below, and reaching an
+     * R_ACTIVE target at a left edge is left recursion: a cycle with no
+     * content. */
     int nstack, left_base;
     struct buf path; /* JSON pointer of the subschema being translated */
     size_t total;    /* bytes of finished rules */
@@ -306,16 +313,14 @@ static uint64_t hash_str(const char *s)
     return h;
 }
 
-static bool name_taken(const struct ctx *c, const char *name)
+static int rule_find(const struct ctx *c, const char *name)
 {
     if (!c->hcap)
-        return false;
+        return -1;
     for (size_t i = hash_str(name) & (c->hcap - 1);; i = (i + 1) & (c->hcap - 1)) {
         int r = c->hash[i];
-        if (r < 0)
-            return false;
-        if (!strcmp(c->rules[r].name, name))
-            return true;
+        if (r < 0 || !strcmp(c->rules[r].name, name))
+            return r;
     }
 }
 
@@ -372,7 +377,7 @@ static int rule_new(struct ctx *c, const char *hint)
             return -ENOMEM;
     }
     char *name = base;
-    for (unsigned k = 2; name_taken(c, name); k++) {
+    for (unsigned k = 2; rule_find(c, name) >= 0; k++) {
         if (name != base)
             free(name);
         if (asprintf(&name, "%s-%u", base, k) < 0) {
@@ -392,7 +397,7 @@ static int rule_new(struct ctx *c, const char *hint)
         c->rules = r;
         c->rcap = cap;
     }
-    c->rules[c->nrules] = (struct rule){name, NULL};
+    c->rules[c->nrules] = (struct rule){name, NULL, false};
     if (hash_insert(c, c->nrules) < 0) {
         free(name);
         return -ENOMEM;
@@ -415,6 +420,23 @@ static int rule_set(struct ctx *c, int r, struct buf *body)
     if (c->total > SCHEMA_MAX_GBNF)
         return fail(c, -E2BIG, NULL, "the grammar is larger than %u bytes", SCHEMA_MAX_GBNF);
     return 0;
+}
+
+/* Sets rule r (a $ref target or the root) to body; when the body is just
+ * the name of a rule made while writing it (its object, array or union),
+ * that rule's text is taken instead and the other dropped, so the root
+ * object is "root ::= "{" ...", not "root ::= root-2". */
+static int rule_adopt(struct ctx *c, int r, struct buf *body)
+{
+    int t = body->p && !body->err ? rule_find(c, body->p) : -1;
+    if (t > r && c->rules[t].body && !c->rules[t].target) {
+        free(body->p);
+        *body = (struct buf){0};
+        c->rules[r].body = c->rules[t].body;
+        c->rules[t].body = NULL; /* not written out; its name stays taken */
+        return 0;
+    }
+    return rule_set(c, r, body);
 }
 
 /* A fixed rule as an item of out, marked used. */
@@ -523,7 +545,7 @@ static int get_count(struct ctx *c, json_object *v, const char *kw, uint64_t *ou
 /* atom{m,n} (n UINT64_MAX: no upper bound) as GBNF, with the counts over
  * gbnf.c's REP_MAX written as nested repetitions. */
 static int rep(struct ctx *c, struct buf *out, const char *atom, uint64_t m, uint64_t n,
-               const char *kw)
+               const char *kw_min, const char *kw_max)
 {
     bool inf = n == UINT64_MAX;
     if (m <= REP_MAX && (inf || n <= REP_MAX)) {
@@ -541,8 +563,8 @@ static int rep(struct ctx *c, struct buf *out, const char *atom, uint64_t m, uin
         return 0;
     }
     if (m / REP_MAX > REP_MAX || (!inf && n / REP_MAX > REP_MAX))
-        return fail(c, -E2BIG, kw, "a count over %llu is unsupported",
-                    (unsigned long long)REP_MAX * REP_MAX);
+        return fail(c, -E2BIG, m / REP_MAX > REP_MAX ? kw_min : kw_max,
+                    "a count over %llu is unsupported", (unsigned long long)REP_MAX * REP_MAX);
     /* m = q*REP_MAX + r exactly, then the optional part k = n - m:
      * 0 .. q2*REP_MAX - 1 or q2*REP_MAX .. q2*REP_MAX + r2. */
     if (m >= REP_MAX)
@@ -1126,7 +1148,7 @@ static int gen_string(struct ctx *c, json_object *s, const char *hint, struct bu
     }
     c->used |= 1u << P_CHAR;
     b_item(out, "\"\\\"\"");
-    int r = rep(c, out, "char", m, n, "maxLength");
+    int r = rep(c, out, "char", m, n, "minLength", "maxLength");
     b_item(out, "\"\\\"\"");
     return r;
 }
@@ -1380,7 +1402,7 @@ static int embed_regex(struct ctx *c, const char *g, int self)
                 if (cur >= 0 && (r = rule_set(c, cur, &body)) < 0)
                     break;
                 /* the rule keeps exactly this name: reserve it */
-                if (name_taken(c, rname) && strcmp(rname, pre)) {
+                if (rule_find(c, rname) >= 0 && strcmp(rname, pre)) {
                     r = fail(c, -EINVAL, "pattern", "rule name clash in the regex grammar");
                     break;
                 }
@@ -1969,6 +1991,17 @@ static int gen_array(struct ctx *c, json_object *s, const char *hint, struct buf
         }
         if (rc >= 0 && e.err)
             rc = buf_fail(c, &e);
+        if (rc >= 0 && strchr(e.p, ' ')) {
+            /* written twice below: a rule of its own */
+            char *h = hint_join(hint, "item");
+            int ir = h ? rule_new(c, h) : -ENOMEM;
+            free(h);
+            rc = ir < 0 ? fail(c, -ENOMEM, NULL, "out of memory") : rule_set(c, ir, &e);
+            if (rc >= 0)
+                b_puts(&e, c->rules[ir].name);
+            if (rc >= 0 && e.err)
+                rc = buf_fail(c, &e);
+        }
         elem[k] = e.p;
     }
     if (rc < 0)
@@ -2012,7 +2045,7 @@ static int gen_array(struct ctx *c, json_object *s, const char *hint, struct buf
                 if (grp.err)
                     body.err = grp.err;
                 else
-                    rc = rep(c, &body, grp.p, a, b, "maxItems");
+                    rc = rep(c, &body, grp.p, a, b, "minItems", "maxItems");
                 free(grp.p);
             }
         }
@@ -2090,8 +2123,35 @@ static int resolve(struct ctx *c, const char *ref, json_object **out)
     return 0;
 }
 
-/* The rule for a $ref target, written on first use: a rule per target, so
- * a reference back to one being written is recursion in the grammar. */
+/* Writes the rule of target i: its subschema with the pointer as path. */
+static int write_target(struct ctx *c, int i)
+{
+    if (c->nstack >= SCHEMA_MAX_DEPTH)
+        return fail(c, -E2BIG, "$ref", "references nest deeper than %d", SCHEMA_MAX_DEPTH);
+    c->refs[i].state = R_ACTIVE;
+    c->nstack++;
+    struct buf saved = c->path;
+    c->path = (struct buf){0};
+    b_puts(&c->path, c->refs[i].ptr + 1);
+    struct buf body = {0};
+    int rule = c->refs[i].rule;
+    char *hint = strdup(c->rules[rule].name);
+    int r = hint ? gen(c, c->refs[i].target, hint, &body)
+                 : fail(c, -ENOMEM, NULL, "out of memory");
+    free(hint);
+    free(c->path.p);
+    c->path = saved;
+    c->nstack--;
+    c->refs[i].state = R_DONE;
+    if (r >= 0)
+        r = rule_adopt(c, rule, &body);
+    free(body.p);
+    return r;
+}
+
+/* A $ref: the target's rule by name, written now when reached at the left
+ * edge of the rule being written (so a cycle there is seen), else queued. A
+ * rule per target, so a reference back to one is recursion in the grammar. */
 static int gen_ref(struct ctx *c, json_object *s, struct buf *out)
 {
     json_object *rv = NULL;
@@ -2103,53 +2163,36 @@ static int gen_ref(struct ctx *c, json_object *s, struct buf *out)
     int r = resolve(c, ref, &t);
     if (r < 0)
         return r;
+    bool left = c->left_base < c->nstack;
     int i = 0;
     while (i < c->nrefs && c->refs[i].target != t)
         i++;
-    if (i < c->nrefs) {
-        if (c->refs[i].stack >= c->left_base)
-            return fail(c, -EINVAL, "$ref", "\"%s\" refers back to itself with nothing in "
-                        "between (a cycle of references that matches nothing)", ref);
-        b_item(out, c->rules[c->refs[i].rule].name);
-        return 0;
-    }
-    if (c->nrefs == c->refcap) {
-        int cap = c->refcap ? c->refcap * 2 : 16;
-        struct ref *nr = realloc(c->refs, (size_t)cap * sizeof *nr);
-        if (!nr)
+    if (i == c->nrefs) {
+        if (c->nrefs == c->refcap) {
+            int cap = c->refcap ? c->refcap * 2 : 16;
+            struct ref *nr = realloc(c->refs, (size_t)cap * sizeof *nr);
+            if (!nr)
+                return fail(c, -ENOMEM, NULL, "out of memory");
+            c->refs = nr;
+            c->refcap = cap;
+        }
+        /* the rule's name: the last segment of the pointer (a $defs name) */
+        const char *slash = strrchr(ref, '/');
+        int rule = rule_new(c, slash && slash[1] ? slash + 1 : "ref");
+        char *ptr = strdup(ref);
+        if (rule < 0 || !ptr) {
+            free(ptr);
             return fail(c, -ENOMEM, NULL, "out of memory");
-        c->refs = nr;
-        c->refcap = cap;
+        }
+        c->rules[rule].target = true;
+        c->refs[c->nrefs++] = (struct ref){t, rule, R_PENDING, ptr};
     }
-    /* the rule's name: the last segment of the pointer (a $defs name) */
-    const char *slash = strrchr(ref, '/');
-    const char *base = slash && slash[1] ? slash + 1 : "ref";
-    int rule = rule_new(c, base);
-    if (rule < 0)
-        return fail(c, -ENOMEM, NULL, "out of memory");
-    c->refs[c->nrefs] = (struct ref){t, rule, c->nstack};
-    i = c->nrefs++;
-    if (c->nstack >= SCHEMA_MAX_DEPTH)
-        return fail(c, -E2BIG, "$ref", "nesting deeper than %d", SCHEMA_MAX_DEPTH);
-    c->stack[c->nstack++] = i;
-    /* errors inside the target name its own pointer */
-    struct buf saved = c->path;
-    c->path = (struct buf){0};
-    b_puts(&c->path, ref + 1);
-    struct buf body = {0};
-    char *hint = strdup(c->rules[rule].name);
-    r = hint ? gen(c, t, hint, &body) : fail(c, -ENOMEM, NULL, "out of memory");
-    free(hint);
-    free(c->path.p);
-    c->path = saved;
-    c->nstack--;
-    c->refs[i].stack = -1;
-    if (r >= 0)
-        r = rule_set(c, rule, &body);
-    free(body.p);
-    if (r < 0)
+    if (left && c->refs[i].state == R_ACTIVE)
+        return fail(c, -EINVAL, "$ref", "\"%s\" refers back to itself with nothing in "
+                    "between (a cycle of references that matches nothing)", ref);
+    if (left && c->refs[i].state == R_PENDING && (r = write_target(c, i)) < 0)
         return r;
-    b_item(out, c->rules[rule].name);
+    b_item(out, c->rules[c->refs[i].rule].name);
     return 0;
 }
 
@@ -2194,25 +2237,86 @@ static int merge_branch(struct ctx *c, json_object *s, const char *comb, json_ob
             if (json_object_object_get_ex(m, k2, &old)) {
                 if (json_object_equal(old, v2))
                     continue;
-                json_object_put(m);
-                return fail(c, -EINVAL, k2, "unsupported: the keyword is also beside %s", comb);
+                bool arrays = json_object_is_type(old, json_type_array) &&
+                              json_object_is_type(v2, json_type_array);
+                bool objects = json_object_is_type(old, json_type_object) &&
+                               json_object_is_type(v2, json_type_object);
+                json_object *u = NULL;
+                if (kw == K_REQUIRED && arrays) {
+                    /* both lists required: their union */
+                    u = json_object_new_array();
+                    for (int side = 0; u && side < 2; side++) {
+                        json_object *l = side ? v2 : old;
+                        for (size_t i = 0; i < json_object_array_length(l); i++) {
+                            json_object *x = json_object_array_get_idx(l, i);
+                            bool have = false;
+                            for (size_t j = 0; j < json_object_array_length(u) && !have; j++)
+                                have = json_object_equal(json_object_array_get_idx(u, j), x);
+                            if (!have)
+                                json_object_array_add(u, json_object_get(x));
+                        }
+                    }
+                } else if (kw == K_PROPERTIES && objects) {
+                    /* both lists of properties: each name once, the same
+                     * schema where both have it */
+                    u = json_object_new_object();
+                    for (int side = 0; u && side < 2; side++) {
+                        json_object_object_foreach(side ? v2 : old, pk, pv) {
+                            json_object *have;
+                            if (!json_object_object_get_ex(u, pk, &have)) {
+                                json_object_object_add(u, pk, json_object_get(pv));
+                            } else if (!json_object_equal(have, pv)) {
+                                json_object_put(u);
+                                json_object_put(m);
+                                return fail(c, -EINVAL, k2, "unsupported: \"%s\" is also "
+                                            "beside %s, with another schema", pk, comb);
+                            }
+                        }
+                    }
+                } else {
+                    json_object_put(m);
+                    return fail(c, -EINVAL, k2, "unsupported: the keyword is also beside %s",
+                                comb);
+                }
+                if (!u || json_object_object_add(m, k2, u) < 0) {
+                    json_object_put(u);
+                    goto nomem;
+                }
+                continue;
             }
             if (put_copy(m, k2, v2) < 0)
                 goto nomem;
         }
-        static const char *const pairs[][2] = {{"additionalProperties", "properties"},
-                                               {"additionalProperties", "required"},
-                                               {"items", "prefixItems"}};
-        for (size_t i = 0; i < 3; i++) {
-            bool a_s = json_object_object_get_ex(s, pairs[i][0], NULL),
-                 a_b = json_object_object_get_ex(br, pairs[i][0], NULL),
-                 b_s = json_object_object_get_ex(s, pairs[i][1], NULL),
-                 b_b = json_object_object_get_ex(br, pairs[i][1], NULL);
-            if ((a_s && b_b && !b_s) || (a_b && b_s && !b_b)) {
-                json_object_put(m);
-                return fail(c, -EINVAL, pairs[i][0], "unsupported: %s and %s on either side "
-                            "of %s", pairs[i][0], pairs[i][1], comb);
+        /* additionalProperties sees only its own side's properties: the
+         * other side may list no name it does not */
+        for (int side = 0; side < 2; side++) {
+            json_object *a = side ? br : s, *b = side ? s : br, *ap, *ap_props = NULL, *b_props;
+            if (!json_object_object_get_ex(a, "additionalProperties", &ap) ||
+                (json_object_is_type(ap, json_type_boolean) && json_object_get_boolean(ap)) ||
+                !json_object_object_get_ex(b, "properties", &b_props) ||
+                !json_object_is_type(b_props, json_type_object))
+                continue;
+            json_object_object_get_ex(a, "properties", &ap_props);
+            json_object_object_foreach(b_props, pk, pv) {
+                (void)pv;
+                if (!ap_props || !json_object_is_type(ap_props, json_type_object) ||
+                    !json_object_object_get_ex(ap_props, pk, NULL)) {
+                    json_object_put(m);
+                    return fail(c, -EINVAL, "additionalProperties", "unsupported: on one side of "
+                                "%s, and property \"%s\" only on the other", comb, pk);
+                }
             }
+        }
+        /* so does items with prefixItems */
+        if ((json_object_object_get_ex(s, "items", NULL) &&
+             json_object_object_get_ex(br, "prefixItems", NULL) &&
+             !json_object_object_get_ex(s, "prefixItems", NULL)) ||
+            (json_object_object_get_ex(br, "items", NULL) &&
+             json_object_object_get_ex(s, "prefixItems", NULL) &&
+             !json_object_object_get_ex(br, "prefixItems", NULL))) {
+            json_object_put(m);
+            return fail(c, -EINVAL, "items", "unsupported: items and prefixItems on either side "
+                        "of %s", comb);
         }
     }
     *out = m;
@@ -2285,37 +2389,48 @@ static int gen_anyof(struct ctx *c, json_object *s, const char *comb, const char
  * again) and required names joined into one schema with the keywords
  * beside allOf. additionalProperties other than true is refused there: it
  * would have to see only its own branch's properties. */
-static int merge_allof(struct ctx *c, json_object *acc, json_object *s, int depth)
+struct chain {
+    json_object *s;
+    const struct chain *up;
+};
+
+static int merge_allof(struct ctx *c, json_object *acc, json_object *s, int depth,
+                       const struct chain *up)
 {
     if (depth > SCHEMA_MAX_DEPTH)
-        return fail(c, -E2BIG, "allOf", "nesting deeper than %d", SCHEMA_MAX_DEPTH);
+        return fail(c, -E2BIG, NULL, "allOf nests deeper than %d", SCHEMA_MAX_DEPTH);
+    for (const struct chain *u = up; u; u = u->up)
+        if (u->s == s)
+            return fail(c, -EINVAL, NULL, "allOf and $ref form a cycle with nothing in "
+                        "between: no value matches");
+    const struct chain here = {s, up};
     if (json_object_is_type(s, json_type_boolean)) {
         if (json_object_get_boolean(s))
             return 0;
-        return fail(c, -EINVAL, "allOf", "a branch is false: no value matches");
+        return fail(c, -EINVAL, NULL, "schema false in allOf: no value matches");
     }
     if (!json_object_is_type(s, json_type_object))
-        return fail(c, -EINVAL, "allOf", "a branch is not a schema");
+        return fail(c, -EINVAL, NULL, "an allOf branch must be a schema");
     json_object_object_foreach(s, k, v) {
         enum kw kw = kw_of(k);
         switch (kw) {
         case K_ANNOTATION: case K_DEFS: break;
         case K_REF: {
             if (!json_object_is_type(v, json_type_string))
-                return fail(c, -EINVAL, "allOf", "a branch's $ref is not a string");
+                return fail(c, -EINVAL, k, "must be a string");
             json_object *t;
             int r = resolve(c, json_object_get_string(v), &t);
             if (r < 0)
                 return r;
-            if ((r = merge_allof(c, acc, t, depth + 1)) < 0)
+            if ((r = merge_allof(c, acc, t, depth + 1, &here)) < 0)
                 return r;
             break;
         }
         case K_ALLOF: {
             if (!json_object_is_type(v, json_type_array))
-                return fail(c, -EINVAL, "allOf", "must be an array of schemas");
+                return fail(c, -EINVAL, k, "must be an array of schemas");
             for (size_t i = 0; i < json_object_array_length(v); i++) {
-                int r = merge_allof(c, acc, json_object_array_get_idx(v, i), depth + 1);
+                int r = merge_allof(c, acc, json_object_array_get_idx(v, i), depth + 1, &here);
                 if (r < 0)
                     return r;
             }
@@ -2328,19 +2443,19 @@ static int merge_allof(struct ctx *c, json_object *acc, json_object *s, int dept
                                 ? json_object_get_string(json_object_array_get_idx(v, 0))
                                 : NULL;
             if (!t || strcmp(t, "object"))
-                return fail(c, -EINVAL, "allOf", "only object schemas are supported in allOf "
-                            "(a branch has type %s)", json_object_to_json_string(v));
+                return fail(c, -EINVAL, k, "only object schemas are supported in allOf (type "
+                            "%s)", json_object_to_json_string(v));
             json_object_object_add(acc, "type", json_object_new_string("object"));
             break;
         }
         case K_ADDPROPS:
             if (json_object_is_type(v, json_type_boolean) && json_object_get_boolean(v))
                 break;
-            return fail(c, -EINVAL, "allOf", "additionalProperties in or beside allOf is "
-                        "unsupported (it would see only its own branch's properties)");
+            return fail(c, -EINVAL, k, "unsupported in or beside allOf (it would see only its "
+                        "own branch's properties)");
         case K_REQUIRED: {
             if (!json_object_is_type(v, json_type_array))
-                return fail(c, -EINVAL, "allOf", "required must be an array of strings");
+                return fail(c, -EINVAL, k, "must be an array of strings");
             json_object *req;
             if (!json_object_object_get_ex(acc, "required", &req)) {
                 req = json_object_new_array();
@@ -2359,7 +2474,7 @@ static int merge_allof(struct ctx *c, json_object *acc, json_object *s, int dept
         }
         case K_PROPERTIES: {
             if (!json_object_is_type(v, json_type_object))
-                return fail(c, -EINVAL, "allOf", "properties must be an object");
+                return fail(c, -EINVAL, k, "must be an object");
             json_object *props;
             if (!json_object_object_get_ex(acc, "properties", &props)) {
                 props = json_object_new_object();
@@ -2387,8 +2502,9 @@ static int merge_allof(struct ctx *c, json_object *acc, json_object *s, int dept
             break;
         }
         default:
-            return fail(c, -EINVAL, "allOf", "only object schemas are supported in allOf "
-                        "(keyword \"%s\")", k);
+            return fail(c, -EINVAL, k, kw == K_UNKNOWN ? "unsupported keyword \"%s\""
+                                                      : "only object schemas (properties, required) "
+                                                        "are supported in allOf, not \"%s\"", k);
         }
     }
     return 0;
@@ -2415,10 +2531,10 @@ static int gen_allof(struct ctx *c, json_object *s, const char *hint, struct buf
         if (strcmp(k, "allOf") && strcmp(k, "$defs") && strcmp(k, "definitions"))
             json_object_object_add(self, k, json_object_get(v));
     }
-    rc = merge_allof(c, acc, self, 0);
+    rc = merge_allof(c, acc, self, 0, NULL);
     for (size_t i = 0; rc >= 0 && i < json_object_array_length(list); i++) {
         size_t old = path_push_idx(c, "allOf", i);
-        rc = merge_allof(c, acc, json_object_array_get_idx(list, i), 1);
+        rc = merge_allof(c, acc, json_object_array_get_idx(list, i), 1, NULL);
         path_pop(c, old);
     }
     json_object_put(self);
@@ -2731,24 +2847,22 @@ int l8g_schema_to_gbnf(const char *schema, size_t len, char **gbnf, char err[L8G
         rc = -ENOMEM;
         goto out;
     }
-    /* the root is "#": a $ref target like the others, on the stack */
+    /* the root is "#": a $ref target like the others, written first; then
+     * the targets queued while writing, until none is left */
     c.refs = malloc(16 * sizeof *c.refs);
-    if (!c.refs) {
+    char *hash_ptr = strdup("#");
+    if (!c.refs || !hash_ptr) {
+        free(hash_ptr);
         rc = -ENOMEM;
         goto out;
     }
     c.refcap = 16;
-    c.refs[0] = (struct ref){root, top, 0};
+    c.refs[0] = (struct ref){root, top, R_PENDING, hash_ptr};
+    c.rules[top].target = true;
     c.nrefs = 1;
-    c.stack[c.nstack++] = 0;
-    b_puts(&c.path, "");
-    struct buf body = {0};
-    rc = gen(&c, root, "root", &body);
-    c.refs[0].stack = -1;
-    c.nstack--;
-    if (rc >= 0)
-        rc = rule_set(&c, top, &body);
-    free(body.p);
+    for (int i = 0; i < c.nrefs && rc >= 0; i++)
+        if (c.refs[i].state == R_PENDING)
+            rc = write_target(&c, i);
     if (rc < 0)
         goto out;
     /* the fixed rules used, with what they use */
@@ -2762,7 +2876,9 @@ int l8g_schema_to_gbnf(const char *schema, size_t len, char **gbnf, char err[L8G
     }
     struct buf o = {0};
     for (int r = P_COUNT; r < c.nrules; r++)
-        b_printf(&o, "%s ::= ", c.rules[r].name), b_puts(&o, c.rules[r].body), b_puts(&o, "\n");
+        if (c.rules[r].body)
+            b_printf(&o, "%s ::= ", c.rules[r].name), b_puts(&o, c.rules[r].body),
+                b_puts(&o, "\n");
     for (int p = 0; p < P_COUNT; p++)
         if (c.used & 1u << p)
             b_printf(&o, "%s ::= ", prims[p].name), b_puts(&o, prims[p].body), b_puts(&o, "\n");
@@ -2779,6 +2895,8 @@ out:
     }
     free(c.rules);
     free(c.hash);
+    for (int i = 0; i < c.nrefs; i++)
+        free(c.refs[i].ptr);
     free(c.refs);
     free(c.path.p);
     json_object_put(root);
