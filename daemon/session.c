@@ -23,6 +23,7 @@
 #include <unistd.h>
 #include <fcntl.h>
 
+#include "constraint.h"
 #include "l8_build.h"
 #include "llama8.pb-c.h"
 #include "log.h"
