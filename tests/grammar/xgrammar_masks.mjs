@@ -13,6 +13,9 @@
 //       prints a cases file: N seeded random walks through xgrammar's own masks (so every
 //       prefix is valid), each prefix of each walk up to D (30) tokens, deduplicated, then K
 //       (N / 4) invalid prefixes (a valid one followed by a refused id), the empty prefix first.
+//       Only tokens that keep the output well-formed UTF-8 are walked (see walk).
+//       --masks-out FILE: also the masks of those cases, as the first form with --compact
+//       prints them (from the walk's own masks: one pass instead of two).
 //   node xgrammar_masks.mjs --convert GRAMMAR.gbnf
 //       prints the grammar as given to xgrammar (see toXgrammarEbnf).
 //
@@ -38,8 +41,12 @@
 import Module from 'node:module';
 import fs from 'node:fs';
 import path from 'node:path';
+import { pathToFileURL } from 'node:url';
 
-const END_IDS = [128009, 128008, 128001]; // <|eot_id|> <|eom_id|> <|end_of_text|>
+// <|eot_id|> <|eom_id|> <|end_of_text|>: Llama 3.1's generation_config.json eos_token_id, by
+// number (the committed tokenizer.json has Llama 3.0's names: 128008 is
+// <|reserved_special_token_4|> there); mask_dump.c uses the same three.
+const END_IDS = [128009, 128008, 128001];
 
 function die(msg) {
   process.stderr.write(`xgrammar_masks: ${msg}\n`);
@@ -231,6 +238,48 @@ export function toXgrammarEbnf(s, opts = {}, quirks = { allowed: new Set(), refu
 }
 
 // ---- the vocabulary -----------------------------------------------------------------------
+// GPT-2's bytes_to_unicode, inverted: a byte-level token string back to its bytes.
+const U2B = (() => {
+  const bs = [];
+  for (let i = 33; i <= 126; i++) bs.push(i);
+  for (let i = 161; i <= 172; i++) bs.push(i);
+  for (let i = 174; i <= 255; i++) bs.push(i);
+  const cs = bs.slice();
+  let k = 0;
+  for (let b = 0; b < 256; b++) if (!bs.includes(b)) { bs.push(b); cs.push(256 + k++); }
+  const m = new Map();
+  bs.forEach((b, i) => m.set(cs[i], b));
+  return m;
+})();
+export function byteLevelBytes(s) {
+  return Buffer.from([...s].map((c) => U2B.get(c.codePointAt(0))));
+}
+
+// Whether b is well-formed UTF-8 (RFC 3629: no overlong forms, no surrogates, nothing past
+// U+10FFFF) up to a character its end may cut. Every string of a GBNF grammar's language is
+// well-formed, so a token that makes the output not so is never right; xgrammar's negated
+// classes allow some (see xgrammar_compare.mjs).
+export function utf8PrefixOk(b) {
+  for (let i = 0; i < b.length;) {
+    const c = b[i];
+    let n;
+    let lo = 0x80;
+    let hi = 0xbf;
+    if (c < 0x80) { i++; continue; }
+    if (c >= 0xc2 && c <= 0xdf) n = 1;
+    else if (c >= 0xe0 && c <= 0xef) { n = 2; if (c === 0xe0) lo = 0xa0; if (c === 0xed) hi = 0x9f; }
+    else if (c >= 0xf0 && c <= 0xf4) { n = 3; if (c === 0xf0) lo = 0x90; if (c === 0xf4) hi = 0x8f; }
+    else return false;
+    for (let j = 1; j <= n; j++) {
+      if (i + j >= b.length) return true; // cut at the end
+      const d = b[i + j];
+      if (j === 1 ? d < lo || d > hi : d < 0x80 || d > 0xbf) return false;
+    }
+    i += n + 1;
+  }
+  return true;
+}
+
 function loadVocab(tokPath, specialsAsText) {
   const t = JSON.parse(fs.readFileSync(tokPath, 'utf8'));
   if (t.model?.type !== 'BPE') die('not a BPE tokenizer.json');
@@ -299,6 +348,9 @@ async function stateOf(m, n, ids) {
 }
 
 function formatCase(i, st, n, compact) {
+  return `{"case":${i},` + formatState(st, n, compact);
+}
+function formatState(st, n, compact) {
   const k = st.allowed.length;
   let list;
   if (compact && 2 * k > n) {
@@ -310,7 +362,7 @@ function formatCase(i, st, n, compact) {
     }
     list = `"not_allowed":[${not.join(',')}]`;
   } else list = `"allowed":[${st.allowed.join(',')}]`;
-  return `{"case":${i},"ok":${st.ok},"n_allowed":${k},${list},"can_end":${st.canEnd}}\n`;
+  return `"ok":${st.ok},"n_allowed":${k},${list},"can_end":${st.canEnd}}\n`;
 }
 
 // ---- the walk -----------------------------------------------------------------------------
@@ -326,8 +378,28 @@ function rng(seed) {
   };
 }
 
-async function walk(m, n, enc, nWalks, seed, depth, nInvalid) {
+// The cases; with withMasks, also each case's line of output (--compact), from the masks the
+// walk computed anyway, so that the check needs no second pass.
+async function walk(m, n, enc, nWalks, seed, depth, nInvalid, withMasks) {
   const rand = rng(seed);
+  const bytes = enc.map((s) => byteLevelBytes(s));
+  const oneByte = [];
+  for (let id = 0; id < n; id++) if (bytes[id].length === 1) oneByte.push(id);
+  const bit = (w, id) => ((w[id >> 5] >>> (id & 31)) & 1) === 1;
+  const lines = new Map(); // prefix key -> formatState line
+  // The bytes of the output's last character if it is incomplete: all utf8PrefixOk needs
+  // (the output before it is well-formed).
+  const openTail = (b) => {
+    for (let j = b.length - 1; j >= 0 && j >= b.length - 3; j--) {
+      const c = b[j];
+      if (c < 0x80) return b.subarray(b.length);
+      if (c >= 0xc0) {
+        const need = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : 2;
+        return b.length - j < need ? b.subarray(j) : b.subarray(b.length);
+      }
+    }
+    return b.subarray(b.length);
+  };
   const pick = (a) => a[Math.floor(rand() * a.length)];
   const seen = new Set();
   const cases = [];
@@ -337,19 +409,44 @@ async function walk(m, n, enc, nWalks, seed, depth, nInvalid) {
   };
   add([]);
   const valid = [[]];
-  const refusedAt = [];
   for (let w = 0; w < nWalks; w++) {
     m.reset();
     const ids = [];
+    let out = Buffer.alloc(0); // the output's bytes
     for (let d = 0; d < depth; d++) {
-      const allowed = maskIds(await m.getNextTokenBitmask(), n).filter((id) => !END_IDS.includes(id));
-      if (allowed.length === 0) break;
+      const words = await m.getNextTokenBitmask();
+      const mask = maskIds(words, n);
+      const key = ids.join(',');
+      if (withMasks && !lines.has(key)) {
+        lines.set(key, formatState({ ok: true, allowed: mask, canEnd: mask.includes(END_IDS[0]) }, n, true));
+      }
+      // Not the end ids (a done matcher has no mask), and not a token that would make the
+      // output ill-formed UTF-8 (xgrammar allows some, llama8 none: the walk would leave
+      // the states both agree on).
+      const tail = openTail(out);
+      const fits = (id) => !END_IDS.includes(id) &&
+        utf8PrefixOk(tail.length ? Buffer.concat([tail, bytes[id]]) : bytes[id]);
       // Half the steps pick among the one-byte tokens (the structure: quotes, brackets,
-      // commas, digits), or most walks would stay inside the first string for ever.
-      const short = allowed.filter((id) => enc[id].length === 1);
-      const id = short.length && rand() < 0.5 ? pick(short) : pick(allowed);
+      // commas, digits), or most walks would stay inside the first string for ever. A
+      // random pick that does not fit is drawn again (a mask can be 125k ids: filtering
+      // it whole at every step was most of the time), then the whole mask is filtered.
+      const inMask = new Set(mask.length < 4096 ? mask : []);
+      const has = (id) => (mask.length < 4096 ? inMask.has(id) : bit(words, id));
+      const short = oneByte.filter((id) => has(id) && fits(id));
+      let id;
+      if (short.length && rand() < 0.5) id = pick(short);
+      for (let t = 0; t < 64 && id === undefined; t++) {
+        const c = pick(mask);
+        if (c !== undefined && fits(c)) id = c;
+      }
+      if (id === undefined) {
+        const allowed = mask.filter(fits);
+        if (allowed.length === 0) break;
+        id = pick(allowed);
+      }
       if (!m.acceptToken(id)) die(`xgrammar refused id ${id} its own mask allowed`);
       ids.push(id);
+      out = Buffer.concat([out, bytes[id]]);
       add(ids.slice());
       valid.push(ids.slice());
     }
@@ -375,9 +472,15 @@ async function walk(m, n, enc, nWalks, seed, depth, nInvalid) {
     const ids = [...pre, bad];
     if (rand() < 0.3) ids.push(Math.floor(rand() * 128000));
     add(ids);
-    refusedAt.push(ids);
   }
-  return cases;
+  if (!withMasks) return { cases };
+  const out = [];
+  for (let i = 0; i < cases.length; i++) {
+    let line = lines.get(cases[i].join(','));
+    if (line === undefined) line = formatState(await stateOf(m, n, cases[i]), n, true);
+    out.push(`{"case":${i},` + line);
+  }
+  return { cases, lines: out };
 }
 
 // ---- main ---------------------------------------------------------------------------------
@@ -407,21 +510,24 @@ async function main() {
   const seed = Number(flag('--seed') ?? 1);
   const depth = Number(flag('--depth') ?? 30);
   const nInvalid = flag('--invalid');
+  const masksOut = flag('--masks-out');
   const compact = bool('--compact');
   const specialsAsText = bool('--specials-as-text');
   if (argv.length !== (nWalks !== undefined ? 2 : 3)) {
     die('usage: GRAMMAR.gbnf TOKENIZER.json (CASES.jsonl [--compact] | --walk N --seed S ' +
-        '[--depth D] [--invalid K]) [--specials-as-text] | --convert GRAMMAR.gbnf');
+        '[--depth D] [--invalid K] [--masks-out FILE]) [--specials-as-text] | --convert GRAMMAR.gbnf');
   }
   const { matcher, n, enc } = await setup(argv[0], argv[1], specialsAsText);
   const out = [];
   const flush = () => { process.stdout.write(out.join('')); out.length = 0; };
   if (nWalks !== undefined) {
     const nw = Number(nWalks);
-    const cases = await walk(matcher, n, enc, nw, seed, depth,
-                             nInvalid !== undefined ? Number(nInvalid) : Math.ceil(nw / 4));
-    for (const c of cases) out.push(JSON.stringify(c) + '\n');
+    const r = await walk(matcher, n, enc, nw, seed, depth,
+                         nInvalid !== undefined ? Number(nInvalid) : Math.ceil(nw / 4),
+                         masksOut !== undefined);
+    for (const c of r.cases) out.push(JSON.stringify(c) + '\n');
     flush();
+    if (masksOut !== undefined) fs.writeFileSync(masksOut, r.lines.join(''));
     return;
   }
   const lines = fs.readFileSync(argv[2], 'utf8').split('\n').filter((l) => l.trim() !== '');
@@ -436,4 +542,7 @@ async function main() {
   flush();
 }
 
-main().catch((e) => die(e?.stack || String(e)));
+// run as a program, not when xgrammar_compare.mjs imports toXgrammarEbnf
+if (process.argv[1] && import.meta.url === pathToFileURL(path.resolve(process.argv[1])).href) {
+  main().catch((e) => die(e?.stack || String(e)));
+}
