@@ -42,7 +42,9 @@ _Static_assert((int)L8_ERR_BAD_VERSION == (int)LLAMA8__ERROR_CODE__BAD_VERSION, 
 _Static_assert((int)L8_ERR_RING_VIOLATION == (int)LLAMA8__ERROR_CODE__RING_VIOLATION, "err ABI");
 _Static_assert((int)L8_ERR_DUPLICATE_REQUEST == (int)LLAMA8__ERROR_CODE__DUPLICATE_REQUEST, "err ABI");
 _Static_assert((int)L8_ERR_EMPTY_PROMPT == (int)LLAMA8__ERROR_CODE__EMPTY_PROMPT, "err ABI");
+_Static_assert((int)L8_ERR_BAD_GRAMMAR == (int)LLAMA8__ERROR_CODE__BAD_GRAMMAR, "err ABI");
 _Static_assert((int)L8_DONE_CANCELLED == (int)LLAMA8__DONE_REASON__DONE_CANCELLED, "done ABI");
+_Static_assert((int)L8_DONE_GRAMMAR == (int)LLAMA8__DONE_REASON__DONE_GRAMMAR, "done ABI");
 
 #define MAX_GROUPS 256
 
