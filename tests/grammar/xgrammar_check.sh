@@ -13,20 +13,20 @@
 # L8_XGRAMMAR_DIR (the scratch directory, default /tmp/llama8-xgr).
 # Exit 0 pass, 1 a difference not explained, 77 skipped (no node/npm, or the install failed).
 set -euo pipefail
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  echo "SKIP: node/npm not found" >&2
+  exit 77
+fi
 here=$(cd "$(dirname "$0")" && pwd)
 dump=${1:?usage: xgrammar_check.sh MASK_DUMP TOKENIZER.json [OUT_DIR]}
 tok=${2:?usage: xgrammar_check.sh MASK_DUMP TOKENIZER.json [OUT_DIR]}
-out=${3:-$(mktemp -d "${TMPDIR:-/tmp}/llama8-xgr-check.XXXXXX")}
+out=${3:-}
 walks=${XGR_WALKS:-12}
 seed=${XGR_SEED:-1}
 version=0.1.27 # the quirks xgrammar_masks.mjs works around are this release's
 scratch=${L8_XGRAMMAR_DIR:-/tmp/llama8-xgr}
 pkg=$scratch/node_modules/@mlc-ai/web-xgrammar
 
-if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-  echo "SKIP: node/npm not found" >&2
-  exit 77
-fi
 if [ ! -f "$pkg/lib/index.js" ] || ! grep -q "\"version\": \"$version\"" "$pkg/package.json"; then
   mkdir -p "$scratch"
   if ! (cd "$scratch" && timeout 120 npm install --silent --no-save --no-package-lock \
@@ -36,6 +36,7 @@ if [ ! -f "$pkg/lib/index.js" ] || ! grep -q "\"version\": \"$version\"" "$pkg/p
   fi
 fi
 export XGRAMMAR_DIR=$pkg
+[ -n "$out" ] || out=$(mktemp -d "${TMPDIR:-/tmp}/llama8-xgr-check.XXXXXX")
 mkdir -p "$out"
 
 grammars=${XGR_GRAMMARS:-$(cd "$here/gbnf" && ls *.gbnf | sed 's/\.gbnf$//')}
