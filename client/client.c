@@ -52,7 +52,7 @@ static const char *const err_names[] = {
     "NONE", "BAD_MESSAGE", "BAD_TOKEN", "PROMPT_TOO_LONG", "BAD_PARAMS",
     "UNKNOWN_REQUEST", "TOO_MANY_REQUESTS", "TOO_MANY_CLIENTS",
     "PERMISSION_DENIED", "SHUTTING_DOWN", "INTERNAL", "BAD_VERSION",
-    "RING_VIOLATION", "DUPLICATE_REQUEST", "EMPTY_PROMPT",
+    "RING_VIOLATION", "DUPLICATE_REQUEST", "EMPTY_PROMPT", "BAD_GRAMMAR",
 };
 _Static_assert(sizeof(err_names) / sizeof(err_names[0]) == L8_ERR_MAX_, "names");
 _Static_assert(L8_ERR_MAX_ <= sizeof(((struct l8c_status *)0)->errors) / sizeof(uint64_t),
@@ -67,7 +67,8 @@ const char *l8c_err_name(int code)
 
 const char *l8c_done_name(int reason)
 {
-    static const char *const n[] = { "none", "eos", "stop", "length", "context", "cancelled" };
+    static const char *const n[] = { "none", "eos", "stop", "length", "context", "cancelled",
+                                     "grammar" };
     if (reason < 0 || reason >= (int)(sizeof(n) / sizeof(n[0])))
         return "unknown";
     return n[reason];
@@ -508,6 +509,7 @@ static const char *const err_texts[] = {
     "the shared-memory rings were misused: disconnected",
     "a request with this id is still running",
     "the prompt is empty",
+    "the constraint cannot be compiled",
 };
 _Static_assert(sizeof(err_texts) / sizeof(err_texts[0]) == L8_ERR_MAX_, "texts");
 
@@ -565,6 +567,14 @@ const char *l8c_error_text(const struct l8_event *e, char buf[L8C_ERRLEN])
     case L8_EF_PROMPT_RANGE:
         snprintf(buf, L8C_ERRLEN, "the prompt at offset %u is not inside the shared arena "
                  "(%u bytes) or not 4-aligned", v, lim);
+        break;
+    case L8_EF_CONSTRAINT_RANGE:
+        snprintf(buf, L8C_ERRLEN, "the constraint's text at offset %u is not inside the shared "
+                 "arena (%u bytes)", v, lim);
+        break;
+    case L8_EF_CONSTRAINT_LEN:
+        snprintf(buf, L8C_ERRLEN, "the constraint's text has %u bytes, the daemon takes at most "
+                 "%u", v, lim);
         break;
     default:
         snprintf(buf, L8C_ERRLEN, "%s", e->code < L8_ERR_MAX_ ? err_texts[e->code]

@@ -186,157 +186,202 @@ uint32_t l8g_vocab_size(const struct l8g_vocab *v)
     return v->n;
 }
 
-/* ---- stacks: hash-consed (position, parent) nodes ------------------------- */
+/* ---- stacks and states ----------------------------------------------------
+ *
+ * A stack is a node (position, parent), hash-consed: equal stacks are the
+ * same number. A state, a set of stacks, is interned too (its sorted nodes),
+ * and the state after reading a byte is memoized per (state, byte): the
+ * walks meet the same few states at every depth (inside a string, after each
+ * character), so most of a walk is one table lookup per trie node. Each
+ * arena (a matcher's, the compiled grammar's for the window walks) owns its
+ * nodes, states and transitions. */
 
 enum { S_EMPTY = 0, S_CONTEXT = 1 };   /* the bottom; "the rest of the stack" in a window */
+enum { F_COMPLETE = 1, F_CONTEXT = 2 }; /* a state holds S_EMPTY / S_CONTEXT */
+#define DEAD 0u                         /* the state without stacks */
 
 struct snode {
     uint32_t pos, parent;
 };
 
+struct sstate {
+    uint32_t off, n;        /* its nodes: pool[off .. off + n), sorted */
+    uint32_t hash;
+    uint8_t flags;
+};
+
+/* An open-addressing map from 64-bit keys to 32-bit values (UINT64_MAX: empty). */
+struct map {
+    uint64_t *k;
+    uint32_t *v;
+    uint32_t cap, len;
+};
+
 struct arena {
     struct snode *n;
-    uint32_t len, cap;
-    uint32_t *tab;          /* open addressing: node index, 0 empty (nodes 0, 1 are never keys) */
-    uint32_t tab_cap;
-    uint32_t *mark;         /* [cap]: the set generation that last added the node */
-    uint32_t gen;
+    uint32_t n_len, n_cap;
+    struct map nodes;       /* (pos << 32 | parent) -> node */
+    struct sstate *s;
+    uint32_t s_len, s_cap;
+    uint32_t *stab;         /* states by hash: id, 0 empty (state 0, DEAD, is never looked up) */
+    uint32_t stab_cap;
+    uint32_t *pool;
+    size_t pool_len, pool_cap;
+    struct map trans;       /* (state << 8 | byte) -> state */
+    uint32_t *tmp;          /* the nodes of a state being made */
+    uint32_t tmp_n, tmp_cap;
     bool oom;
 };
+
+static int map_init(struct map *M, uint32_t cap)
+{
+    M->cap = cap;
+    M->len = 0;
+    M->k = malloc(cap * sizeof *M->k);
+    M->v = malloc(cap * sizeof *M->v);
+    if (!M->k || !M->v)
+        return -ENOMEM;
+    memset(M->k, 0xff, cap * sizeof *M->k);
+    return 0;
+}
+
+static void map_free(struct map *M)
+{
+    free(M->k);
+    free(M->v);
+}
+
+static inline uint32_t hash64(uint64_t k)
+{
+    k *= 0x9e3779b97f4a7c15ull;
+    return (uint32_t)(k >> 32);
+}
+
+/* The slot of k: its own, or the empty one where it would go. */
+static inline uint32_t map_slot(const struct map *M, uint64_t k)
+{
+    uint32_t j = hash64(k) & (M->cap - 1);
+    while (M->k[j] != k && M->k[j] != UINT64_MAX)
+        j = (j + 1) & (M->cap - 1);
+    return j;
+}
+
+static bool map_put(struct map *M, uint64_t k, uint32_t v)
+{
+    if (2 * (M->len + 1) > M->cap) {
+        struct map N;
+        if (map_init(&N, 2 * M->cap))
+            return false;
+        for (uint32_t i = 0; i < M->cap; i++) {
+            if (M->k[i] == UINT64_MAX)
+                continue;
+            uint32_t j = map_slot(&N, M->k[i]);
+            N.k[j] = M->k[i];
+            N.v[j] = M->v[i];
+        }
+        N.len = M->len;
+        map_free(M);
+        *M = N;
+    }
+    uint32_t j = map_slot(M, k);
+    if (M->k[j] == UINT64_MAX)
+        M->len++;
+    M->k[j] = k;
+    M->v[j] = v;
+    return true;
+}
 
 static int arena_init(struct arena *A)
 {
     memset(A, 0, sizeof *A);
-    A->cap = 1024;
-    A->tab_cap = 2048;
-    A->n = malloc(A->cap * sizeof *A->n);
-    A->mark = calloc(A->cap, sizeof *A->mark);
-    A->tab = calloc(A->tab_cap, sizeof *A->tab);
-    if (!A->n || !A->mark || !A->tab)
+    A->n_cap = 1024;
+    A->s_cap = 256;
+    A->stab_cap = 512;
+    A->pool_cap = 4096;
+    A->tmp_cap = 64;
+    A->n = malloc(A->n_cap * sizeof *A->n);
+    A->s = malloc(A->s_cap * sizeof *A->s);
+    A->stab = calloc(A->stab_cap, sizeof *A->stab);
+    A->pool = malloc(A->pool_cap * sizeof *A->pool);
+    A->tmp = malloc(A->tmp_cap * sizeof *A->tmp);
+    if (!A->n || !A->s || !A->stab || !A->pool || !A->tmp || map_init(&A->nodes, 2048) ||
+        map_init(&A->trans, 4096))
         return -ENOMEM;
-    A->n[S_EMPTY] = (struct snode){ UINT32_MAX, UINT32_MAX };
-    A->n[S_CONTEXT] = (struct snode){ UINT32_MAX, UINT32_MAX };
-    A->len = 2;
+    A->n[S_EMPTY] = A->n[S_CONTEXT] = (struct snode){ UINT32_MAX, UINT32_MAX };
+    A->n_len = 2;
+    A->s[DEAD] = (struct sstate){ 0 };
+    A->s_len = 1;
     return 0;
 }
 
 static void arena_free(struct arena *A)
 {
     free(A->n);
-    free(A->mark);
-    free(A->tab);
+    free(A->s);
+    free(A->stab);
+    free(A->pool);
+    free(A->tmp);
+    map_free(&A->nodes);
+    map_free(&A->trans);
     memset(A, 0, sizeof *A);
-}
-
-static inline uint32_t node_hash(uint32_t pos, uint32_t parent)
-{
-    uint64_t h = ((uint64_t)pos << 32 | parent) * 0x9e3779b97f4a7c15ull;
-    return (uint32_t)(h >> 32);
-}
-
-static bool arena_grow(struct arena *A)
-{
-    uint32_t cap = 2 * A->cap;
-    struct snode *n = realloc(A->n, cap * sizeof *n);
-    if (!n)
-        return false;
-    A->n = n;
-    uint32_t *mark = realloc(A->mark, cap * sizeof *mark);
-    if (!mark)
-        return false;
-    memset(mark + A->cap, 0, (cap - A->cap) * sizeof *mark);
-    A->mark = mark;
-    A->cap = cap;
-    uint32_t tcap = 2 * cap;
-    uint32_t *tab = calloc(tcap, sizeof *tab);
-    if (!tab)
-        return false;
-    for (uint32_t i = 2; i < A->len; i++) {
-        uint32_t j = node_hash(A->n[i].pos, A->n[i].parent) & (tcap - 1);
-        while (tab[j])
-            j = (j + 1) & (tcap - 1);
-        tab[j] = i;
-    }
-    free(A->tab);
-    A->tab = tab;
-    A->tab_cap = tcap;
-    return true;
 }
 
 /* The node for (pos, parent); S_EMPTY with A->oom set if out of memory. */
 static uint32_t intern(struct arena *A, uint32_t pos, uint32_t parent)
 {
-    uint32_t j = node_hash(pos, parent) & (A->tab_cap - 1);
-    for (; A->tab[j]; j = (j + 1) & (A->tab_cap - 1)) {
-        const struct snode *s = &A->n[A->tab[j]];
-        if (s->pos == pos && s->parent == parent)
-            return A->tab[j];
-    }
-    if (A->len == A->cap) {
-        if (!arena_grow(A)) {
+    const uint64_t k = (uint64_t)pos << 32 | parent;
+    uint32_t j = map_slot(&A->nodes, k);
+    if (A->nodes.k[j] == k)
+        return A->nodes.v[j];
+    if (A->n_len == A->n_cap) {
+        struct snode *n = realloc(A->n, 2 * A->n_cap * sizeof *n);
+        if (!n) {
             A->oom = true;
             return S_EMPTY;
         }
-        return intern(A, pos, parent);
+        A->n = n;
+        A->n_cap *= 2;
     }
-    uint32_t i = A->len++;
+    uint32_t i = A->n_len++;
     A->n[i] = (struct snode){ pos, parent };
-    A->tab[j] = i;
+    if (!map_put(&A->nodes, k, i))
+        A->oom = true;
     return i;
 }
 
-/* A set of stack nodes, tops at byte ranges (or S_EMPTY: complete; S_CONTEXT:
- * the window was left). Deduplicated with the arena's marks. */
-struct set {
-    uint32_t *v;
-    uint32_t n, cap;
-};
-
-static void set_add(struct arena *A, struct set *S, uint32_t node)
+static void tmp_add(struct arena *A, uint32_t node)
 {
-    if (A->mark[node] == A->gen)
-        return;
-    A->mark[node] = A->gen;
-    if (S->n == S->cap) {
-        uint32_t cap = S->cap ? 2 * S->cap : 16;
-        uint32_t *v = realloc(S->v, cap * sizeof *v);
-        if (!v) {
+    if (A->tmp_n == A->tmp_cap) {
+        uint32_t *t = realloc(A->tmp, 2 * A->tmp_cap * sizeof *t);
+        if (!t) {
             A->oom = true;
             return;
         }
-        S->v = v;
-        S->cap = cap;
+        A->tmp = t;
+        A->tmp_cap *= 2;
     }
-    S->v[S->n++] = node;
+    A->tmp[A->tmp_n++] = node;
 }
 
-/* A new set is being built: marks of earlier sets no longer count. */
-static void set_begin(struct arena *A, struct set *S)
-{
-    S->n = 0;
-    if (++A->gen == 0) {
-        memset(A->mark, 0, A->cap * sizeof *A->mark);
-        A->gen = 1;
-    }
-}
-
-/* Adds to S the stacks reached from node without reading a byte. */
-static void expand(const struct l8g_grammar *g, struct arena *A, struct set *S, uint32_t node)
+/* Adds to tmp the stacks reached from node without reading a byte. */
+static void expand(const struct l8g_grammar *g, struct arena *A, uint32_t node)
 {
     while (node > S_CONTEXT) {
         const struct snode s = A->n[node];
         const struct g_elem *e = &g->e[s.pos];
         if (e->type == G_BYTES) {
-            set_add(A, S, node);
+            tmp_add(A, node);
             return;
         }
         if (e->type != G_RULE) {    /* the end of an alternative: back to the caller */
             node = s.parent;
             continue;
         }
-        uint32_t cont = intern(A, s.pos + 1, s.parent);
+        /* A rule last in its alternative returns straight to the caller: no
+         * frame for it, so that x* and other right recursion stay flat. */
+        uint32_t cont = g_alt_end(g, s.pos + 1) ? s.parent : intern(A, s.pos + 1, s.parent);
         for (uint32_t a = g->rule_start[e->rule];;) {
-            expand(g, A, S, intern(A, a, cont));
+            expand(g, A, intern(A, a, cont));
             while (!g_alt_end(g, a))
                 a++;
             if (g->e[a].type == G_END)
@@ -345,120 +390,213 @@ static void expand(const struct l8g_grammar *g, struct arena *A, struct set *S, 
         }
         return;
     }
-    set_add(A, S, node);
+    tmp_add(A, node);
 }
 
-/* out = the stacks of in after reading byte c. */
-static void advance(const struct l8g_grammar *g, struct arena *A, const struct set *in,
-                    struct set *out, uint8_t c)
+static int cmp_u32(const void *a, const void *b)
 {
-    set_begin(A, out);
-    for (uint32_t i = 0; i < in->n; i++) {
-        uint32_t node = in->v[i];
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The state of the nodes in tmp (sorted and deduplicated here). */
+static uint32_t state_of_tmp(struct arena *A)
+{
+    uint32_t n = A->tmp_n, *t = A->tmp;
+    A->tmp_n = 0;
+    if (!n || A->oom)
+        return DEAD;
+    if (n > 1) {
+        qsort(t, n, sizeof *t, cmp_u32);
+        uint32_t w = 1;
+        for (uint32_t i = 1; i < n; i++)
+            if (t[i] != t[w - 1])
+                t[w++] = t[i];
+        n = w;
+    }
+    uint32_t h = (uint32_t)n;
+    for (uint32_t i = 0; i < n; i++)
+        h = hash64((uint64_t)h << 32 | t[i]);
+    if (!h)
+        h = 1;
+    uint32_t j = h & (A->stab_cap - 1);
+    for (; A->stab[j]; j = (j + 1) & (A->stab_cap - 1)) {
+        const struct sstate *s = &A->s[A->stab[j]];
+        if (s->hash == h && s->n == n && !memcmp(A->pool + s->off, t, n * sizeof *t))
+            return A->stab[j];
+    }
+    if (A->s_len == A->s_cap || A->pool_len + n > A->pool_cap ||
+        2 * (A->s_len + 1) > A->stab_cap) {
+        if (A->s_len == A->s_cap) {
+            struct sstate *ns = realloc(A->s, 2 * A->s_cap * sizeof *ns);
+            if (!ns)
+                goto oom;
+            A->s = ns;
+            A->s_cap *= 2;
+        }
+        while (A->pool_len + n > A->pool_cap) {
+            uint32_t *np = realloc(A->pool, 2 * A->pool_cap * sizeof *np);
+            if (!np)
+                goto oom;
+            A->pool = np;
+            A->pool_cap *= 2;
+        }
+        if (2 * (A->s_len + 1) > A->stab_cap) {
+            uint32_t cap = 2 * A->stab_cap, *nt = calloc(cap, sizeof *nt);
+            if (!nt)
+                goto oom;
+            for (uint32_t i = 1; i < A->s_len; i++) {
+                uint32_t k = A->s[i].hash & (cap - 1);
+                while (nt[k])
+                    k = (k + 1) & (cap - 1);
+                nt[k] = i;
+            }
+            free(A->stab);
+            A->stab = nt;
+            A->stab_cap = cap;
+        }
+        j = h & (A->stab_cap - 1);
+        while (A->stab[j])
+            j = (j + 1) & (A->stab_cap - 1);
+    }
+    uint8_t flags = 0;
+    for (uint32_t i = 0; i < n && t[i] <= S_CONTEXT; i++)
+        flags |= t[i] == S_EMPTY ? F_COMPLETE : F_CONTEXT;
+    uint32_t id = A->s_len++;
+    A->s[id] = (struct sstate){ .off = (uint32_t)A->pool_len, .n = n, .hash = h, .flags = flags };
+    memcpy(A->pool + A->pool_len, t, n * sizeof *t);
+    A->pool_len += n;
+    A->stab[j] = id;
+    return id;
+oom:
+    A->oom = true;
+    return DEAD;
+}
+
+/* The state reached from node without reading a byte. */
+static uint32_t state_at(const struct l8g_grammar *g, struct arena *A, uint32_t node)
+{
+    A->tmp_n = 0;
+    expand(g, A, node);
+    return state_of_tmp(A);
+}
+
+/* The state after reading byte c in state s (DEAD: no stack reads it). */
+static uint32_t step(const struct l8g_grammar *g, struct arena *A, uint32_t s, uint8_t c)
+{
+    const uint64_t k = (uint64_t)s << 8 | c;
+    uint32_t j = map_slot(&A->trans, k);
+    if (A->trans.k[j] == k)
+        return A->trans.v[j];
+    A->tmp_n = 0;
+    for (uint32_t i = 0; i < A->s[s].n; i++) {
+        const uint32_t node = A->pool[A->s[s].off + i];     /* pool may move: index anew */
         if (node <= S_CONTEXT)
             continue;
-        const struct snode s = A->n[node];
-        const struct g_elem *e = &g->e[s.pos];
-        if (c >= e->lo && c <= e->hi)
-            expand(g, A, out, intern(A, s.pos + 1, s.parent));
+        const struct snode sn = A->n[node];
+        const struct g_elem *e = &g->e[sn.pos];
+        if (c >= e->lo && c <= e->hi) {
+            /* expand() appends to tmp; a nested state_of_tmp would clobber it */
+            expand(g, A, intern(A, sn.pos + 1, sn.parent));
+        }
     }
+    uint32_t r = state_of_tmp(A);
+    if (!A->oom && !map_put(&A->trans, k, r))
+        A->oom = true;
+    return r;
 }
 
 /* ---- the walk over the trie ---------------------------------------------- */
-
-/* One state per depth of the trie, reused across walks. */
-struct walk {
-    struct set *at;     /* [max_len + 1] */
-    uint32_t depth;
-};
-
-static int walk_init(struct walk *W, uint32_t max_len)
-{
-    W->depth = max_len + 1;
-    W->at = calloc(W->depth, sizeof *W->at);
-    return W->at ? 0 : -ENOMEM;
-}
-
-static void walk_free(struct walk *W)
-{
-    for (uint32_t i = 0; W->at && i < W->depth; i++)
-        free(W->at[i].v);
-    free(W->at);
-    W->at = NULL;
-}
 
 static inline void bit_set(uint32_t *w, uint32_t id)
 {
     w[id >> 5] |= 1u << (id & 31);
 }
 
-static inline bool has(const struct set *S, uint32_t node)
-{
-    for (uint32_t i = 0; i < S->n; i++)
-        if (S->v[i] == node)
-            return true;
-    return false;
-}
-
-/* Walks the subtree of trie node root (its children and below) from the
- * stacks in W->at[0]: each token whose bytes some stack reads whole goes
- * into words. With on_exit (window walks): a node where a stack left the
- * window (S_CONTEXT) is passed to it, with the tokens ending there accepted
- * and the ones below decided later from the real stack. */
+/* Walks the subtree of trie node root (its children and below) from state
+ * s0: each token whose bytes some stack reads whole goes into words. With
+ * on_exit (window walks): a node where a stack left the window (S_CONTEXT)
+ * is passed to it; the tokens ending there are accepted, the ones below are
+ * decided later from the real stack. */
 typedef void (*exit_fn)(void *ctx, uint32_t node);
 
 static void walk(const struct l8g_grammar *g, const struct l8g_vocab *v, struct arena *A,
-                 struct walk *W, uint32_t root, uint32_t *words, exit_fn on_exit, void *ctx)
+                 uint32_t s0, uint32_t root, uint32_t *words, exit_fn on_exit, void *ctx)
 {
+    uint32_t at[257];
     const uint32_t base = v->t[root].depth;
+    at[0] = s0;
     for (uint32_t i = root + 1; i < v->t[root].end && !A->oom;) {
         const struct trie_node *t = &v->t[i];
         const uint32_t d = t->depth - base;
-        advance(g, A, &W->at[d - 1], &W->at[d], t->byte);
-        struct set *S = &W->at[d];
-        if (!S->n) {
+        const uint32_t s = at[d] = step(g, A, at[d - 1], t->byte);
+        if (s == DEAD) {
             i = t->end;
             continue;
         }
         for (uint32_t k = 0; k < t->n_tok; k++)
             bit_set(words, v->node_tok[t->tok + k]);
-        if (on_exit && has(S, S_CONTEXT)) {
-            on_exit(ctx, i);
-            /* the other stacks go on: their verdicts are certain */
-        }
+        if (on_exit && (A->s[s].flags & F_CONTEXT))
+            on_exit(ctx, i);    /* the other stacks go on: their verdicts are certain */
         i++;
     }
 }
 
+/* Bits set in w[0 .. n): with the POPCNT instruction where the CPU has one
+ * (the build's baseline, x86-64, has none: a library call per word). */
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("popcnt")))
+static long popcount_hw(const uint32_t *w, size_t n)
+{
+    long k = 0;
+    for (size_t i = 0; i < n; i++)
+        k += __builtin_popcount(w[i]);
+    return k;
+}
+#endif
+
+static long popcount_words(const uint32_t *w, size_t n)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (__builtin_cpu_supports("popcnt"))
+        return popcount_hw(w, n);
+#endif
+    long k = 0;
+    for (size_t i = 0; i < n; i++)
+        k += __builtin_popcount(w[i]);
+    return k;
+}
+
 /* ---- cache entries: what a window of the stack decides ------------------- */
+
+/* An entry accepting at most this many tokens keeps their ids, not a bitset. */
+#define SPARSE 512
 
 struct entry {
     uint32_t key[WINDOW];   /* positions, top first */
     uint32_t n_key;         /* frames in the window */
     bool whole;             /* the window is the whole stack (no exits) */
-    uint32_t *accepted;     /* a bitset of the vocabulary */
+    bool oom;
+    uint32_t *accepted;     /* a bitset of the vocabulary, or NULL: */
+    uint32_t *ids, n_ids;   /* the few tokens accepted (a literal's positions) */
     uint32_t *exits;        /* trie nodes whose subtrees the real stack decides */
     uint32_t n_exits, cap_exits;
-    bool oom;
     struct entry *next;     /* hash chain */
 };
 
 struct l8g_compiled {
     const struct l8g_grammar *g;
     const struct l8g_vocab *v;
-    pthread_mutex_t lock;   /* the entries */
+    pthread_mutex_t lock;   /* the entries and the scratch arena */
     struct entry **tab;
     uint32_t tab_cap, n_entries;
-    struct arena scratch;   /* window walks' stacks (under lock) */
-    struct walk w;
+    struct arena scratch;   /* the window walks' stacks */
     size_t words;
 };
 
 static void add_exit(void *ctx, uint32_t node)
 {
     struct entry *e = ctx;
-    if (e->n_exits && e->exits[e->n_exits - 1] == node)
-        return;
     if (e->n_exits == e->cap_exits) {
         uint32_t cap = e->cap_exits ? 2 * e->cap_exits : 16;
         uint32_t *x = realloc(e->exits, cap * sizeof *x);
@@ -472,16 +610,16 @@ static void add_exit(void *ctx, uint32_t node)
     e->exits[e->n_exits++] = node;
 }
 
-static uint32_t key_hash(const uint32_t *key, uint32_t n)
+static uint32_t key_hash(const uint32_t *key, uint32_t n, bool whole)
 {
-    uint64_t h = n;
+    uint64_t h = n * 2u + whole;
     for (uint32_t i = 0; i < n; i++)
         h = (h ^ key[i]) * 0x100000001b3ull;
     return (uint32_t)(h ^ h >> 29);
 }
 
-/* The window of stack node in arena A: its top positions, and whether the
- * whole stack fits. Returns the node below the window (S_EMPTY if none). */
+/* The window of stack node: its top positions (at most WINDOW). Returns the
+ * node below the window (S_EMPTY: the window is the whole stack). */
 static uint32_t window_of(const struct arena *A, uint32_t node, uint32_t *key, uint32_t *n)
 {
     *n = 0;
@@ -492,13 +630,13 @@ static uint32_t window_of(const struct arena *A, uint32_t node, uint32_t *key, u
     return node;
 }
 
-/* The entry for a window (made on first use). NULL: out of memory. Called
+/* The entry for a window (made on first use); NULL: out of memory. Called
  * with c->lock held. */
 static struct entry *entry_for(struct l8g_compiled *c, const uint32_t *key, uint32_t n,
                                bool whole)
 {
-    uint32_t h = key_hash(key, n) ^ (whole ? 0x5bd1e995u : 0);
-    for (struct entry *e = c->tab[h & (c->tab_cap - 1)]; e; e = e->next)
+    uint32_t b = key_hash(key, n, whole) & (c->tab_cap - 1);
+    for (struct entry *e = c->tab[b]; e; e = e->next)
         if (e->n_key == n && e->whole == whole && !memcmp(e->key, key, n * sizeof *key))
             return e;
     struct entry *e = calloc(1, sizeof *e);
@@ -509,27 +647,38 @@ static struct entry *entry_for(struct l8g_compiled *c, const uint32_t *key, uint
     memcpy(e->key, key, n * sizeof *key);
     e->n_key = n;
     e->whole = whole;
-    /* The window as a stack of its own over S_CONTEXT (or S_EMPTY: whole). */
+    /* The scratch stacks only serve walks: start afresh when they are many. */
     struct arena *A = &c->scratch;
-    uint32_t node = whole ? S_EMPTY : S_CONTEXT;
-    for (uint32_t i = n; i-- > 0;)
-        node = intern(A, key[i], node);
-    set_begin(A, &c->w.at[0]);
-    set_add(A, &c->w.at[0], node);
-    walk(c->g, c->v, A, &c->w, 0, e->accepted, whole ? NULL : add_exit, e);
-    if (A->oom || e->oom) {
-        free(e->accepted);
-        free(e->exits);
-        free(e);
-        return NULL;
-    }
-    /* Scratch stacks are only needed during the walk: drop them when many. */
-    if (A->len > (1u << 20)) {
+    if (A->n_len > (1u << 20) || A->s_len > (1u << 18)) {
         arena_free(A);
         if (arena_init(A))
             A->oom = true;
     }
-    uint32_t b = h & (c->tab_cap - 1);
+    /* The window as a stack of its own over S_CONTEXT (S_EMPTY: whole). */
+    uint32_t node = whole ? S_EMPTY : S_CONTEXT;
+    for (uint32_t i = n; i-- > 0;)
+        node = intern(A, key[i], node);
+    walk(c->g, c->v, A, state_at(c->g, A, node), 0, e->accepted, whole ? NULL : add_exit, e);
+    long n_acc = A->oom || e->oom ? 0 : popcount_words(e->accepted, c->words);
+    if (n_acc <= SPARSE && !A->oom && !e->oom) {
+        /* sparse: the ids instead of 16 KB to OR in */
+        if ((e->ids = malloc((n_acc ? (size_t)n_acc : 1) * sizeof *e->ids))) {
+            for (size_t k = 0; k < c->words; k++)
+                for (uint32_t w = e->accepted[k]; w; w &= w - 1)
+                    e->ids[e->n_ids++] = (uint32_t)(k * 32 + (uint32_t)__builtin_ctz(w));
+            free(e->accepted);
+            e->accepted = NULL;
+        }
+    }
+    if (A->oom || e->oom) {
+        free(e->accepted);
+        free(e->exits);
+        free(e);
+        arena_free(A);
+        if (arena_init(A))
+            A->oom = true;
+        return NULL;
+    }
     e->next = c->tab[b];
     c->tab[b] = e;
     c->n_entries++;
@@ -546,8 +695,7 @@ int l8g_compile(const struct l8g_grammar *g, const struct l8g_vocab *v, struct l
     c->words = l8g_mask_words(v->n);
     c->tab_cap = 1024;
     pthread_mutex_init(&c->lock, NULL);
-    if (!(c->tab = calloc(c->tab_cap, sizeof *c->tab)) || arena_init(&c->scratch) ||
-        walk_init(&c->w, v->max_len)) {
+    if (!(c->tab = calloc(c->tab_cap, sizeof *c->tab)) || arena_init(&c->scratch)) {
         l8g_compiled_free(c);
         return -ENOMEM;
     }
@@ -563,13 +711,13 @@ void l8g_compiled_free(struct l8g_compiled *c)
         for (struct entry *e = c->tab[i], *next; e; e = next) {
             next = e->next;
             free(e->accepted);
+            free(e->ids);
             free(e->exits);
             free(e);
         }
     }
     free(c->tab);
     arena_free(&c->scratch);
-    walk_free(&c->w);
     pthread_mutex_destroy(&c->lock);
     free(c);
 }
@@ -577,18 +725,16 @@ void l8g_compiled_free(struct l8g_compiled *c)
 /* ---- matchers -------------------------------------------------------------- */
 
 struct cached_mask {
-    uint32_t *state;    /* the sorted stack nodes of the state */
-    uint32_t n;
-    uint32_t *words;
+    uint32_t state;     /* 0 (DEAD): the slot is free */
     long allowed;
     uint64_t used;
+    uint32_t *words;
 };
 
 struct l8g_matcher {
     struct l8g_compiled *c;
     struct arena A;
-    struct set cur, tmp, tmp2;
-    struct walk w;
+    uint32_t cur;       /* the state after the tokens taken */
     struct cached_mask cache[STATE_CACHE];
     uint64_t clock;
     bool done;
@@ -600,21 +746,21 @@ int l8g_matcher_new(struct l8g_compiled *c, struct l8g_matcher **out)
     if (!m)
         return -ENOMEM;
     m->c = c;
-    if (arena_init(&m->A) || walk_init(&m->w, c->v->max_len)) {
+    if (arena_init(&m->A)) {
         l8g_matcher_free(m);
         return -ENOMEM;
     }
     const struct l8g_grammar *g = c->g;
-    set_begin(&m->A, &m->cur);
-    for (uint32_t a = g->rule_start[g->root];;) {
-        expand(g, &m->A, &m->cur, intern(&m->A, a, S_EMPTY));
+    for (uint32_t a = g->rule_start[g->root];;) {   /* each alternative of root */
+        expand(g, &m->A, intern(&m->A, a, S_EMPTY));
         while (!g_alt_end(g, a))
             a++;
         if (g->e[a].type == G_END)
             break;
         a++;
     }
-    if (m->A.oom) {
+    m->cur = state_of_tmp(&m->A);
+    if (m->A.oom || m->cur == DEAD) {
         l8g_matcher_free(m);
         return -ENOMEM;
     }
@@ -627,20 +773,14 @@ void l8g_matcher_free(struct l8g_matcher *m)
     if (!m)
         return;
     arena_free(&m->A);
-    free(m->cur.v);
-    free(m->tmp.v);
-    free(m->tmp2.v);
-    walk_free(&m->w);
-    for (int i = 0; i < STATE_CACHE; i++) {
-        free(m->cache[i].state);
+    for (int i = 0; i < STATE_CACHE; i++)
         free(m->cache[i].words);
-    }
     free(m);
 }
 
 bool l8g_matcher_can_end(const struct l8g_matcher *m)
 {
-    return !m->done && has(&m->cur, S_EMPTY);
+    return !m->done && (m->A.s[m->cur].flags & F_COMPLETE);
 }
 
 bool l8g_matcher_done(const struct l8g_matcher *m)
@@ -648,19 +788,6 @@ bool l8g_matcher_done(const struct l8g_matcher *m)
     return m->done;
 }
 
-static int cmp_u32(const void *a, const void *b)
-{
-    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-    return x < y ? -1 : x > y;
-}
-
-static long popcount_words(const uint32_t *w, size_t n)
-{
-    long k = 0;
-    for (size_t i = 0; i < n; i++)
-        k += __builtin_popcount(w[i]);
-    return k;
-}
 
 /* The mask of the current state, computed: per stack, its window's entry
  * (accepted tokens, and exits walked from the stack below the window). */
@@ -668,37 +795,39 @@ static int compute_mask(struct l8g_matcher *m, uint32_t *words)
 {
     struct l8g_compiled *c = m->c;
     const struct l8g_vocab *v = c->v;
+    struct arena *A = &m->A;
     memset(words, 0, c->words * sizeof *words);
-    for (uint32_t i = 0; i < m->cur.n; i++) {
-        uint32_t node = m->cur.v[i];
+    for (uint32_t i = 0; i < A->s[m->cur].n; i++) {
+        uint32_t node = A->pool[A->s[m->cur].off + i];
         if (node <= S_CONTEXT)
             continue;
         uint32_t key[WINDOW], n;
-        uint32_t below = window_of(&m->A, node, key, &n);
-        bool whole = below == S_EMPTY;
+        uint32_t below = window_of(A, node, key, &n);
         pthread_mutex_lock(&c->lock);
-        struct entry *e = entry_for(c, key, n, whole);
+        struct entry *e = entry_for(c, key, n, below == S_EMPTY);
         if (!e) {
             pthread_mutex_unlock(&c->lock);
             return -ENOMEM;
         }
-        for (size_t k = 0; k < c->words; k++)
-            words[k] |= e->accepted[k];
+        if (e->accepted)
+            for (size_t k = 0; k < c->words; k++)
+                words[k] |= e->accepted[k];
+        else
+            for (uint32_t k = 0; k < e->n_ids; k++)
+                bit_set(words, e->ids[k]);
         pthread_mutex_unlock(&c->lock);
-        /* Entries are never freed while c lives, and never change once made:
-         * their exits can be read without the lock. */
+        /* An entry never changes once made and lives as long as c: its exits
+         * are read without the lock. Their tokens read their remaining bytes
+         * from the stack below the window. */
         if (!e->n_exits)
             continue;
-        /* The tokens below an exit node read their remaining bytes from the
-         * stack below the window. */
-        set_begin(&m->A, &m->w.at[0]);
-        expand(c->g, &m->A, &m->w.at[0], below);
-        for (uint32_t x = 0; x < e->n_exits && m->w.at[0].n; x++)
-            walk(c->g, v, &m->A, &m->w, e->exits[x], words, NULL, NULL);
+        uint32_t s0 = state_at(c->g, A, below);
+        for (uint32_t x = 0; x < e->n_exits && s0 != DEAD; x++)
+            walk(c->g, v, A, s0, e->exits[x], words, NULL, NULL);
     }
-    if (m->A.oom)
+    if (A->oom)
         return -ENOMEM;
-    if (has(&m->cur, S_EMPTY))
+    if (A->s[m->cur].flags & F_COMPLETE)
         for (uint32_t k = 0; k < v->n_end; k++)
             bit_set(words, v->end_ids[k]);
     return 0;
@@ -711,38 +840,25 @@ long l8g_matcher_mask(struct l8g_matcher *m, uint32_t *words)
         memset(words, 0, nw * sizeof *words);
         return 0;
     }
-    /* the state, sorted, as the cache's key */
-    uint32_t *state = malloc((m->cur.n ? m->cur.n : 1) * sizeof *state);
-    if (!state)
-        return -ENOMEM;
-    memcpy(state, m->cur.v, m->cur.n * sizeof *state);
-    qsort(state, m->cur.n, sizeof *state, cmp_u32);
     m->clock++;
     struct cached_mask *slot = &m->cache[0];
     for (int i = 0; i < STATE_CACHE; i++) {
         struct cached_mask *cm = &m->cache[i];
-        if (cm->words && cm->n == m->cur.n && !memcmp(cm->state, state, cm->n * sizeof *state)) {
+        if (cm->state == m->cur) {
             memcpy(words, cm->words, nw * sizeof *words);
             cm->used = m->clock;
-            free(state);
             return cm->allowed;
         }
         if (cm->used < slot->used)
             slot = cm;
     }
     int rc = compute_mask(m, words);
-    if (rc < 0) {
-        free(state);
+    if (rc < 0)
         return rc;
-    }
     long allowed = popcount_words(words, nw);
-    if (!slot->words && !(slot->words = malloc(nw * sizeof *words))) {
-        free(state);
+    if (!slot->words && !(slot->words = malloc(nw * sizeof *words)))
         return allowed;     /* uncached, still right */
-    }
-    free(slot->state);
-    slot->state = state;
-    slot->n = m->cur.n;
+    slot->state = m->cur;
     memcpy(slot->words, words, nw * sizeof *words);
     slot->allowed = allowed;
     slot->used = m->clock;
@@ -756,7 +872,7 @@ int l8g_matcher_accept(struct l8g_matcher *m, uint32_t id)
         return -EINVAL;
     for (uint32_t k = 0; k < v->n_end; k++) {
         if (v->end_ids[k] == id) {
-            if (!has(&m->cur, S_EMPTY))
+            if (!(m->A.s[m->cur].flags & F_COMPLETE))
                 return -EINVAL;
             m->done = true;
             return 0;
@@ -766,21 +882,13 @@ int l8g_matcher_accept(struct l8g_matcher *m, uint32_t id)
     uint32_t len = v->off[id + 1] - v->off[id];
     if (!len || v->special[id])
         return -EINVAL;     /* a special token, or one without bytes */
-    /* Read into tmp and tmp2 by turns, so that a refused token leaves cur as
-     * it was; the last one read becomes cur. */
-    const struct set *in = &m->cur;
-    struct set *out = &m->tmp;
-    for (uint32_t i = 0; i < len; i++) {
-        advance(m->c->g, &m->A, in, out, b[i]);
-        if (m->A.oom)
-            return -ENOMEM;
-        if (!out->n)
-            return -EINVAL;
-        in = out;
-        out = out == &m->tmp ? &m->tmp2 : &m->tmp;
-    }
-    struct set *res = in == &m->tmp ? &m->tmp : &m->tmp2, t = m->cur;
-    m->cur = *res;
-    *res = t;
+    uint32_t s = m->cur;
+    for (uint32_t i = 0; i < len && s != DEAD; i++)
+        s = step(m->c->g, &m->A, s, b[i]);
+    if (m->A.oom)
+        return -ENOMEM;
+    if (s == DEAD)
+        return -EINVAL;     /* cur stays as it was */
+    m->cur = s;
     return 0;
 }
