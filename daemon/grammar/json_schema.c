@@ -1087,16 +1087,6 @@ static int gen_number(struct ctx *c, json_object *s, struct buf *out)
 
 /* ---- strings ------------------------------------------------------------------- */
 
-/* Pattern support: l8g_regex_to_gbnf's grammar for the pattern, embedded as
- * the content of a JSON string. Declared weak so this file links (and a
- * pattern is refused, "regular expressions are not available") before
- * regex.c is in the library. DROP THE WEAK ATTRIBUTE (and the NULL test in
- * gen_pattern) WHEN regex.c JOINS l8grammar_lib: from a static archive a
- * weak reference does not pull regex.o in, so pattern would stay refused in
- * programs that call nothing else of regex.c. */
-__attribute__((weak)) int l8g_regex_to_gbnf(const char *re, size_t len, char **gbnf,
-                                            char err[L8G_ERRLEN]);
-
 static int gen_pattern(struct ctx *c, json_object *s, const char *hint, struct buf *out);
 
 static int gen_string(struct ctx *c, json_object *s, const char *hint, struct buf *out)
@@ -1519,8 +1509,6 @@ static int gen_pattern(struct ctx *c, json_object *pat, const char *hint, struct
 {
     if (!json_object_is_type(pat, json_type_string))
         return fail(c, -EINVAL, "pattern", "must be a string");
-    if (!l8g_regex_to_gbnf)
-        return fail(c, -EINVAL, "pattern", "regular expressions are not available");
     const char *re = json_object_get_string(pat);
     size_t n = (size_t)json_object_get_string_len(pat);
     /* JSON Schema's pattern is a search, not a match of the whole string:
