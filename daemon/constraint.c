@@ -327,6 +327,8 @@ void l8d_constraints_after(void *ud, struct l8_seq *seqs, uint32_t n, int status
          * allowed logit was -inf: nothing fits then either. */
         if (l8g_matcher_accept(rc->m, seqs[i].token_out) < 0)
             sl->constraint_end = true;
+        else if (l8g_matcher_done(rc->m))
+            sl->constraint_done = true;     /* an end id: the reply is whole */
     }
 }
 

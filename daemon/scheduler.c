@@ -554,7 +554,7 @@ static void add_seq(struct l8_sched *s, struct req *r, uint32_t take, uint32_t *
     sl->prefill = r->n_computed + 1 < r->n_tokens || r->n_generated == 0;
     sl->cached_tokens = sl->first ? r->n_computed : 0;
     sl->constraint = q->sample ? r->constraint : NULL;
-    sl->constraint_end = false;
+    sl->constraint_end = sl->constraint_done = false;
     if (sl->constraint)
         q->allowed = r->mask;
     s->step_req[i] = r;
@@ -725,7 +725,8 @@ int l8_sched_step_done(struct l8_sched *s, struct l8_seq *seqs, uint32_t n, int 
         } else {
             r->n_computed += r->fed;
             link_pages(s, r);
-            if (q->sample && s->slots[i].constraint_end) {
+            if (q->sample && (s->slots[i].constraint_end ||
+                              (s->slots[i].constraint_done && !is_stop(r, q->token_out)))) {
                 /* nothing fits the constraint: the token is not delivered */
                 if (!r->cancelled)
                     emit(s, r, L8_SCHED_EV_DONE, L8_SCHED_NO_TOKEN, r->n_generated, 0,

@@ -64,8 +64,10 @@
  * that samples for it points l8_seq.allowed at the request's mask buffer
  * and its slot at the constraint; whoever runs the step (llama8d's engine
  * thread) fills the mask before and takes the token after, and sets
- * slot.constraint_end when the constraint admits no token: the request
- * then ends with DONE_GRAMMAR, the step's token not delivered.
+ * slot.constraint_end when the constraint admits no token, constraint_done
+ * when the token was its end: the request then ends with DONE_GRAMMAR, the
+ * step's token not delivered (unless, done, it is one of the request's stop
+ * ids: then it ends as at any stop id).
  *
  * Memory: a request's token array, page table and mask are allocated once
  * at submit, sized for prompt + max_new_tokens; nothing is allocated per
@@ -198,6 +200,8 @@ struct l8_sched_slot {
     void *constraint;        /* the request's, when the sequence samples
                                 (its l8_seq.allowed is then its mask) */
     bool constraint_end;     /* set by the step's runner: nothing fits */
+    bool constraint_done;    /* set by the step's runner: the token ended the
+                                constraint's language (an end id) */
 };
 
 struct l8_sched_stats {

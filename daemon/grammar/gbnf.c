@@ -426,6 +426,8 @@ static int64_t class_rule(struct parser *P, struct range *r, uint32_t n, bool ne
     free(out);
     /* No alternative at all: a class nothing matches ([^\x00-\U0010FFFF]);
      * the rule stays without elements and is found unproductive later. */
+    if (id >= 0 && !first && push_type(P, (uint32_t)id, G_END, 0))
+        id = -1;
     return id;
 }
 
