@@ -62,8 +62,31 @@ int l8g_schema_to_gbnf(const char *schema, size_t len, char **gbnf, char err[L8G
  * literals, escapes, classes incl. \d \w \s and their negations, ., groups
  * (?: ), alternation, * + ? {m,n}, anchors ^ $ only at the ends) as GBNF
  * text for the strings it matches whole. Returns 0, or -EINVAL with
- * "column C: what" in err (backreferences, lookaround, ...), -ENOMEM. */
+ * "column C: what" in err (backreferences, lookaround, ...), -E2BIG,
+ * -ENOMEM. What is accepted: l8g_regex_to_gbnf_rules. */
 int l8g_regex_to_gbnf(const char *re, size_t len, char **gbnf, char err[L8G_ERRLEN]);
+
+/* The same as rules to embed in a larger grammar (a JSON Schema's
+ * "pattern"): one or more rules, malloc'd in *rules, the one to refer to
+ * named name ([A-Za-z0-9_-]+), any others name-something.
+ * l8g_regex_to_gbnf is this with "root" and anchored. anchored: the strings
+ * the pattern matches whole. Otherwise a search, as JSON Schema's patterns
+ * are: the strings that contain a match; a top-level alternative without ^
+ * may have anything (newlines included) before it, one without $ anything
+ * after it. The dialect is PCRE2's (10.42) with PCRE2_UTF and without
+ * PCRE2_UCP: \d \w \s and [[:alpha:]]-style classes are ASCII, \h \v
+ * Unicode's horizontal and vertical spaces, . any code point but \n, $ the
+ * end of the string only; plus \uHHHH and \u{H...}. Refused: \b \B, \1
+ * and other backreferences, lookaround, atomic groups, inline options
+ * ((?i)), recursion, \A \z \p{..}, ^ or $ anywhere but the ends, a
+ * possessive quantifier (a*+) unless on a set and provably the same strings,
+ * {m,n} with m > n or a count over 10000, unbalanced ( ) or [ ], a
+ * quantifier with nothing to repeat, invalid UTF-8, a pattern that matches
+ * nothing. Named groups, (?| ) and (?#...) are plain groups and comments.
+ * Returns 0, -EINVAL with "column C: what" (C the 1-based byte), -E2BIG
+ * (the grammar would pass the engine's 1 MiB), -ENOMEM. */
+int l8g_regex_to_gbnf_rules(const char *re, size_t len, const char *name, bool anchored,
+                            char **rules, char err[L8G_ERRLEN]);
 
 /* ---- the vocabulary and the masks -------------------------------------- */
 

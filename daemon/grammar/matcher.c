@@ -542,14 +542,43 @@ static void walk(const struct l8g_grammar *g, const struct l8g_vocab *v, struct 
     }
 }
 
+/* Bits set in w[0 .. n): with the POPCNT instruction where the CPU has one
+ * (the build's baseline, x86-64, has none: a library call per word). */
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("popcnt")))
+static long popcount_hw(const uint32_t *w, size_t n)
+{
+    long k = 0;
+    for (size_t i = 0; i < n; i++)
+        k += __builtin_popcount(w[i]);
+    return k;
+}
+#endif
+
+static long popcount_words(const uint32_t *w, size_t n)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (__builtin_cpu_supports("popcnt"))
+        return popcount_hw(w, n);
+#endif
+    long k = 0;
+    for (size_t i = 0; i < n; i++)
+        k += __builtin_popcount(w[i]);
+    return k;
+}
+
 /* ---- cache entries: what a window of the stack decides ------------------- */
+
+/* An entry accepting at most this many tokens keeps their ids, not a bitset. */
+#define SPARSE 512
 
 struct entry {
     uint32_t key[WINDOW];   /* positions, top first */
     uint32_t n_key;         /* frames in the window */
     bool whole;             /* the window is the whole stack (no exits) */
     bool oom;
-    uint32_t *accepted;     /* a bitset of the vocabulary */
+    uint32_t *accepted;     /* a bitset of the vocabulary, or NULL: */
+    uint32_t *ids, n_ids;   /* the few tokens accepted (a literal's positions) */
     uint32_t *exits;        /* trie nodes whose subtrees the real stack decides */
     uint32_t n_exits, cap_exits;
     struct entry *next;     /* hash chain */
@@ -630,6 +659,17 @@ static struct entry *entry_for(struct l8g_compiled *c, const uint32_t *key, uint
     for (uint32_t i = n; i-- > 0;)
         node = intern(A, key[i], node);
     walk(c->g, c->v, A, state_at(c->g, A, node), 0, e->accepted, whole ? NULL : add_exit, e);
+    long n_acc = A->oom || e->oom ? 0 : popcount_words(e->accepted, c->words);
+    if (n_acc <= SPARSE && !A->oom && !e->oom) {
+        /* sparse: the ids instead of 16 KB to OR in */
+        if ((e->ids = malloc((n_acc ? (size_t)n_acc : 1) * sizeof *e->ids))) {
+            for (size_t k = 0; k < c->words; k++)
+                for (uint32_t w = e->accepted[k]; w; w &= w - 1)
+                    e->ids[e->n_ids++] = (uint32_t)(k * 32 + (uint32_t)__builtin_ctz(w));
+            free(e->accepted);
+            e->accepted = NULL;
+        }
+    }
     if (A->oom || e->oom) {
         free(e->accepted);
         free(e->exits);
@@ -671,6 +711,7 @@ void l8g_compiled_free(struct l8g_compiled *c)
         for (struct entry *e = c->tab[i], *next; e; e = next) {
             next = e->next;
             free(e->accepted);
+            free(e->ids);
             free(e->exits);
             free(e);
         }
@@ -747,13 +788,6 @@ bool l8g_matcher_done(const struct l8g_matcher *m)
     return m->done;
 }
 
-static long popcount_words(const uint32_t *w, size_t n)
-{
-    long k = 0;
-    for (size_t i = 0; i < n; i++)
-        k += __builtin_popcount(w[i]);
-    return k;
-}
 
 /* The mask of the current state, computed: per stack, its window's entry
  * (accepted tokens, and exits walked from the stack below the window). */
@@ -775,8 +809,12 @@ static int compute_mask(struct l8g_matcher *m, uint32_t *words)
             pthread_mutex_unlock(&c->lock);
             return -ENOMEM;
         }
-        for (size_t k = 0; k < c->words; k++)
-            words[k] |= e->accepted[k];
+        if (e->accepted)
+            for (size_t k = 0; k < c->words; k++)
+                words[k] |= e->accepted[k];
+        else
+            for (uint32_t k = 0; k < e->n_ids; k++)
+                bit_set(words, e->ids[k]);
         pthread_mutex_unlock(&c->lock);
         /* An entry never changes once made and lives as long as c: its exits
          * are read without the lock. Their tokens read their remaining bytes
