@@ -675,15 +675,17 @@ static void check_request(const struct l8c_info *in, const uint32_t *prompt, uin
     if (p->priority > in->max_priority)
         REFUSE(L8_ERR_BAD_PARAMS, L8_EF_PRIORITY, (uint32_t)p->priority,
                (uint32_t)(in->max_priority < 0 ? 0 : in->max_priority), NAN);
-    if (p->constraint < L8C_CONSTRAINT_NONE || p->constraint > L8C_CONSTRAINT_JSON)
-        REFUSE(L8_ERR_BAD_PARAMS, L8_EF_NONE, 0, 0, NAN);
-    if (p->constraint_len > L8_MAX_CONSTRAINT)
-        REFUSE(L8_ERR_BAD_PARAMS, L8_EF_CONSTRAINT_LEN,
-               p->constraint_len > UINT32_MAX ? UINT32_MAX : (uint32_t)p->constraint_len,
-               L8_MAX_CONSTRAINT, NAN);
     for (uint32_t i = 0; i < p->n_stop_ids; i++)
         if (p->stop_ids[i] >= in->vocab_size)
             REFUSE(L8_ERR_BAD_TOKEN, L8_EF_STOP_ID, p->stop_ids[i], in->vocab_size, NAN);
+    /* The constraint's length (whether it compiles only the daemon knows),
+     * and a kind the protocol does not have, which it cannot compile. */
+    if (p->constraint != L8C_CONSTRAINT_NONE && p->constraint_len > L8_MAX_CONSTRAINT)
+        REFUSE(L8_ERR_BAD_GRAMMAR, L8_EF_CONSTRAINT_LEN,
+               p->constraint_len > UINT32_MAX ? UINT32_MAX : (uint32_t)p->constraint_len,
+               L8_MAX_CONSTRAINT, NAN);
+    if (p->constraint < L8C_CONSTRAINT_NONE || p->constraint > L8C_CONSTRAINT_JSON)
+        REFUSE(L8_ERR_BAD_GRAMMAR, L8_EF_NONE, 0, 0, NAN);
     for (uint32_t i = 0; i < n; i++)
         if (prompt[i] >= in->vocab_size)
             REFUSE(L8_ERR_BAD_TOKEN, L8_EF_PROMPT_ID, prompt[i], in->vocab_size, NAN);

@@ -393,7 +393,7 @@ static int run_one(struct l8c_client *c, struct stream_ctx *x, const uint32_t *i
              * the control socket just before the event. */
             const char *why_grammar = e->kind == L8_EV_ERROR && e->code == L8_ERR_BAD_GRAMMAR &&
                                       e->request_id == id ? l8c_request_error(c, id) : NULL;
-            if (why_grammar) {
+            if (why_grammar && x->json) {   /* the error event's message */
                 t = why_grammar;
                 tl = strlen(why_grammar);
             }

@@ -137,10 +137,11 @@ int l8c_submit(struct l8c_client *c, const uint32_t *prompt, uint32_t n,
                const struct l8c_params *p, uint64_t *id);
 /* Whether the daemon behind c takes p with prompt[n]: 0, or the code the
  * daemon would answer in an ERROR event (L8_ERR_EMPTY_PROMPT,
- * L8_ERR_PROMPT_TOO_LONG, L8_ERR_BAD_TOKEN, L8_ERR_BAD_PARAMS), with why
- * in l8c_error_text's words for that event (which limit of l8c_info, and
- * the value given; a constraint's text over L8_MAX_CONSTRAINT bytes is
- * BAD_PARAMS with field L8_EF_CONSTRAINT_LEN). What only the daemon knows
+ * L8_ERR_PROMPT_TOO_LONG, L8_ERR_BAD_TOKEN, L8_ERR_BAD_PARAMS,
+ * L8_ERR_BAD_GRAMMAR), with why in l8c_error_text's words for that event
+ * (which limit of l8c_info, and the value given; a constraint's text over
+ * L8_MAX_CONSTRAINT bytes is BAD_GRAMMAR with field L8_EF_CONSTRAINT_LEN,
+ * a kind outside enum l8c_constraint BAD_GRAMMAR too). What only the daemon knows
  * (its KV pool, the requests in flight, whether the constraint compiles)
  * is not checked. Nothing is sent;
  * l8c_submit does not call it (the daemon checks again). */
