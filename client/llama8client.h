@@ -290,7 +290,9 @@ const char *l8c_err_name(int code);
 /* What an ERROR record says was wrong, in words, into buf (returned):
  * the field, the value the request gave and the daemon's limit when the
  * record names them (l8_shm.h enum l8_err_field), else what the code
- * means. Without the code's name: print l8c_err_name(e->code) beside it. */
+ * means. Without the code's name: print l8c_err_name(e->code) beside it.
+ * For L8_ERR_BAD_GRAMMAR the record has no room for where the text went
+ * wrong: l8c_request_error(c, e->request_id) says it (NULL: use this). */
 const char *l8c_error_text(const struct l8_event *e, char buf[L8C_ERRLEN]);
 const char *l8c_done_name(int reason);
 
