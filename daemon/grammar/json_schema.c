@@ -1087,12 +1087,6 @@ static int gen_number(struct ctx *c, json_object *s, struct buf *out)
 
 /* ---- strings ------------------------------------------------------------------- */
 
-/* Pattern support: l8g_regex_to_gbnf's grammar for the pattern, embedded as
- * the content of a JSON string. Declared weak so this file links (and a
- * pattern is refused) before regex.c is in the library. */
-__attribute__((weak)) int l8g_regex_to_gbnf(const char *re, size_t len, char **gbnf,
-                                            char err[L8G_ERRLEN]);
-
 static int gen_pattern(struct ctx *c, json_object *s, const char *hint, struct buf *out);
 
 static int gen_string(struct ctx *c, json_object *s, const char *hint, struct buf *out)
@@ -1163,19 +1157,26 @@ static int gen_string(struct ctx *c, json_object *s, const char *hint, struct bu
  * their escapes, a class as the class without them or their escapes, "."
  * as a JSON string char. */
 
-/* The JSON escape of code point cp (< 0x20, '"' or '\\') as a GBNF literal. */
+/* The JSON escapes of code point cp (< 0x20, '"' or '\\') as GBNF: its
+ * short form where it has one, and \u00XX with either case of hex digit. */
 static void esc_lit(struct buf *b, unsigned cp)
 {
-    switch (cp) {
-    case '"': b_item(b, "\"\\\\\\\"\""); return;
-    case '\\': b_item(b, "\"\\\\\\\\\""); return;
-    case '\b': b_item(b, "\"\\\\b\""); return;
-    case '\f': b_item(b, "\"\\\\f\""); return;
-    case '\n': b_item(b, "\"\\\\n\""); return;
-    case '\r': b_item(b, "\"\\\\r\""); return;
-    case '\t': b_item(b, "\"\\\\t\""); return;
-    default: b_printf(b, " \"\\\\u00%02x\"", cp); return;
+    static const char hex[] = "0123456789abcdef";
+    const char *short_form = cp == '"' ? "\"\\\\\\\"\"" : cp == '\\' ? "\"\\\\\\\\\""
+                             : cp == '\b' ? "\"\\\\b\"" : cp == '\f' ? "\"\\\\f\""
+                             : cp == '\n' ? "\"\\\\n\"" : cp == '\r' ? "\"\\\\r\""
+                             : cp == '\t' ? "\"\\\\t\"" : NULL;
+    char lo = hex[cp & 15], up = (char)(lo >= 'a' ? lo - 32 : lo);
+    b_item(b, "(");
+    if (short_form) {
+        b_item(b, short_form);
+        b_puts(b, " |");
     }
+    if (lo == up)
+        b_printf(b, " \"\\\\u00%c%c\"", hex[cp >> 4], lo);
+    else
+        b_printf(b, " \"\\\\u00%c\" [%c%c]", hex[cp >> 4], lo, up);
+    b_puts(b, " )");
 }
 
 static bool needs_esc(unsigned cp) { return cp < 0x20 || cp == '"' || cp == '\\'; }
@@ -1508,8 +1509,6 @@ static int gen_pattern(struct ctx *c, json_object *pat, const char *hint, struct
 {
     if (!json_object_is_type(pat, json_type_string))
         return fail(c, -EINVAL, "pattern", "must be a string");
-    if (!l8g_regex_to_gbnf)
-        return fail(c, -EINVAL, "pattern", "regular expressions are not available");
     const char *re = json_object_get_string(pat);
     size_t n = (size_t)json_object_get_string_len(pat);
     /* JSON Schema's pattern is a search, not a match of the whole string:

@@ -11,8 +11,8 @@
  * timed (CLOCK_MONOTONIC), a fresh matcher per document on the compiled
  * grammar kept across documents (as llama8d keeps it), after one warm-up
  * pass with a fresh compiled grammar whose cold first masks are reported on
- * their own (first_*). Compile: l8g_grammar_parse + l8g_compile, median of
- * reps. The table goes to stdout, the rows (method, kind, metrics, notes)
+ * their own (first_*). Compile: the translation to GBNF (schema, regex)
+ * and l8g_grammar_parse ("parse"), then l8g_compile, median of reps. The table goes to stdout, the rows (method, kind, metrics, notes)
  * to --json-out with the machine's load average. */
 #include <errno.h>
 #include <stdio.h>
@@ -22,8 +22,8 @@
 #include "../grammar/grammar_test.h"
 
 struct workload {
-    const char *name, *kind;
-    const char *text;           /* GBNF; NULL: l8g_json_gbnf */
+    const char *name, *kind;    /* kind: "gbnf", "json", "schema" or "regex" */
+    const char *text;           /* the constraint (json: none) */
     const char *const *docs;    /* NULL-terminated */
 };
 
@@ -70,11 +70,49 @@ static const char *const shell_docs[] = {
     NULL,
 };
 
+/* A typical tool's parameters (OpenAI function-calling shape). */
+static const char weather_schema[] =
+    "{\"type\": \"object\", \"properties\": {"
+    "\"city\": {\"type\": \"string\", \"description\": \"the city\"},"
+    "\"unit\": {\"enum\": [\"celsius\", \"fahrenheit\"]},"
+    "\"days\": {\"type\": \"integer\", \"minimum\": 1, \"maximum\": 14},"
+    "\"hourly\": {\"type\": \"boolean\"},"
+    "\"fields\": {\"type\": \"array\", \"items\": {\"type\": \"string\"}, \"maxItems\": 8}},"
+    "\"required\": [\"city\", \"unit\"], \"additionalProperties\": false}";
+static const char *const weather_docs[] = {
+    "{\"city\": \"San Francisco\", \"unit\": \"celsius\", \"days\": 3}",
+    "{\"city\": \"Zürich\", \"unit\": \"fahrenheit\", \"hourly\": true, \"fields\": "
+    "[\"temperature\", \"wind\", \"precipitation\"]}",
+    "{\"city\": \"Berlin\", \"unit\": \"celsius\", \"days\": 14, \"hourly\": false}",
+    NULL,
+};
+
+static const char email_regex[] =
+    "[A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9-]+(\\.[A-Za-z0-9-]+)*\\.[A-Za-z]{2,12}";
+static const char *const email_docs[] = {
+    "jane.doe+llama8@example.com", "ops@mail.llama8-project.org", "x_y.z@a-b.co.uk", NULL,
+};
+
 static const struct workload workloads[] = {
     { "json", "json", NULL, json_docs },
+    { "schema", "schema", weather_schema, weather_docs },
     { "tool call", "gbnf", tool_gbnf, tool_docs },
     { "shell", "gbnf", shell_gbnf, shell_docs },
+    { "regex", "regex", email_regex, email_docs },
 };
+
+/* The workload's GBNF, malloc'd. */
+static char *gbnf_of(const struct workload *wl)
+{
+    char err[L8G_ERRLEN], *g = NULL;
+    if (!strcmp(wl->kind, "schema"))
+        REQUIRE(l8g_schema_to_gbnf(wl->text, strlen(wl->text), &g, err) == 0, "%s", err);
+    else if (!strcmp(wl->kind, "regex"))
+        REQUIRE(l8g_regex_to_gbnf(wl->text, strlen(wl->text), &g, err) == 0, "%s", err);
+    else
+        REQUIRE((g = strdup(wl->text ? wl->text : l8g_json_gbnf)));
+    return g;
+}
 
 static int cmp_d(const void *a, const void *b)
 {
@@ -183,15 +221,17 @@ int main(int argc, char **argv)
     bool first_row = true;
     for (size_t w = 0; w < sizeof workloads / sizeof workloads[0]; w++) {
         const struct workload *wl = &workloads[w];
-        const char *text = wl->text ? wl->text : l8g_json_gbnf;
         char err[L8G_ERRLEN];
-        /* compile times: median of reps */
+        /* compile times, median of reps: the translation to GBNF and its
+         * parse ("parse"), then l8g_compile */
         struct samples ps = { 0 }, cs = { 0 };
         for (int r = 0; r < reps; r++) {
             struct l8g_grammar *g = NULL;
             struct l8g_compiled *c = NULL;
             uint64_t t0 = t_now_ns();
+            char *text = gbnf_of(wl);
             REQUIRE(l8g_grammar_parse(text, strlen(text), &g, err) == 0, "%s: %s", wl->name, err);
+            free(text);
             uint64_t t1 = t_now_ns();
             REQUIRE(l8g_compile(g, V, &c) == 0);
             uint64_t t2 = t_now_ns();
@@ -202,7 +242,9 @@ int main(int argc, char **argv)
         }
         struct l8g_grammar *g = NULL;
         struct l8g_compiled *c = NULL;
+        char *text = gbnf_of(wl);
         REQUIRE(l8g_grammar_parse(text, strlen(text), &g, err) == 0 && l8g_compile(g, V, &c) == 0);
+        free(text);
         for (int mode = 0; mode < 2; mode++) {
             struct samples first = { 0 }, s = { 0 };
             uint64_t seed = 12345;

@@ -66,6 +66,17 @@ static void test_constructs(void)
            L("[", "[,]", "[[]"), L("[[", "[[],"));
     /* a rule that cannot end is dropped where an alternative can */
     expect("root ::= \"a\" | loop\nloop ::= \"b\" loop", L("a"), L("b", "bb"), NULL);
+    /* long repetitions stay flat: 100,000 characters of a string */
+    {
+        struct l8g_grammar *g = parse("root ::= \"\\\"\" [^\"]* \"\\\"\"");
+        size_t n = 100002;
+        uint8_t *s = malloc(n);
+        memset(s, 'a', n);
+        s[0] = s[n - 1] = '"';
+        CHECK(g && l8g_grammar_accepts(g, s, n, false), "a 100,000-character string");
+        free(s);
+        l8g_grammar_free(g);
+    }
     /* the literal of a repetition is one unit */
     expect("root ::= \"ab\"*", L("", "ab", "abab"), L("a", "aba", "b"), NULL);
 }
