@@ -4,7 +4,13 @@
  * takes one contiguous chunk (prompt tokens, then the protobuf message),
  * and the chunk is free again once the daemon has advanced the submission
  * ring's head past its entry (the daemon copies everything out before it
- * does). sq_end[] remembers where each entry's chunk ends. */
+ * does). sq_end[] remembers where each entry's chunk ends. A generate
+ * request's chunk is its prompt tokens, its constraint's text (if any),
+ * then the GenerateRequest, each part 8-aligned.
+ *
+ * The control socket carries fatal Errors (then the hang-up) and one kind
+ * that is not: BAD_GRAMMAR with a request id, the reason for that
+ * request's ERROR event, kept in req_err[] for l8c_request_error. */
 #include "llama8client.h"
 
 #include <errno.h>
@@ -41,7 +47,15 @@ struct l8c_client {
     uint64_t *sq_end;               /* [sq_entries] arena_tail after each entry */
     uint64_t next_id;
     bool dead;
+    int pending_rc;                 /* a fatal Error read outside l8c_poll_events
+                                       (by l8c_request_error): its errno, which
+                                       the next l8c_poll_events returns */
     bool armed;                     /* we set NEED_WAKEUP on the event ring */
+    struct {
+        uint64_t id;
+        char *msg;                  /* malloc'd; NULL: slot unused */
+    } req_err[L8C_REQUEST_ERRORS];  /* the last BAD_GRAMMAR messages */
+    unsigned req_err_next;          /* the slot the next one takes */
     int last_code;
     char last_err[L8C_ERRLEN];
     struct l8c_info info;
@@ -52,9 +66,17 @@ static const char *const err_names[] = {
     "NONE", "BAD_MESSAGE", "BAD_TOKEN", "PROMPT_TOO_LONG", "BAD_PARAMS",
     "UNKNOWN_REQUEST", "TOO_MANY_REQUESTS", "TOO_MANY_CLIENTS",
     "PERMISSION_DENIED", "SHUTTING_DOWN", "INTERNAL", "BAD_VERSION",
-    "RING_VIOLATION", "DUPLICATE_REQUEST", "EMPTY_PROMPT",
+    "RING_VIOLATION", "DUPLICATE_REQUEST", "EMPTY_PROMPT", "BAD_GRAMMAR",
 };
 _Static_assert(sizeof(err_names) / sizeof(err_names[0]) == L8_ERR_MAX_, "names");
+_Static_assert((int)L8C_CONSTRAINT_NONE == (int)LLAMA8__CONSTRAINT_KIND__CONSTRAINT_NONE &&
+               (int)L8C_CONSTRAINT_GBNF == (int)LLAMA8__CONSTRAINT_KIND__CONSTRAINT_GBNF &&
+               (int)L8C_CONSTRAINT_JSON_SCHEMA ==
+                   (int)LLAMA8__CONSTRAINT_KIND__CONSTRAINT_JSON_SCHEMA &&
+               (int)L8C_CONSTRAINT_REGEX == (int)LLAMA8__CONSTRAINT_KIND__CONSTRAINT_REGEX &&
+               (int)L8C_CONSTRAINT_JSON == (int)LLAMA8__CONSTRAINT_KIND__CONSTRAINT_JSON,
+               "enum l8c_constraint is llama8.proto's ConstraintKind");
+_Static_assert(L8_MAX_CONSTRAINT <= L8_MAX_ARENA, "a constraint fits an arena");
 _Static_assert(L8_ERR_MAX_ <= sizeof(((struct l8c_status *)0)->errors) / sizeof(uint64_t),
                "l8c_status.errors holds every code");
 
@@ -67,7 +89,8 @@ const char *l8c_err_name(int code)
 
 const char *l8c_done_name(int reason)
 {
-    static const char *const n[] = { "none", "eos", "stop", "length", "context", "cancelled" };
+    static const char *const n[] = { "none", "eos", "stop", "length", "context", "cancelled",
+                                     "grammar" };
     if (reason < 0 || reason >= (int)(sizeof(n) / sizeof(n[0])))
         return "unknown";
     return n[reason];
@@ -144,6 +167,8 @@ void l8c_close(struct l8c_client *c)
     close_fd(&c->sq_efd);
     close_fd(&c->eq_efd);
     free(c->sq_end);
+    for (unsigned i = 0; i < L8C_REQUEST_ERRORS; i++)
+        free(c->req_err[i].msg);
     free(c->s_daemon_version);
     free(c->s_model_name);
     free(c->s_model_dir);
@@ -248,6 +273,31 @@ static int take_error(struct l8c_client *c, const Llama8__Error *e)
 }
 
 static char *dupstr(const char *s) { return strdup(s ? s : ""); }
+
+/* Whether e is about one request only (the connection stays): BAD_GRAMMAR
+ * with its id, the reason of that request's ERROR event. */
+static bool is_request_error(const Llama8__Error *e)
+{
+    return e->request_id != 0 && e->code == LLAMA8__ERROR_CODE__BAD_GRAMMAR;
+}
+
+/* Keep a request's Error for l8c_request_error: in the slot of an earlier
+ * one for the same id, else in the oldest slot. Out of memory: kept as
+ * nothing (l8c_request_error says NULL; the event still tells the code). */
+static void keep_request_error(struct l8c_client *c, const Llama8__Error *e)
+{
+    unsigned slot = c->req_err_next;
+    for (unsigned i = 0; i < L8C_REQUEST_ERRORS; i++)
+        if (c->req_err[i].msg && c->req_err[i].id == e->request_id) {
+            slot = i;
+            break;
+        }
+    if (slot == c->req_err_next)
+        c->req_err_next = (c->req_err_next + 1) % L8C_REQUEST_ERRORS;
+    free(c->req_err[slot].msg);
+    c->req_err[slot].id = e->request_id;
+    c->req_err[slot].msg = dupstr(e->message);
+}
 
 static int take_welcome(struct l8c_client *c, const Llama8__Welcome *w,
                         const int fds[L8_N_FDS])
@@ -424,6 +474,13 @@ static int arena_alloc(struct l8c_client *c, uint32_t len, uint32_t *off)
     uint64_t pos = c->arena_tail % size, skip = 0;
     if (len > size)
         return -EINVAL;
+    if (pos + len > size && c->arena_tail == c->arena_head) {
+        /* Nothing in flight (every chunk reclaimed): start over at 0 without
+         * counting the unused end as taken, or a chunk of more than half the
+         * arena could wait for space that never comes. */
+        c->arena_tail = c->arena_head = c->arena_tail - pos + size;
+        pos = 0;
+    }
     if (pos + len > size)
         skip = size - pos;      /* would straddle the end: start over at 0 */
     if (c->arena_tail + skip + len - c->arena_head > size)
@@ -455,8 +512,11 @@ static void publish(struct l8c_client *c, uint32_t off, uint32_t len, uint8_t ki
     }
 }
 
+/* Write one entry's chunk: prompt[n] and text[text_len] (g's, for a
+ * generate request; text_len <= L8_MAX_CONSTRAINT) before the message m. */
 static int submit_msg(struct l8c_client *c, uint8_t kind, const ProtobufCMessage *m,
-                      const uint32_t *prompt, uint32_t n, Llama8__GenerateRequest *g)
+                      const uint32_t *prompt, uint32_t n, const char *text, size_t text_len,
+                      Llama8__GenerateRequest *g)
 {
     int rc;
     if (c->dead)
@@ -466,16 +526,19 @@ static int submit_msg(struct l8c_client *c, uint8_t kind, const ProtobufCMessage
     if ((uint32_t)(c->sq_tail - c->sq_head_seen) >= c->geo.sq_entries)
         return -EAGAIN;
     size_t tok_bytes = l8_align_up((size_t)n * 4, 8);
-    /* The packed size depends on prompt_offset (a varint): size it with the
-     * largest offset, then pack with the real one. */
+    size_t text_bytes = l8_align_up(text_len, 8);
+    /* The packed size depends on the offsets (varints): size it with the
+     * largest offset, then pack with the real ones. */
     if (g) {
         g->prompt_offset = c->geo.arena_size;
         g->prompt_count = n;
+        g->constraint_offset = text_len ? c->geo.arena_size : 0;
+        g->constraint_len = (uint32_t)text_len;
     }
     size_t msg_max = protobuf_c_message_get_packed_size(m);
     if (msg_max > L8_MAX_REQ_MSG)
         return -EINVAL;
-    size_t total = l8_align_up(tok_bytes + msg_max, L8_CACHELINE);
+    size_t total = l8_align_up(tok_bytes + text_bytes + msg_max, L8_CACHELINE);
     if (total > c->geo.arena_size)
         return -EINVAL;
     uint32_t off;
@@ -485,9 +548,14 @@ static int submit_msg(struct l8c_client *c, uint8_t kind, const ProtobufCMessage
         g->prompt_offset = off;
         if (n)   /* an empty prompt may be NULL: the daemon answers EMPTY_PROMPT */
             memcpy(c->arena + off, prompt, (size_t)n * 4);
+        if (text_len) {
+            g->constraint_offset = off + (uint32_t)tok_bytes;
+            memcpy(c->arena + off + tok_bytes, text, text_len);
+        }
     }
-    size_t len = protobuf_c_message_pack(m, c->arena + off + tok_bytes);
-    publish(c, off + (uint32_t)tok_bytes, (uint32_t)len, kind);
+    const size_t msg_off = tok_bytes + text_bytes;
+    size_t len = protobuf_c_message_pack(m, c->arena + off + msg_off);
+    publish(c, off + (uint32_t)msg_off, (uint32_t)len, kind);
     return 0;
 }
 
@@ -508,6 +576,7 @@ static const char *const err_texts[] = {
     "the shared-memory rings were misused: disconnected",
     "a request with this id is still running",
     "the prompt is empty",
+    "the constraint cannot be compiled",
 };
 _Static_assert(sizeof(err_texts) / sizeof(err_texts[0]) == L8_ERR_MAX_, "texts");
 
@@ -566,6 +635,14 @@ const char *l8c_error_text(const struct l8_event *e, char buf[L8C_ERRLEN])
         snprintf(buf, L8C_ERRLEN, "the prompt at offset %u is not inside the shared arena "
                  "(%u bytes) or not 4-aligned", v, lim);
         break;
+    case L8_EF_CONSTRAINT_RANGE:
+        snprintf(buf, L8C_ERRLEN, "the constraint's text at offset %u is not inside the shared "
+                 "arena (%u bytes)", v, lim);
+        break;
+    case L8_EF_CONSTRAINT_LEN:
+        snprintf(buf, L8C_ERRLEN, "the constraint's text has %u bytes, the daemon takes at most "
+                 "%u", v, lim);
+        break;
     default:
         snprintf(buf, L8C_ERRLEN, "%s", e->code < L8_ERR_MAX_ ? err_texts[e->code]
                                                               : "an error the library does not know");
@@ -601,6 +678,14 @@ static void check_request(const struct l8c_info *in, const uint32_t *prompt, uin
     for (uint32_t i = 0; i < p->n_stop_ids; i++)
         if (p->stop_ids[i] >= in->vocab_size)
             REFUSE(L8_ERR_BAD_TOKEN, L8_EF_STOP_ID, p->stop_ids[i], in->vocab_size, NAN);
+    /* The constraint's length (whether it compiles only the daemon knows),
+     * and a kind the protocol does not have, which it cannot compile. */
+    if (p->constraint != L8C_CONSTRAINT_NONE && p->constraint_len > L8_MAX_CONSTRAINT)
+        REFUSE(L8_ERR_BAD_GRAMMAR, L8_EF_CONSTRAINT_LEN,
+               p->constraint_len > UINT32_MAX ? UINT32_MAX : (uint32_t)p->constraint_len,
+               L8_MAX_CONSTRAINT, NAN);
+    if (p->constraint < L8C_CONSTRAINT_NONE || p->constraint > L8C_CONSTRAINT_JSON)
+        REFUSE(L8_ERR_BAD_GRAMMAR, L8_EF_NONE, 0, 0, NAN);
     for (uint32_t i = 0; i < n; i++)
         if (prompt[i] >= in->vocab_size)
             REFUSE(L8_ERR_BAD_TOKEN, L8_EF_PROMPT_ID, prompt[i], in->vocab_size, NAN);
@@ -639,6 +724,13 @@ int l8c_submit_id(struct l8c_client *c, uint64_t id, const uint32_t *prompt,
 {
     if (!c || (!prompt && n) || !p)
         return -EINVAL;
+    const bool takes_text = p->constraint == L8C_CONSTRAINT_GBNF ||
+                            p->constraint == L8C_CONSTRAINT_JSON_SCHEMA ||
+                            p->constraint == L8C_CONSTRAINT_REGEX;
+    if (p->constraint < L8C_CONSTRAINT_NONE || p->constraint > L8C_CONSTRAINT_JSON ||
+        p->constraint_len > L8_MAX_CONSTRAINT || (p->constraint_len && !p->constraint_text) ||
+        (!takes_text && (p->constraint_text || p->constraint_len)))
+        return -EINVAL;
     Llama8__Sampling s = LLAMA8__SAMPLING__INIT;
     s.temperature = p->temperature;
     s.top_k = p->top_k;
@@ -655,7 +747,9 @@ int l8c_submit_id(struct l8c_client *c, uint64_t id, const uint32_t *prompt,
     g.logprobs = p->logprobs;
     g.ignore_eos = p->ignore_eos;
     g.priority = p->priority;
-    return submit_msg(c, L8_SQE_GENERATE, &g.base, prompt, n, &g);
+    g.constraint = (Llama8__ConstraintKind)p->constraint;
+    return submit_msg(c, L8_SQE_GENERATE, &g.base, prompt, n, p->constraint_text,
+                      takes_text ? p->constraint_len : 0, &g);
 }
 
 int l8c_submit(struct l8c_client *c, const uint32_t *prompt, uint32_t n,
@@ -678,23 +772,49 @@ int l8c_cancel(struct l8c_client *c, uint64_t id)
         return -EINVAL;
     Llama8__Cancel m = LLAMA8__CANCEL__INIT;
     m.request_id = id;
-    return submit_msg(c, L8_SQE_CANCEL, &m.base, NULL, 0, NULL);
+    return submit_msg(c, L8_SQE_CANCEL, &m.base, NULL, 0, NULL, 0, NULL);
 }
 
-/* Read what the daemon sent on the socket without waiting: an Error
- * (fatal) or the hang-up. */
+/* Read what the daemon sent on the socket without waiting: requests'
+ * Errors (kept, and the next datagram read), a fatal Error or the hang-up. */
 static int check_ctl(struct l8c_client *c)
 {
-    int rc;
-    Llama8__DaemonMessage *m = recv_ctl(c, 0, NULL, NULL, &rc);
-    if (!m)
-        return rc == -ETIMEDOUT ? 0 : rc;
-    if (m->msg_case == LLAMA8__DAEMON_MESSAGE__MSG_ERROR)
-        rc = take_error(c, m->error);
-    else
-        rc = 0;     /* a late Status reply: nobody waits for it any more */
-    llama8__daemon_message__free_unpacked(m, NULL);
-    return rc;
+    int rc = 0;
+    for (;;) {
+        Llama8__DaemonMessage *m = recv_ctl(c, 0, NULL, NULL, &rc);
+        if (!m)
+            return rc == -ETIMEDOUT ? 0 : rc;
+        bool again = false;
+        if (m->msg_case == LLAMA8__DAEMON_MESSAGE__MSG_ERROR && is_request_error(m->error)) {
+            keep_request_error(c, m->error);
+            again = true;
+        } else if (m->msg_case == LLAMA8__DAEMON_MESSAGE__MSG_ERROR) {
+            rc = take_error(c, m->error);
+        } else {
+            rc = 0;     /* a late Status reply: nobody waits for it any more */
+        }
+        llama8__daemon_message__free_unpacked(m, NULL);
+        if (!again)
+            return rc;
+    }
+}
+
+const char *l8c_request_error(struct l8c_client *c, uint64_t id)
+{
+    if (!c || id == 0)
+        return NULL;
+    /* The message comes before the event: by the time the caller has the
+     * event, it waits on the socket (unless an earlier poll read it). A
+     * fatal Error read here is the next l8c_poll_events' answer. */
+    if (!c->dead) {
+        int rc = check_ctl(c);
+        if (rc < 0 && !c->pending_rc)
+            c->pending_rc = rc;
+    }
+    for (unsigned i = 0; i < L8C_REQUEST_ERRORS; i++)
+        if (c->req_err[i].msg && c->req_err[i].id == id)
+            return c->req_err[i].msg;
+    return NULL;
 }
 
 /* Copy up to max records off the event ring. */
@@ -737,6 +857,11 @@ int l8c_poll_events(struct l8c_client *c, struct l8_event *ev, int max)
     int n = take_events(c, ev, max);
     if (n != 0)
         return n;
+    if (c->pending_rc) {
+        int rc = c->pending_rc;
+        c->pending_rc = 0;
+        return rc;
+    }
     if (c->dead)
         return -ECONNRESET;
     /* The ring is empty: has the daemon said something on the control
@@ -849,9 +974,21 @@ static int exchange(struct l8c_client *c, const Llama8__ClientMessage *msg,
         return -ECONNRESET;
     if ((rc = send_ctl(c, msg)) < 0)
         return rc;
-    Llama8__DaemonMessage *m = recv_ctl(c, timeout_ms, NULL, NULL, &rc);
-    if (!m)
-        return rc;
+    /* A request's Error may come first: kept, and the answer waited for in
+     * what is left of timeout_ms. */
+    const uint64_t deadline = l8c_now_ns() + (uint64_t)(timeout_ms < 0 ? 0 : timeout_ms) * 1000000;
+    Llama8__DaemonMessage *m;
+    for (;;) {
+        const uint64_t t = l8c_now_ns();
+        const int left = timeout_ms < 0 ? -1
+                         : t >= deadline ? 0 : (int)((deadline - t + 999999) / 1000000);
+        if (!(m = recv_ctl(c, left, NULL, NULL, &rc)))
+            return rc;
+        if (m->msg_case != LLAMA8__DAEMON_MESSAGE__MSG_ERROR || !is_request_error(m->error))
+            break;
+        keep_request_error(c, m->error);
+        llama8__daemon_message__free_unpacked(m, NULL);
+    }
     if (m->msg_case == want) {
         *out = m;
         return 0;

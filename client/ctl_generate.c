@@ -12,6 +12,8 @@
 
 #include <json-c/json.h>
 
+#include "daemon/model/read_file.h"
+
 /* ---------------------------------------------------------------- shared helpers */
 
 void ctl_req_opts_init(struct ctl_req_opts *o)
@@ -263,6 +265,8 @@ struct stream_ctx {
     size_t text_len, text_cap;
     bool collect;
     bool stats;              /* --stats: the figures below, on stderr at the end */
+    const char *constraint;  /* the constraint's option for messages ("--grammar FILE"),
+                                or NULL */
     uint64_t t_submit, t_first, t_last;   /* CLOCK_MONOTONIC ns, the daemon's for tokens */
     uint32_t prompt, cached, tokens;
 };
@@ -385,6 +389,14 @@ static int run_one(struct l8c_client *c, struct stream_ctx *x, const uint32_t *i
              * come, in the done event's text with --json. */
             if (e->kind == L8_EV_DONE)
                 stopped = ctl_stream_text(&x->s, 0, true, &t, &tl);
+            /* A constraint the daemon could not compile: its reason came on
+             * the control socket just before the event. */
+            const char *why_grammar = e->kind == L8_EV_ERROR && e->code == L8_ERR_BAD_GRAMMAR &&
+                                      e->request_id == id ? l8c_request_error(c, id) : NULL;
+            if (why_grammar && x->json) {   /* the error event's message */
+                t = why_grammar;
+                tl = strlen(why_grammar);
+            }
             if (stopped < 0) {
                 fprintf(stderr, "\nllama8ctl: out of memory\n");
                 return CTL_FAIL;
@@ -411,7 +423,12 @@ static int run_one(struct l8c_client *c, struct stream_ctx *x, const uint32_t *i
             }
             if (e->kind == L8_EV_ERROR) {
                 char msg[L8C_ERRLEN];
-                if (!x->json)
+                if (x->json)
+                    ;
+                else if (why_grammar)   /* nothing was generated: no line to end */
+                    fprintf(stderr, "llama8ctl: %s: %s\n",
+                            x->constraint ? x->constraint : "the constraint", why_grammar);
+                else
                     fprintf(stderr, "\nllama8ctl: request failed: %s: %s\n", l8c_err_name(e->code),
                             l8c_error_text(e, msg));
                 return CTL_FAIL;
@@ -433,6 +450,15 @@ static void generate_usage(FILE *f)
         "  --system TEXT          a system message (chat format)\n"
         "  --messages             stdin is the conversation, a JSON array of\n"
         "                         {\"role\": \"system\"|\"user\"|\"assistant\", \"content\": TEXT}\n"
+        "  --grammar FILE         the reply is in the language of FILE's grammar (GBNF, as\n"
+        "                         llama.cpp's: root ::= \"yes\" | \"no\")\n"
+        "  --json-schema FILE     the reply is JSON valid against FILE's JSON Schema\n"
+        "  --regex RE             the whole reply matches the regular expression RE\n"
+        "  --json-object          the reply is one JSON value (any)\n"
+        "                         (one of these four at most; the reply ends where the\n"
+        "                         constraint admits nothing more, reason \"grammar\"; files\n"
+        "                         up to 1 MiB; one the daemon cannot compile is refused with\n"
+        "                         its reason and where in the text)\n"
         "  --logprobs             each token's log-probability, in --json's token events\n"
         "  --json                 one JSON object per line per event, instead of text:\n"
         "      {\"event\":\"started\",\"request\":ID,\"prompt_tokens\":P,\"cached_tokens\":N,...}\n"
@@ -442,30 +468,44 @@ static void generate_usage(FILE *f)
         "                         S: the text now complete (absent for stop ids, or while a\n"
         "                         character's bytes are held back)\n"
         "      {\"event\":\"done\",\"request\":ID,\"reason\":R,\"tokens\":N[,\"text\":S],...}\n"
-        "                         R: eos|stop|length|context|cancelled, or stop_text (the\n"
-        "                         reply ended at a --stop-text); N tokens generated (a final\n"
-        "                         stop id included); S: bytes held back, as U+FFFD\n"
+        "                         R: eos|stop|length|context|cancelled|grammar (the\n"
+        "                         constraint admits no more), or stop_text (the reply ended\n"
+        "                         at a --stop-text); N tokens generated (a final stop id\n"
+        "                         included); S: bytes held back, as U+FFFD\n"
         "      {\"event\":\"error\",\"request\":ID,\"error\":NAME,\"message\":TEXT,...}\n"
         "                         NAME: the daemon's error code; TEXT: what was wrong\n"
+        "                         (BAD_GRAMMAR: the daemon's reason, \"line L, column C: ...\")\n"
         "                         every event also has \"t_ns\" (the daemon's CLOCK_MONOTONIC\n"
         "                         time of the event) and \"t_recv_ns\" (ours, on receipt)\n"
         CTL_COMMON_HELP
         "  -h, --help\n\n"
-        "exit status: 0 done, 1 the request or the daemon failed, 2 bad command line,\n"
-        "3 no daemon at the socket\n");
+        "exit status: 0 done, 1 the request or the daemon failed (or a constraint's file\n"
+        "could not be read), 2 bad command line, 3 no daemon at the socket\n");
 }
 
 /* generate's and chat's own options (below CTL_OPT_BASE). */
-enum { CMD_RAW = 1, CMD_IDS, CMD_SYSTEM, CMD_JSON, CMD_MESSAGES };
+enum { CMD_RAW = 1, CMD_IDS, CMD_SYSTEM, CMD_JSON, CMD_MESSAGES, CMD_GRAMMAR, CMD_JSON_SCHEMA,
+       CMD_REGEX, CMD_JSON_OBJECT };
 
 /* generate's own options. */
 struct gen_args {
     bool raw, json, messages;
     const char *ids, *system;
+    /* The constraint: its kind (enum l8c_constraint), option ("--grammar")
+     * and argument (a file, the regex, NULL for --json-object); the option
+     * of a second one, refused after the loop. */
+    int constraint;
+    const char *c_opt, *c_arg, *c_second;
 };
 
 static bool gen_opt(int opt, const char *arg, void *ctx)
 {
+    static const struct { int opt, kind; const char *name; } cons[] = {
+        { CMD_GRAMMAR, L8C_CONSTRAINT_GBNF, "--grammar" },
+        { CMD_JSON_SCHEMA, L8C_CONSTRAINT_JSON_SCHEMA, "--json-schema" },
+        { CMD_REGEX, L8C_CONSTRAINT_REGEX, "--regex" },
+        { CMD_JSON_OBJECT, L8C_CONSTRAINT_JSON, "--json-object" },
+    };
     struct gen_args *g = ctx;
     switch (opt) {
     case CMD_RAW: g->raw = true; return true;
@@ -474,7 +514,64 @@ static bool gen_opt(int opt, const char *arg, void *ctx)
     case CMD_JSON: g->json = true; return true;
     case CMD_MESSAGES: g->messages = true; return true;
     }
+    for (size_t i = 0; i < sizeof cons / sizeof cons[0]; i++) {
+        if (cons[i].opt != opt)
+            continue;
+        if (g->c_opt) {
+            if (!g->c_second)
+                g->c_second = cons[i].name;
+        } else {
+            g->constraint = cons[i].kind;
+            g->c_opt = cons[i].name;
+            g->c_arg = arg;
+        }
+        return true;
+    }
     return false;
+}
+
+/* generate's constraint into p: a file's text read (at most
+ * L8_MAX_CONSTRAINT bytes, a regular file only) to *text, its option and
+ * argument for messages to what. Returns -1 to go on, else the exit status
+ * (message printed). */
+static int gen_constraint(const struct gen_args *g, struct l8c_params *p, char **text,
+                          char *what, size_t what_len)
+{
+    if (!g->c_opt)
+        return -1;
+    if (g->c_second) {
+        if (!strcmp(g->c_opt, g->c_second))
+            fprintf(stderr, "llama8ctl: %s given twice: give one constraint\n", g->c_opt);
+        else
+            fprintf(stderr, "llama8ctl: %s and %s: give one constraint at most\n", g->c_opt,
+                    g->c_second);
+        return CTL_USAGE;
+    }
+    p->constraint = g->constraint;
+    if (g->constraint == L8C_CONSTRAINT_JSON) {
+        snprintf(what, what_len, "%s", g->c_opt);
+        return -1;
+    }
+    if (g->constraint == L8C_CONSTRAINT_REGEX) {
+        if (strlen(g->c_arg) > L8_MAX_CONSTRAINT) {
+            fprintf(stderr, "llama8ctl: --regex: longer than %u bytes\n", L8_MAX_CONSTRAINT);
+            return CTL_USAGE;
+        }
+        snprintf(what, what_len, "%s", g->c_opt);
+        p->constraint_text = g->c_arg;
+        p->constraint_len = strlen(g->c_arg);
+        return -1;
+    }
+    char err[512];
+    size_t len;
+    if (l8_read_file(g->c_arg, L8_MAX_CONSTRAINT, text, &len, err, sizeof err) < 0) {
+        fprintf(stderr, "llama8ctl: %s %s\n", g->c_opt, err);
+        return CTL_FAIL;
+    }
+    snprintf(what, what_len, "%s %s", g->c_opt, g->c_arg);
+    p->constraint_text = *text;
+    p->constraint_len = len;
+    return -1;
 }
 
 int ctl_generate(int argc, char **argv)
@@ -485,6 +582,10 @@ int ctl_generate(int argc, char **argv)
         {"system", required_argument, 0, CMD_SYSTEM}, {"json", no_argument, 0, CMD_JSON},
         {"messages", no_argument, 0, CMD_MESSAGES},
         {"logprobs", no_argument, 0, CTL_OPT_LOGPROBS},
+        {"grammar", required_argument, 0, CMD_GRAMMAR},
+        {"json-schema", required_argument, 0, CMD_JSON_SCHEMA},
+        {"regex", required_argument, 0, CMD_REGEX},
+        {"json-object", no_argument, 0, CMD_JSON_OBJECT},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
     };
     struct ctl_req_opts o;
@@ -512,6 +613,13 @@ int ctl_generate(int argc, char **argv)
         ctl_req_opts_free(&o);
         return CTL_USAGE;
     }
+    /* The constraint's file is read before connecting: a file that cannot
+     * be read is said at once, without a daemon. */
+    char *ctext = NULL, cwhat[600] = "";
+    if ((rc = gen_constraint(&g, &o.params, &ctext, cwhat, sizeof cwhat)) >= 0) {
+        ctl_req_opts_free(&o);
+        return rc;
+    }
     struct l8c_client *c = NULL;
     l8tok *tok = NULL;
     l8tok_stream *st = NULL;
@@ -523,11 +631,13 @@ int ctl_generate(int argc, char **argv)
         fprintf(stderr, "llama8ctl: --ids: not a list of token ids\n");
         l8tok_ids_free(&ids);   /* the ids parsed before the bad one */
         ctl_req_opts_free(&o);
+        free(ctext);
         return CTL_USAGE;
     }
     if (o.n_stop_text &&
         l8tok_stop_new((const char *const *)o.stop_text, o.n_stop_text, &stop) < 0) {
         ctl_req_opts_free(&o);
+        free(ctext);
         return CTL_FAIL;
     }
     if ((rc = ctl_connect(o.socket, "llama8ctl generate", &c)) != CTL_OK)
@@ -591,10 +701,12 @@ int ctl_generate(int argc, char **argv)
         }
     }
     struct stream_ctx x = { .s = { .tok = tok, .st = st, .stop = stop, .info = l8c_info(c),
-                                   .p = &o.params }, .json = json, .stats = o.stats };
+                                   .p = &o.params }, .json = json, .stats = o.stats,
+                            .constraint = cwhat[0] ? cwhat : NULL };
     rc = run_one(c, &x, ids.ids, ids.n);
     ctl_stream_free(&x.s);
 out:
+    free(ctext);
     l8tok_stop_free(stop);
     ctl_req_opts_free(&o);
     free(text);

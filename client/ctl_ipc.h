@@ -122,7 +122,9 @@ void ctl_stream_free(struct ctl_stream *x);
 int ctl_stream_text(struct ctl_stream *x, uint32_t token, bool end, const char **t, size_t *tl);
 
 /* Events as --json lines: {"event": ..., id_key: id, ...}. Each takes
- * ownership of id; ctl_print_json prints one line, flushes, and frees o. */
+ * ownership of id; ctl_print_json prints one line, flushes, and frees o.
+ * text: a token or done event's "text"; for an error event, its "message"
+ * instead of l8c_error_text's (the daemon's own, l8c_request_error's). */
 json_object *ctl_event_json(const struct l8_event *e, const char *id_key, json_object *id,
                             uint64_t t_recv, const char *text, size_t text_len);
 /* The done event of a reply a stop string ended at token event e. */

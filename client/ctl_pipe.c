@@ -32,6 +32,8 @@ struct preq {
     l8tok_ids prompt;               /* until submitted */
     struct l8c_params params;
     uint32_t stop_ids[CTL_MAX_STOP];
+    const char *c_key;              /* the constraint's key, or NULL */
+    char *c_text;                   /* its text (params.constraint_text), malloc'd */
     struct ctl_stream s;
 };
 
@@ -82,6 +84,7 @@ static void say_ready(const struct l8c_info *in)
 static void preq_free(struct preq *q)
 {
     json_object_put(q->id);
+    free(q->c_text);
     l8tok_ids_free(&q->prompt);
     l8tok_stop_free(q->s.stop);
     l8tok_stream_free(q->s.st);
@@ -201,6 +204,68 @@ static int take_param(struct preq *q, json_object *id, const char *key, json_obj
                   : !strcmp(key, "top_k") || !strcmp(key, "seed") ? "an integer >= 0"
                   : "a number");
     return ok ? 1 : -1;
+}
+
+/* The constraint keys: "grammar" (GBNF text), "json_schema" (a JSON Schema,
+ * an object or a string of its JSON text), "regex" (a string), "json_object"
+ * (true: any JSON value; false: no constraint), one at most. -1 (said why)
+ * if one is bad, 0 if key is not one of them, 1 taken. */
+static int take_constraint(struct preq *q, json_object *id, const char *key, json_object *v)
+{
+    static const struct { const char *key; int kind; const char *what; } keys[] = {
+        { "grammar", L8C_CONSTRAINT_GBNF, "a string of GBNF text" },
+        { "json_schema", L8C_CONSTRAINT_JSON_SCHEMA,
+          "a JSON Schema: an object, or a string of its JSON text" },
+        { "regex", L8C_CONSTRAINT_REGEX, "a string" },
+        { "json_object", L8C_CONSTRAINT_JSON, "true or false" },
+    };
+    size_t k = 0;
+    while (k < sizeof keys / sizeof keys[0] && strcmp(key, keys[k].key))
+        k++;
+    if (k == sizeof keys / sizeof keys[0])
+        return 0;
+    const int kind = keys[k].kind;
+    const char *t = NULL;
+    size_t n = 0;
+    bool ok;
+    if (kind == L8C_CONSTRAINT_JSON) {
+        ok = json_object_is_type(v, json_type_boolean);
+        if (ok && !json_object_get_boolean(v))
+            return 1;   /* false: no constraint, and no conflict with another key */
+    } else if (kind == L8C_CONSTRAINT_JSON_SCHEMA && json_object_is_type(v, json_type_object)) {
+        ok = true;
+        t = json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN);
+        n = strlen(t);
+    } else {
+        ok = json_object_is_type(v, json_type_string);
+        if (ok) {
+            t = json_object_get_string(v);
+            n = (size_t)json_object_get_string_len(v);
+        }
+    }
+    if (!ok) {
+        say_error(id, "BAD_PARAMS", "\"%s\": %s", key, keys[k].what);
+        return -1;
+    }
+    if (q->c_key) {
+        say_error(id, "BAD_MESSAGE", "\"%s\" and \"%s\": give one constraint at most", q->c_key,
+                  key);
+        return -1;
+    }
+    q->c_key = keys[k].key;
+    q->params.constraint = kind;
+    if (t) {
+        /* The line's JSON is freed once it is taken: the text is copied. */
+        if (!(q->c_text = malloc(n + 1))) {
+            say_error(id, "INTERNAL", "out of memory");
+            return -1;
+        }
+        memcpy(q->c_text, t, n);
+        q->c_text[n] = 0;
+        q->params.constraint_text = q->c_text;
+        q->params.constraint_len = n;
+    }
+    return 1;
 }
 
 /* The stop strings of "stop_text" (an array of non-empty strings). */
@@ -343,7 +408,7 @@ static void take_request(struct pipe *P, json_object *root)
             continue;
         if (!strcmp(key, "stop_text"))
             r = take_stop_text(q, id, v) < 0 ? -1 : 1;
-        else
+        else if ((r = take_constraint(q, id, key, v)) == 0)
             r = take_param(q, id, key, v);
         if (r == 0)
             say_error(id, "BAD_MESSAGE", "unknown key \"%.*s\"", ctl_quote_len(key, 64), key);
@@ -487,6 +552,12 @@ static int send_requests(struct pipe *P)
                 q->state = PQ_RUNNING;
                 P->running++;
                 l8tok_ids_free(&q->prompt);
+            } else if (rc == -EINVAL && q->params.constraint_len) {
+                say_error(q->id, "PROMPT_TOO_LONG", "%zu prompt tokens and the %zu bytes of "
+                          "\"%s\" do not fit the shared-memory arena (%u bytes)", q->prompt.n,
+                          q->params.constraint_len, q->c_key, P->info->arena_size);
+                preq_end(P, pp);
+                continue;
             } else if (rc == -EINVAL) {
                 say_error(q->id, "PROMPT_TOO_LONG", "%zu prompt tokens do not fit the "
                           "shared-memory arena (%u bytes)", q->prompt.n, P->info->arena_size);
@@ -526,6 +597,14 @@ static int on_event(struct pipe *P, const struct l8_event *e, uint64_t now)
         stopped = ctl_stream_text(&q->s, 0, true, &t, &tl);
     if (stopped < 0)
         return stopped;
+    /* A constraint the daemon could not compile: the error's message is its
+     * reason, sent on the control socket just before the event. */
+    const char *why = e->kind == L8_EV_ERROR && e->code == L8_ERR_BAD_GRAMMAR
+                      ? l8c_request_error(P->c, e->request_id) : NULL;
+    if (why) {
+        t = why;
+        tl = strlen(why);
+    }
     ctl_print_json(ctl_event_json(e, "id", json_object_get(q->id), now, t, tl));
     if (stopped && e->kind == L8_EV_TOKEN) {
         ctl_print_json(ctl_stop_text_done_json(e, "id", json_object_get(q->id)));
@@ -591,20 +670,27 @@ static void pipe_usage(FILE *f)
         "   | \"text\":S [,\"system\":S] | \"raw\":S | \"ids\":[T,...],\n"
         "   \"max_new\":N, \"temperature\":T, \"top_k\":K, \"top_p\":P, \"min_p\":P,\n"
         "   \"repetition_penalty\":R, \"seed\":S, \"stop\":[T,...], \"stop_text\":[S,...],\n"
-        "   \"logprobs\":B, \"ignore_eos\":B, \"priority\":N}\n"
+        "   \"logprobs\":B, \"ignore_eos\":B, \"priority\":N,\n"
+        "   \"grammar\":S | \"json_schema\":{...}|S | \"regex\":S | \"json_object\":B}\n"
         "  ID: a string or an integer, unique among the requests still running;\n"
         "  \"max_new\" defaults to 256, or the daemon's max_new_tokens if lower;\n"
         "  \"priority\": higher first; above 0 only for root and llama8d's user;\n"
-        "  \"messages\" and \"text\" are chat-formatted, \"raw\" is <|begin_of_text|> + S.\n"
+        "  \"messages\" and \"text\" are chat-formatted, \"raw\" is <|begin_of_text|> + S;\n"
+        "  a constraint, one at most, as generate's options of the same names:\n"
+        "  \"grammar\" GBNF text, \"json_schema\" a JSON Schema (an object, or a string of\n"
+        "  its JSON text), \"regex\" the whole reply's regular expression, \"json_object\"\n"
+        "  true for any JSON value; at most 1 MiB of text.\n"
         "{\"cancel\":ID} cancels one. Requests past the daemon's per-client limit wait here.\n\n"
         "Events, one JSON object a line: first \"ready\" (model, backend, context_length,\n"
         "  max_prompt_tokens, max_new_tokens, max_requests, max_priority), then with the\n"
         "  request's \"id\" (null for a line without one) as `generate --json`'s:\n"
         "  started, token (with \"text\"), done (\"reason\": eos|stop|length|context|\n"
-        "  cancelled|stop_text), or error (\"error\": the daemon's error name, and a\n"
-        "  \"message\" saying what was wrong; for a bad line, or one past a limit the\n"
+        "  cancelled|grammar|stop_text), or error (\"error\": the daemon's error name, and a\n"
+        "  \"message\" saying what was wrong, for BAD_GRAMMAR the daemon's reason with the\n"
+        "  line and column in the constraint's text; for a bad line, or one past a limit the\n"
         "  daemon announced, BAD_MESSAGE, BAD_PARAMS, BAD_TOKEN, EMPTY_PROMPT,\n"
-        "  PROMPT_TOO_LONG, DUPLICATE_REQUEST or UNKNOWN_REQUEST without sending it;\n"
+        "  PROMPT_TOO_LONG, BAD_GRAMMAR (a text over 1 MiB), DUPLICATE_REQUEST or\n"
+        "  UNKNOWN_REQUEST without sending it;\n"
         "  DISCONNECTED for each request open when the daemon went away).\n\n"
         "At the end of stdin the requests in flight finish, then it exits.\n\n"
         "  --socket PATH          daemon socket (default $LLAMA8_SOCKET, else\n"

@@ -107,7 +107,9 @@ json_object *ctl_event_json(const struct l8_event *e, const char *id_key, json_o
     } else if (e->kind == L8_EV_ERROR) {
         char msg[L8C_ERRLEN];
         json_object_object_add(o, "error", json_object_new_string(l8c_err_name(e->code)));
-        json_object_object_add(o, "message", json_object_new_string(l8c_error_text(e, msg)));
+        json_object_object_add(o, "message",
+                               text ? json_object_new_string_len(text, (int)text_len)
+                                    : json_object_new_string(l8c_error_text(e, msg)));
     } else if (e->kind == L8_EV_STARTED) {
         json_object_object_add(o, "prompt_tokens", json_object_new_int64(e->token));
         json_object_object_add(o, "cached_tokens", json_object_new_int64(e->index));

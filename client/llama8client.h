@@ -60,6 +60,20 @@ struct l8c_info {
     uint32_t sq_entries, eq_entries, arena_size;
 };
 
+/* What a request's reply must be (constrained decoding): the numbers of
+ * llama8.proto's ConstraintKind. The daemon masks each step's tokens to
+ * those that keep the reply a prefix of the constraint's language, and ends
+ * the reply (DONE with reason L8_DONE_GRAMMAR, l8c_done_name "grammar")
+ * when the constraint admits no further token; the model's eos ids end it
+ * only where the reply is whole. */
+enum l8c_constraint {
+    L8C_CONSTRAINT_NONE = 0,        /* no constraint (l8c_params_init) */
+    L8C_CONSTRAINT_GBNF = 1,        /* a grammar in llama.cpp's GBNF notation */
+    L8C_CONSTRAINT_JSON_SCHEMA = 2, /* a JSON Schema, as JSON text */
+    L8C_CONSTRAINT_REGEX = 3,       /* a regular expression the whole reply matches */
+    L8C_CONSTRAINT_JSON = 4,        /* any JSON value; no text */
+};
+
 /* Per-request parameters. Start from l8c_params_init(). */
 struct l8c_params {
     float temperature;          /* <= 0: greedy */
@@ -75,9 +89,19 @@ struct l8c_params {
     bool ignore_eos;
     int32_t priority;           /* higher first among waiting requests; above 0
                                    only for root and the daemon's user */
+    /* The constraint (enum l8c_constraint) and its UTF-8 text, at most
+     * L8_MAX_CONSTRAINT bytes (l8_shm.h: 1 MiB), not NUL-terminated, not
+     * copied past submit. GBNF, JSON_SCHEMA and REGEX take a text; NONE and
+     * JSON none (constraint_len 0). The daemon compiles it when the request
+     * arrives: a text it cannot compile ends the request with an ERROR
+     * event of code L8_ERR_BAD_GRAMMAR, and l8c_request_error says why. */
+    int constraint;
+    const char *constraint_text;
+    size_t constraint_len;
 };
 
-/* Greedy, 256 new tokens, no stop ids beyond the model's eos. */
+/* Greedy, 256 new tokens, no stop ids beyond the model's eos, no
+ * constraint. */
 void l8c_params_init(struct l8c_params *p);
 
 /* The socket path used when none is given: $LLAMA8_SOCKET, else
@@ -99,17 +123,27 @@ const char *l8c_last_error(const struct l8c_client *c, int *code);
 
 /* Submit a generation request for prompt[n] (token ids < vocab_size).
  * The request id (chosen by the library, unique per client) goes to *id.
- * Returns 0, -EINVAL (bad arguments: nothing sent), -EAGAIN (submission
- * ring or arena full), or -ECONNRESET. Validation against the model's
- * limits happens in the daemon, which answers with an ERROR event. */
+ * The prompt, the constraint's text and the request are written to the
+ * shared arena in one chunk, free again once the daemon has read the
+ * request (it copies everything out first).
+ * Returns 0, -EINVAL (bad arguments: nothing sent; among them a constraint
+ * kind the enum does not have, a text over L8_MAX_CONSTRAINT bytes or with
+ * NONE or JSON, a NULL text with a length, and a prompt and text that would
+ * not fit the arena even empty: l8c_info()->arena_size), -EAGAIN
+ * (submission ring or arena full now: consume events, then retry), or
+ * -ECONNRESET. Validation against the model's limits happens in the
+ * daemon, which answers with an ERROR event. */
 int l8c_submit(struct l8c_client *c, const uint32_t *prompt, uint32_t n,
                const struct l8c_params *p, uint64_t *id);
 /* Whether the daemon behind c takes p with prompt[n]: 0, or the code the
  * daemon would answer in an ERROR event (L8_ERR_EMPTY_PROMPT,
- * L8_ERR_PROMPT_TOO_LONG, L8_ERR_BAD_TOKEN, L8_ERR_BAD_PARAMS), with why
- * in l8c_error_text's words for that event (which limit of l8c_info, and
- * the value given). What only the daemon knows (its KV pool, the requests
- * in flight) is not checked. Nothing is sent;
+ * L8_ERR_PROMPT_TOO_LONG, L8_ERR_BAD_TOKEN, L8_ERR_BAD_PARAMS,
+ * L8_ERR_BAD_GRAMMAR), with why in l8c_error_text's words for that event
+ * (which limit of l8c_info, and the value given; a constraint's text over
+ * L8_MAX_CONSTRAINT bytes is BAD_GRAMMAR with field L8_EF_CONSTRAINT_LEN,
+ * a kind outside enum l8c_constraint BAD_GRAMMAR too). What only the daemon knows
+ * (its KV pool, the requests in flight, whether the constraint compiles)
+ * is not checked. Nothing is sent;
  * l8c_submit does not call it (the daemon checks again). */
 int l8c_check_request(const struct l8c_client *c, const uint32_t *prompt, uint32_t n,
                       const struct l8c_params *p, char why[L8C_ERRLEN]);
@@ -120,10 +154,26 @@ int l8c_submit_id(struct l8c_client *c, uint64_t id, const uint32_t *prompt,
  * (or an ERROR UNKNOWN_REQUEST) follows. */
 int l8c_cancel(struct l8c_client *c, uint64_t id);
 
+/* Why the daemon refused request id with an ERROR event of code
+ * L8_ERR_BAD_GRAMMAR: its message ("line 3, column 7: ..." for a GBNF or
+ * regex text, the schema keyword's JSON pointer for a JSON Schema), or NULL
+ * if it sent none for id. The daemon sends it on the control socket just
+ * before the event; this reads what waits there first, without waiting.
+ * l8c_error_text cannot give it (it sees only the event): call this for a
+ * BAD_GRAMMAR event. The library keeps the messages of the last
+ * L8C_REQUEST_ERRORS such refusals (a later one for the same id replaces
+ * it); the string lives until that many more arrived or l8c_close(). Such
+ * a message does not end the connection; any other Error the daemon sends
+ * does (see l8c_poll_events). */
+#define L8C_REQUEST_ERRORS 8
+const char *l8c_request_error(struct l8c_client *c, uint64_t id);
+
 /* Take up to max events without waiting. When the ring is empty it also
  * reads the control socket (no wait). Returns the number taken, or, once
  * the ring is empty and the daemon hung up or sent an Error there, a
- * negative errno (-ECONNRESET, or the Error's, as listed above). */
+ * negative errno (-ECONNRESET, or the Error's, as listed above). An Error
+ * about one request (BAD_GRAMMAR with its request id) is kept for
+ * l8c_request_error instead and the connection stays. */
 int l8c_poll_events(struct l8c_client *c, struct l8_event *ev, int max);
 /* Wait up to timeout_ms (-1: forever) for events, then take up to max.
  * Sleeps on the event doorbell (a plain poll + read), telling the daemon
@@ -240,7 +290,9 @@ const char *l8c_err_name(int code);
 /* What an ERROR record says was wrong, in words, into buf (returned):
  * the field, the value the request gave and the daemon's limit when the
  * record names them (l8_shm.h enum l8_err_field), else what the code
- * means. Without the code's name: print l8c_err_name(e->code) beside it. */
+ * means. Without the code's name: print l8c_err_name(e->code) beside it.
+ * For L8_ERR_BAD_GRAMMAR the record has no room for where the text went
+ * wrong: l8c_request_error(c, e->request_id) says it (NULL: use this). */
 const char *l8c_error_text(const struct l8_event *e, char buf[L8C_ERRLEN]);
 const char *l8c_done_name(int reason);
 

@@ -61,6 +61,8 @@ static const struct key keys[] = {
     { "cuda_graphs", K_BOOL, F(cuda_graphs), "BOOL run the cuda engine's decode steps as CUDA graphs (default true; false launches them eagerly, for measuring)", RESTART },
     { "cuda_pdl", K_BOOL, F(cuda_pdl), "BOOL programmatic dependent launch of the cuda engine's kernels on sm_90 and later (default true; false is for measuring)", RESTART },
     { "profile_file", K_STR, F(profile_file), "PATH the cuda engine's step profile: the GPU time of each phase, logged and written to PATH as JSON when the daemon exits; turns decode graphs off (default empty: no profile)", RESTART },
+    { "tokenizer", K_STR, F(tokenizer), "PATH the tokenizer.json whose token bytes constrained decoding works with (default MODEL/tokenizer.json; without one, requests with a constraint are refused)", RESTART },
+    { "grammar_cache", K_U32, F(grammar_cache), "N compiled constraints (grammars, schemas, regular expressions) kept for requests that send the same text again", RESTART },
     { "prefix_cache", K_PREFIX_CACHE, F(prefix_cache), "user|shared|off who shares cached prompt pages (user: requests of one uid, so no client learns what another sent)", RESTART },
     { "no_warmup", K_BOOL, F(no_warmup), "BOOL skip the warm-up step", RESTART },
 };
@@ -82,6 +84,7 @@ void l8d_conf_defaults(struct l8d_conf *c)
     if (cache && *cache)
         snprintf(c->tune_file, sizeof(c->tune_file), "%.*s/tune", (int)strcspn(cache, ":"), cache);
     snprintf(c->allowed_group, sizeof(c->allowed_group), "llama8");
+    c->grammar_cache = 64;
     c->socket_mode = 0660;
     c->page_size = 16;
     c->max_batch = 64;

@@ -33,6 +33,9 @@ struct l8d_conf {
                                   cuBLASLt crossover ("" = nowhere) */
     char profile_file[4096];   /* the cuda engine's step profile, as JSON at exit
                                   ("" = no profile) */
+    char tokenizer[4096];      /* constrained decoding's token bytes ("": the
+                                  model directory's tokenizer.json) */
+    uint32_t grammar_cache;    /* compiled constraints kept */
     char allowed_group[64];    /* group whose members may connect ("" = only root
                                   and the daemon's own uid) */
     uint32_t socket_mode;      /* permissions of a socket we create ourselves */

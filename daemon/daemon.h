@@ -178,6 +178,8 @@ struct l8d {
     uint32_t sq_entries, eq_entries, arena_size;
     uint32_t *prompt_buf;    /* [max_prompt] scratch for copying prompts out */
     uint8_t *msg_buf;        /* [L8_MAX_REQ_MSG] scratch for copying messages out */
+    char *constraint_buf;    /* [L8_MAX_CONSTRAINT] and constraints' texts */
+    struct l8d_constraints *constraints;
     /* Statistics. */
     uint64_t start_ns;
     uint64_t requests_done;

@@ -50,6 +50,8 @@ struct l8d_engine_thread {
     int status;
     uint64_t t_start, t_end;
     uint32_t stall_ms;   /* STALL_ENV: injected delay per step (0: none) */
+    l8d_et_hook_fn *before, *after;
+    void *hook_ud;
 };
 
 uint64_t l8d_now_ns(void)
@@ -79,7 +81,11 @@ static void *run(void *arg)
             while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
                 ;
         }
+        if (t->before)
+            t->before(t->hook_ud, seqs, n, 0);
         int rc = l8_engine_step(t->e, seqs, n);
+        if (t->after)
+            t->after(t->hook_ud, seqs, n, rc);
         uint64_t t1 = l8d_now_ns();
         pthread_mutex_lock(&t->mu);
         t->status = rc;
@@ -169,6 +175,14 @@ void l8d_et_stop(struct l8d_engine_thread *t)
 }
 
 int l8d_et_done_fd(const struct l8d_engine_thread *t) { return t->done_fd; }
+
+void l8d_et_set_hooks(struct l8d_engine_thread *t, l8d_et_hook_fn *before,
+                      l8d_et_hook_fn *after, void *ud)
+{
+    t->before = before;
+    t->after = after;
+    t->hook_ud = ud;
+}
 
 void l8d_et_set_spin(struct l8d_engine_thread *t, uint64_t spin_ns)
 {

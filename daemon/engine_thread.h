@@ -17,6 +17,13 @@ struct l8d_engine_thread;
  * Reads L8_TEST_STALL_STEP_MS (test fault injection: every step sleeps
  * that many ms first; -EINVAL if it is not a number of ms up to 600000). */
 int  l8d_et_start(struct l8_engine *e, uint64_t spin_ns, struct l8d_engine_thread **out);
+/* Work of each step that belongs on this thread, off the loop: before(ud,
+ * seqs, n) runs right before the engine step, after(ud, seqs, n, status)
+ * right after it (llama8d: the constraints' masks, then their tokens).
+ * Set before the first submit. */
+typedef void l8d_et_hook_fn(void *ud, struct l8_seq *seqs, uint32_t n, int status);
+void l8d_et_set_hooks(struct l8d_engine_thread *t, l8d_et_hook_fn *before,
+                      l8d_et_hook_fn *after, void *ud);
 /* A new spin_ns, from the thread's next step on (a reload). */
 void l8d_et_set_spin(struct l8d_engine_thread *t, uint64_t spin_ns);
 /* Joins the thread (waits for a step in flight). NULL is a no-op. */

@@ -20,6 +20,7 @@
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
+#include "constraint.h"
 #include "l8_build.h"
 #include "log.h"
 #include "model.h"
@@ -124,6 +125,41 @@ static int get_listen_socket(struct l8d *d)
  * the prefill kernels (lazily loaded modules) and meets cuBLASLt at the
  * step's rows, and shows now, not at the first long prompt, whether the
  * largest step fits. */
+/* Constrained decoding: the token bytes of the model's tokenizer. Without
+ * a usable tokenizer the daemon serves all the same and refuses each
+ * constraint with the reason (logged once here). */
+static int start_constraints(struct l8d *d)
+{
+    char path[sizeof d->conf.tokenizer + 32];
+    if (d->conf.tokenizer[0])
+        snprintf(path, sizeof path, "%s", d->conf.tokenizer);
+    else
+        snprintf(path, sizeof path, "%s/tokenizer.json", d->model_dir);
+    /* The tokenizer's table cache beside the tune file, under systemd's
+     * CacheDirectory= (the service has no home to keep it in). */
+    const char *cache = getenv("CACHE_DIRECTORY");
+    if (cache && *cache && !getenv("LLAMA8_TOKENIZER_CACHE")) {
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%.*s", (int)strcspn(cache, ":"), cache);
+        setenv("LLAMA8_TOKENIZER_CACHE", dir, 0);
+    }
+    const char *why = NULL;
+    uint64_t t0 = l8d_now_ns();
+    int rc = l8d_constraints_new(path, d->vocab, d->eos, d->n_eos, d->conf.grammar_cache,
+                                 &d->constraints, &why);
+    if (rc < 0) {
+        log_err("constrained decoding: %s", strerror(-rc));
+        return rc;
+    }
+    l8d_constraints_attach(d->constraints, d->sched);
+    if (why)
+        log_notice("%s", why);
+    else
+        log_info("constrained decoding: the token bytes of %s (%.1f ms)", path,
+                 (double)(l8d_now_ns() - t0) / 1e6);
+    return 0;
+}
+
 static int warm_up(struct l8d *d, uint32_t n)
 {
     const uint32_t ps = l8_engine_page_size(d->engine), np = (n + ps - 1) / ps;
@@ -306,27 +342,32 @@ static int setup(struct l8d *d, int argc, char **argv)
     d->sq_entries = pow2_at_least(d->conf.max_requests_per_client * 2 < 64
                                       ? 64 : d->conf.max_requests_per_client * 2);
     d->eq_entries = d->conf.eq_entries;
-    uint64_t arena = l8_align_up((size_t)d->max_prompt * 4 + 2 * L8_MAX_REQ_MSG + 4096, 4096);
+    uint64_t arena = l8_align_up((size_t)d->max_prompt * 4 + L8_MAX_CONSTRAINT +
+                                 2 * L8_MAX_REQ_MSG + 4096, 4096);
     arena = arena * 2 < (1u << 20) ? (1u << 20) : arena * 2;
     if (arena > L8_MAX_ARENA)
         arena = L8_MAX_ARENA;
     d->arena_size = (uint32_t)arena;
     d->prompt_buf = malloc((size_t)d->max_prompt * 4);
     d->msg_buf = malloc(L8_MAX_REQ_MSG);
-    if (!d->prompt_buf || !d->msg_buf)
+    d->constraint_buf = malloc(L8_MAX_CONSTRAINT);
+    if (!d->prompt_buf || !d->msg_buf || !d->constraint_buf)
         return -ENOMEM;
 
     struct l8_sched_opts so = {
         .n_pages = l8_engine_n_pages(d->engine), .page_size = l8_engine_page_size(d->engine),
         .max_step_tokens = d->conf.max_step_tokens, .max_seqs = d->conf.max_batch,
         .max_ctx = d->max_ctx, .vocab = d->vocab, .max_requests = d->conf.max_requests,
-        .on_event = l8d_on_sched_event, .held = l8d_req_held, .ctx = d,
+        .on_event = l8d_on_sched_event, .held = l8d_req_held,
+        .free_constraint = l8d_constraint_free, .ctx = d,
         .no_prefix_cache = d->conf.prefix_cache == L8D_PREFIX_CACHE_OFF,
     };
     if ((rc = l8_sched_new(&so, &d->sched)) < 0) {
         log_err("creating the scheduler: %s", strerror(-rc));
         return rc;
     }
+    if ((rc = start_constraints(d)) < 0)
+        return rc;
     log_info("KV pool: %u pages of %u positions; context %u, batch %u, step budget %u tokens; "
              "prefix cache: %s", so.n_pages, so.page_size, d->max_ctx, so.max_seqs,
              so.max_step_tokens, l8d_prefix_cache_name(d->conf.prefix_cache));
@@ -370,6 +411,7 @@ static int setup(struct l8d *d, int argc, char **argv)
         log_info("the loop and the engine thread spin up to %u us for each other", d->conf.spin_us);
     if ((rc = l8d_et_start(d->engine, d->spin_ns, &d->et)) < 0)
         return rc;
+    l8d_et_set_hooks(d->et, l8d_constraints_before, l8d_constraints_after, d->constraints);
     d->et_fd = l8d_et_done_fd(d->et);
 
     if ((rc = l8d_grow_slots(d, l8d_connections(d))) < 0)
@@ -407,7 +449,8 @@ static void teardown(struct l8d *d)
             unlink(d->conf.socket);
     }
     l8d_et_stop(d->et);
-    l8_sched_free(d->sched);
+    l8_sched_free(d->sched);    /* frees the requests' constraints first */
+    l8d_constraints_free(d->constraints);
     l8_engine_destroy(d->engine);
     l8_model_free(d->model);
     if (d->signal_fd >= 0)
@@ -416,6 +459,7 @@ static void teardown(struct l8d *d)
         close(d->spare_fd);
     free(d->prompt_buf);
     free(d->msg_buf);
+    free(d->constraint_buf);
 }
 
 int main(int argc, char **argv)

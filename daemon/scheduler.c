@@ -39,6 +39,8 @@ struct req {
     bool in_flight;             /* in the step the engine is running */
     bool cancelled;             /* cancelled while in flight */
     uint32_t fed;               /* tokens fed in the step in flight */
+    void *constraint;           /* NULL, or its constraint and its mask */
+    uint32_t *mask;             /* [vocab / 32 rounded up] */
 };
 
 enum { LIST_WAITING, LIST_RUNNING, LIST_DOOMED, LIST_COUNT };
@@ -160,6 +162,9 @@ static void req_free(struct l8_sched *s, struct req *r)
         id_remove(s, r);
     list_remove(s, r);
     release_pages(s, r);
+    if (r->constraint)
+        s->o.free_constraint(s->o.ctx, r->constraint);
+    free(r->mask);
     free(r->tokens);
     free(r->pages);
     free(r);
@@ -429,6 +434,8 @@ int l8_sched_submit(struct l8_sched *s, const struct l8_sched_req *q,
     uint32_t pages = div_up(total - 1, s->o.page_size);
     if (pages > s->o.n_pages)
         return refuse(why, L8_SCHED_E_POOL_TOO_SMALL, pages, s->o.n_pages, NAN);
+    if (q->constraint && !s->o.free_constraint)
+        return -EINVAL;
     if (find_req(s, q->owner, q->id))
         return refuse(why, L8_SCHED_E_DUPLICATE_ID, 0, 0, NAN);
     uint32_t live = s->lists[LIST_WAITING].n + s->lists[LIST_RUNNING].n;
@@ -442,12 +449,16 @@ int l8_sched_submit(struct l8_sched *s, const struct l8_sched_req *q,
     r->cap_pages = div_up(total, s->o.page_size);
     r->tokens = malloc(r->cap_tokens * sizeof(uint32_t));
     r->pages = malloc(r->cap_pages * sizeof(uint32_t));
-    if (!r->tokens || !r->pages) {
+    if (q->constraint)
+        r->mask = calloc((s->o.vocab + 31) / 32, sizeof(uint32_t));
+    if (!r->tokens || !r->pages || (q->constraint && !r->mask)) {
         free(r->tokens);
         free(r->pages);
+        free(r->mask);
         free(r);
         return -ENOMEM;
     }
+    r->constraint = q->constraint;
     memcpy(r->tokens, q->prompt, q->n_prompt * sizeof(uint32_t));
     r->n_tokens = r->n_prompt = q->n_prompt;
     r->owner = q->owner;
@@ -542,6 +553,10 @@ static void add_seq(struct l8_sched *s, struct req *r, uint32_t take, uint32_t *
      * prompt (or recompute after preemption). */
     sl->prefill = r->n_computed + 1 < r->n_tokens || r->n_generated == 0;
     sl->cached_tokens = sl->first ? r->n_computed : 0;
+    sl->constraint = q->sample ? r->constraint : NULL;
+    sl->constraint_end = sl->constraint_done = false;
+    if (sl->constraint)
+        q->allowed = r->mask;
     s->step_req[i] = r;
     r->started = true;
     r->in_flight = true;
@@ -645,7 +660,7 @@ int l8_sched_build_step(struct l8_sched *s, struct l8_seq **seqs, uint32_t *n)
     return 0;
 }
 
-const struct l8_sched_slot *l8_sched_step_slots(const struct l8_sched *s)
+struct l8_sched_slot *l8_sched_step_slots(struct l8_sched *s)
 {
     return s->slots;
 }
@@ -710,7 +725,14 @@ int l8_sched_step_done(struct l8_sched *s, struct l8_seq *seqs, uint32_t n, int 
         } else {
             r->n_computed += r->fed;
             link_pages(s, r);
-            if (q->sample) {
+            if (q->sample && (s->slots[i].constraint_end ||
+                              (s->slots[i].constraint_done && !is_stop(r, q->token_out)))) {
+                /* nothing fits the constraint: the token is not delivered */
+                if (!r->cancelled)
+                    emit(s, r, L8_SCHED_EV_DONE, L8_SCHED_NO_TOKEN, r->n_generated, 0,
+                         L8_SCHED_DONE_GRAMMAR, 0);
+                finished = true;
+            } else if (q->sample) {
                 uint32_t tok = q->token_out;
                 r->tokens[r->n_tokens++] = tok;
                 uint32_t index = r->n_generated++;

@@ -58,8 +58,19 @@
  * an uninterrupted run. The client never sees a preemption. A request is
  * refused at submit only if it could not fit in the pool alone.
  *
- * Memory: a request's token array and page table are allocated once at
- * submit, sized for prompt + max_new_tokens; nothing is allocated per
+ * Constraints (constrained decoding): a request may carry an opaque
+ * constraint, which the scheduler owns from a successful submit on and
+ * hands back to opts.free_constraint when the request is freed. Each step
+ * that samples for it points l8_seq.allowed at the request's mask buffer
+ * and its slot at the constraint; whoever runs the step (llama8d's engine
+ * thread) fills the mask before and takes the token after, and sets
+ * slot.constraint_end when the constraint admits no token, constraint_done
+ * when the token was its end: the request then ends with DONE_GRAMMAR, the
+ * step's token not delivered (unless, done, it is one of the request's stop
+ * ids: then it ends as at any stop id).
+ *
+ * Memory: a request's token array, page table and mask are allocated once
+ * at submit, sized for prompt + max_new_tokens; nothing is allocated per
  * token. */
 #pragma once
 #include <stdbool.h>
@@ -122,6 +133,9 @@ struct l8_sched_opts {
      * A held request keeps its pages and its place; a held waiting one is
      * passed over for admission, the others keep their order. */
     bool (*held)(void *ctx, void *user);
+    /* Frees a request's constraint (required if any request has one); ctx
+     * is the one below. */
+    void (*free_constraint)(void *ctx, void *constraint);
     void *ctx;
     bool no_prefix_cache;     /* never register or look up pages */
 };
@@ -142,6 +156,8 @@ struct l8_sched_req {
     uint32_t cache_scope;    /* prefix-cache domain: pages are shared only
                                 with requests of the same scope */
     bool logprobs;           /* fill event logprobs */
+    void *constraint;        /* NULL, or the request's constraint: the
+                                scheduler's once the submit succeeds */
 };
 
 enum l8_sched_ev_kind {
@@ -153,6 +169,7 @@ enum l8_sched_done_reason {
     L8_SCHED_DONE_NONE   = 0,
     L8_SCHED_DONE_STOP   = 1, /* sampled a stop id (it was sent as a TOKEN) */
     L8_SCHED_DONE_LENGTH = 2, /* max_new_tokens generated */
+    L8_SCHED_DONE_GRAMMAR = 3, /* the constraint admits no further token */
 };
 
 /* Every sampled token is one TOKEN event (the stop token included), in
@@ -180,6 +197,11 @@ struct l8_sched_slot {
     bool prefill;            /* the chunk is (re)computing known tokens */
     uint32_t cached_tokens;  /* on first: prompt positions taken from the
                                 prefix cache */
+    void *constraint;        /* the request's, when the sequence samples
+                                (its l8_seq.allowed is then its mask) */
+    bool constraint_end;     /* set by the step's runner: nothing fits */
+    bool constraint_done;    /* set by the step's runner: the token ended the
+                                constraint's language (an end id) */
 };
 
 struct l8_sched_stats {
@@ -222,8 +244,9 @@ uint32_t l8_sched_cancel_owner(struct l8_sched *s, uint64_t owner);
  * step_done); *n == 0 when there is nothing to run. -EBUSY while a step
  * is in flight. A step with n > 0 is in flight until step_done. */
 int  l8_sched_build_step(struct l8_sched *s, struct l8_seq **seqs, uint32_t *n);
-/* The slots of the step in flight, [n]. */
-const struct l8_sched_slot *l8_sched_step_slots(const struct l8_sched *s);
+/* The slots of the step in flight, [n]: the step's runner may set their
+ * constraint_end (the array stays where it is for the scheduler's life). */
+struct l8_sched_slot *l8_sched_step_slots(struct l8_sched *s);
 /* The engine finished the step: status is l8_engine_step()'s return.
  * On 0: for each sequence that sampled, append the token and emit TOKEN
  * (and DONE when finished); finished requests release their pages. On

@@ -23,6 +23,7 @@
 #include <unistd.h>
 #include <fcntl.h>
 
+#include "constraint.h"
 #include "l8_build.h"
 #include "llama8.pb-c.h"
 #include "log.h"
@@ -42,7 +43,9 @@ _Static_assert((int)L8_ERR_BAD_VERSION == (int)LLAMA8__ERROR_CODE__BAD_VERSION, 
 _Static_assert((int)L8_ERR_RING_VIOLATION == (int)LLAMA8__ERROR_CODE__RING_VIOLATION, "err ABI");
 _Static_assert((int)L8_ERR_DUPLICATE_REQUEST == (int)LLAMA8__ERROR_CODE__DUPLICATE_REQUEST, "err ABI");
 _Static_assert((int)L8_ERR_EMPTY_PROMPT == (int)LLAMA8__ERROR_CODE__EMPTY_PROMPT, "err ABI");
+_Static_assert((int)L8_ERR_BAD_GRAMMAR == (int)LLAMA8__ERROR_CODE__BAD_GRAMMAR, "err ABI");
 _Static_assert((int)L8_DONE_CANCELLED == (int)LLAMA8__DONE_REASON__DONE_CANCELLED, "done ABI");
+_Static_assert((int)L8_DONE_GRAMMAR == (int)LLAMA8__DONE_REASON__DONE_GRAMMAR, "done ABI");
 
 #define MAX_GROUPS 256
 
@@ -559,7 +562,7 @@ void l8d_session_on_sched_event(struct l8d *d, const struct l8_sched_event *e, u
         break;
     case L8_SCHED_EV_DONE:
         ev.kind = L8_EV_DONE;
-        ev.reason = L8_DONE_LENGTH;
+        ev.reason = e->reason == L8_SCHED_DONE_GRAMMAR ? L8_DONE_GRAMMAR : L8_DONE_LENGTH;
         if (e->reason == L8_SCHED_DONE_STOP) {
             ev.reason = L8_DONE_STOP;
             for (uint32_t i = 0; !r->ignore_eos && i < d->n_eos; i++)
@@ -567,7 +570,8 @@ void l8d_session_on_sched_event(struct l8d *d, const struct l8_sched_event *e, u
                     ev.reason = L8_DONE_EOS;
         }
         req_release(s, r, ev.reason == L8_DONE_EOS ? "done (eos)" : ev.reason == L8_DONE_STOP
-                          ? "done (stop id)" : "done (length)", t_ns);
+                          ? "done (stop id)" : ev.reason == L8_DONE_GRAMMAR
+                          ? "done (the constraint admits nothing more)" : "done (length)", t_ns);
         d->requests_done++;
         d->usage[s->usage_i].requests_done++;
         break;
@@ -663,6 +667,33 @@ static void on_generate(struct l8d_session *s, const Llama8__GenerateRequest *g)
     if (!g->ignore_eos)
         for (uint32_t i = 0; i < d->n_eos; i++)
             stops[n_stop++] = d->eos[i];
+    /* The constraint last: it costs a compile (once per text, then cached). */
+    void *constraint = NULL;
+    if (g->constraint != LLAMA8__CONSTRAINT_KIND__CONSTRAINT_NONE) {
+        const uint32_t off = g->constraint_offset, len = g->constraint_len;
+        if (len > L8_MAX_CONSTRAINT)
+            return push_refusal(s, id, L8_ERR_BAD_GRAMMAR, L8_EF_CONSTRAINT_LEN, len,
+                                L8_MAX_CONSTRAINT, NAN);
+        if (off > s->geo.arena_size || len > s->geo.arena_size - off)
+            return push_refusal(s, id, L8_ERR_BAD_MESSAGE, L8_EF_CONSTRAINT_RANGE, off,
+                                s->geo.arena_size, NAN);
+        char why[L8D_ERRLEN];
+        if (g->constraint == LLAMA8__CONSTRAINT_KIND__CONSTRAINT_JSON && len) {
+            snprintf(why, sizeof why, "a JSON constraint takes no text (%u bytes given)", len);
+        } else {
+            /* Copied out of shared memory before it is read. */
+            memcpy(d->constraint_buf, s->arena + off, len);
+            constraint = l8d_constraint_new(d->constraints, g->constraint, d->constraint_buf, len,
+                                            why);
+        }
+        if (!constraint) {
+            log_debug("client %llu request %llu: constraint refused: %s",
+                      (unsigned long long)s->id, (unsigned long long)id, why);
+            /* the message first: the client reads it when the event comes */
+            l8d_send_error(d, s->fd, s->uid, L8_ERR_BAD_GRAMMAR, id, why);
+            return push_error(s, id, L8_ERR_BAD_GRAMMAR);
+        }
+    }
     /* Copy the prompt out of shared memory before looking at it. */
     memcpy(d->prompt_buf, s->arena + g->prompt_offset, (size_t)g->prompt_count * 4);
     struct l8d_req *r = NULL;
@@ -679,6 +710,7 @@ static void on_generate(struct l8d_session *s, const Llama8__GenerateRequest *g)
         .stop_ids = stops, .n_stop = n_stop,
         .priority = g->priority, .logprobs = g->logprobs,
         .cache_scope = d->conf.prefix_cache == L8D_PREFIX_CACHE_USER ? (uint32_t)s->uid : 0,
+        .constraint = constraint,
         .sampling = {
             .temperature = sp ? sp->temperature : 0.0f,
             .top_k = sp ? sp->top_k : 0,
@@ -691,6 +723,7 @@ static void on_generate(struct l8d_session *s, const Llama8__GenerateRequest *g)
     struct l8_sched_refusal why = { .fvalue = NAN };    /* -ENOMEM says nothing */
     int rc = l8_sched_submit(d->sched, &q, &why);
     if (rc < 0) {
+        l8d_constraint_free(d->constraints, constraint);
         log_debug("client %llu request %llu refused: %s", (unsigned long long)s->id,
                   (unsigned long long)id, l8_sched_strerror(rc));
         int code, field;

@@ -217,18 +217,21 @@ struct l8k_sample_req {
     int32_t logits_row;     /* row of logits to sample from */
     int32_t hist_off;       /* history ids at history[hist_off, hist_off + n_hist) */
     int32_t n_hist;
-    int32_t pad_;
+    int32_t mask_row;       /* -1: every id; else the allowed ids are the bits of
+                               masks[mask_row * (V + 31) / 32 ...] (sampler.h 1b) */
 };
 
 /* The definition of sampler.h, one block per request: repetition penalty
- * (from the original logits, so repeated ids are penalized once), logprob
- * of the chosen id under the penalized log-softmax, greedy argmax (lowest id
- * on ties), or temperature / top-k / top-p / min-p selection by radix select
- * on (logit descending, id ascending) keys and the pick by u.
- * logits [*, V] f32 (unchanged); scratch [S, V] f32; tok [S]; logprob [S]. */
+ * (from the original logits, so repeated ids are penalized once), the mask
+ * (ids outside it at -inf), logprob of the chosen id under the resulting
+ * log-softmax, greedy argmax (lowest id on ties), or temperature / top-k /
+ * top-p / min-p selection by radix select on (logit descending, id
+ * ascending) keys and the pick by u. logits [*, V] f32 (unchanged); masks
+ * [*, (V + 31) / 32] (may be NULL when no request has one); scratch [S, V]
+ * f32; tok [S]; logprob [S]. */
 int l8k_sample(const float *logits, uint32_t V, const struct l8k_sample_req *req, uint32_t S,
-               const int32_t *history, float *scratch, int32_t *tok, float *logprob,
-               cudaStream_t st);
+               const int32_t *history, const uint32_t *masks, float *scratch, int32_t *tok,
+               float *logprob, cudaStream_t st);
 
 /* Philox4x32-10 uniform on the device, for checking against the CPU's
  * l8_philox_uniform(): out[i] = uniform(seed, index0 + i). */

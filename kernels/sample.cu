@@ -207,8 +207,8 @@ __device__ u64 radix_select(const cand &c, uint32_t V, bool by_count, u64 target
 
 static __global__ __launch_bounds__(SAMPLE_THREADS, 1) void sample_kernel(
     const float *__restrict__ logits, uint32_t V, const struct l8k_sample_req *__restrict__ reqs,
-    const int32_t *__restrict__ history, float *__restrict__ scratch, int32_t *__restrict__ tok,
-    float *__restrict__ logprob)
+    const int32_t *__restrict__ history, const uint32_t *__restrict__ masks,
+    float *__restrict__ scratch, int32_t *__restrict__ tok, float *__restrict__ logprob)
 {
     __shared__ sel_shared sh;
     l8k_pdl_wait();
@@ -223,11 +223,14 @@ static __global__ __launch_bounds__(SAMPLE_THREADS, 1) void sample_kernel(
      * sampler.c applies it only when it is positive (and not 1): a penalty
      * <= 0 means off there, so it must here too. */
     const bool pen = rq.rep_penalty != 1.0f && rq.rep_penalty > 0.0f && rq.n_hist > 0;
-    const float *src = pen ? scr : row;
-    if (pen) {
+    const bool masked = masks && rq.mask_row >= 0;
+    const float *src = pen || masked ? scr : row;
+    if (pen || masked) {
         for (uint32_t v = t; v < V; v += blockDim.x)
             scr[v] = row[v];
         __syncthreads();
+    }
+    if (pen) {
         for (int32_t j = (int32_t)t; j < rq.n_hist; j += (int32_t)blockDim.x) {
             int32_t id = history[rq.hist_off + j];
             if (id < 0 || (uint32_t)id >= V)
@@ -237,6 +240,14 @@ static __global__ __launch_bounds__(SAMPLE_THREADS, 1) void sample_kernel(
                 continue;
             scr[id] = l > 0.0f ? __fdiv_rn(l, rq.rep_penalty) : l * rq.rep_penalty;
         }
+        __syncthreads();
+    }
+    /* 1b. The mask (constrained decoding): ids outside it at -inf. */
+    if (masked) {
+        const uint32_t *mk = masks + (size_t)rq.mask_row * ((V + 31) / 32);
+        for (uint32_t v = t; v < V; v += blockDim.x)
+            if (!(mk[v >> 5] >> (v & 31) & 1u))
+                scr[v] = -INFINITY;
         __syncthreads();
     }
 
@@ -344,15 +355,15 @@ static __global__ __launch_bounds__(SAMPLE_THREADS, 1) void sample_kernel(
 }
 
 extern "C" int l8k_sample(const float *logits, uint32_t V, const struct l8k_sample_req *req,
-                          uint32_t S, const int32_t *history, float *scratch, int32_t *tok,
-                          float *logprob, cudaStream_t st)
+                          uint32_t S, const int32_t *history, const uint32_t *masks,
+                          float *scratch, int32_t *tok, float *logprob, cudaStream_t st)
 {
     if (!logits || V == 0 || !req || !scratch || !tok || !logprob)
         return -EINVAL;
     if (S == 0)
         return 0;
     return l8k_launch("sample_kernel", sample_kernel, dim3(S), dim3(SAMPLE_THREADS), st, logits, V,
-                      req, history, scratch, tok, logprob);
+                      req, history, masks, scratch, tok, logprob);
 }
 
 /* Philox4x32-10 (Salmon et al., SC'11): key = seed, counter = index. */

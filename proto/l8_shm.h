@@ -77,7 +77,8 @@ enum l8_err {
     L8_ERR_RING_VIOLATION = 12,
     L8_ERR_DUPLICATE_REQUEST = 13,
     L8_ERR_EMPTY_PROMPT = 14,
-    L8_ERR_MAX_ = 15,
+    L8_ERR_BAD_GRAMMAR = 15,
+    L8_ERR_MAX_ = 16,
 };
 
 /* Done reasons: identical to llama8.proto's DoneReason. */
@@ -88,6 +89,7 @@ enum l8_done {
     L8_DONE_LENGTH = 3,
     L8_DONE_CONTEXT = 4,
     L8_DONE_CANCELLED = 5,
+    L8_DONE_GRAMMAR = 6,
 };
 
 /* Ring flags. */
@@ -116,6 +118,7 @@ struct l8_sqe {
 };
 _Static_assert(sizeof(struct l8_sqe) == 16, "sqe is ABI");
 #define L8_MAX_REQ_MSG 8192u  /* longest GenerateRequest/Cancel the daemon reads */
+#define L8_MAX_CONSTRAINT (1u << 20)  /* longest constraint text (bytes) */
 
 /* Event kinds. */
 enum l8_event_kind {
@@ -150,7 +153,10 @@ enum l8_err_field {
                                  is not inside the arena, or not 4-aligned) */
     L8_EF_PRIORITY = 14,      /* priority; limit: Welcome.max_priority (above 0
                                  is for root and the daemon's user) */
-    L8_EF_MAX_ = 15,
+    L8_EF_CONSTRAINT_RANGE = 15, /* constraint_offset; limit: arena_size (the
+                                 constraint's text is not inside the arena) */
+    L8_EF_CONSTRAINT_LEN = 16, /* constraint_len; limit: L8_MAX_CONSTRAINT */
+    L8_EF_MAX_ = 17,
 };
 
 /* One event record, produced by the daemon. t_ns is CLOCK_MONOTONIC in the

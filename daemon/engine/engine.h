@@ -100,6 +100,9 @@ struct l8_seq {
     const uint32_t *history; /* tokens seen so far (for repetition penalty) */
     uint32_t n_history;
     uint64_t sample_index;   /* which generated token this is: the RNG counter */
+    const uint32_t *allowed; /* NULL, or the ids that may be sampled: bit i of
+                                allowed[i / 32], vocab / 32 words rounded up
+                                (constrained decoding's mask for this step) */
     /* Results. */
     uint32_t token_out;      /* sampled id */
     float logprob_out;       /* log-softmax of token_out (temperature 1, after

@@ -646,7 +646,7 @@ static int cpu_step(void *impl, struct l8_seq *seqs, uint32_t n_seqs)
         else
             row = e->logit_scratch + (size_t)s * c->vocab;
         q->token_out = l8_sample(e->sampler, row, q->sampling, q->history, q->n_history,
-                                 q->sample_index, &q->logprob_out);
+                                 q->allowed, q->sample_index, &q->logprob_out);
     }
     e->seqs = NULL;
     return 0;

@@ -73,6 +73,9 @@ struct dgraph {             /* a decode step captured for (B rows, kv bucket) */
     cudaGraphExec_t exec;
 };
 
+/* 32-bit words of a token mask (l8_seq.allowed) over a vocabulary of V ids. */
+static inline uint32_t mask_words(uint32_t V) { return (V + 31) / 32; }
+
 struct cuda_engine {
     l8_engine_log_fn *log;        /* the engine's messages (engine.h) */
     void *log_ud;
@@ -120,6 +123,7 @@ struct cuda_engine {
     float *logits;                /* [logit_chunk, vocab] */
     float *samp_scr;              /* [logit_chunk, vocab] */
     struct l8k_sample_req *d_req; /* [logit_chunk] */
+    uint32_t *d_mask;             /* [logit_chunk, (vocab + 31) / 32] token masks */
     int32_t *d_tok;               /* [logit_chunk] */
     float *d_lp;                  /* [logit_chunk] */
     int32_t *d_hist;              /* history ids, grows */
@@ -130,6 +134,8 @@ struct cuda_engine {
     size_t meta_cap;              /* int32 elements */
     float *h_logits;              /* [logit_chunk, vocab] pinned */
     struct l8k_sample_req *h_req; /* [logit_chunk] pinned */
+    uint32_t *req_seq;            /* [logit_chunk] the sequence of each h_req */
+    uint32_t *h_mask;             /* [logit_chunk, (vocab + 31) / 32] pinned */
     int32_t *h_tok;               /* [logit_chunk] pinned */
     float *h_lp;                  /* [logit_chunk] pinned */
     int32_t *h_hist;              /* pinned, hist_cap */
@@ -717,6 +723,7 @@ static int alloc_activations(struct cuda_engine *e, struct create_acct *a, char 
     f |= dmalloc((void **)&e->logits, (size_t)e->logit_chunk * V * 4, &a->work);
     f |= dmalloc((void **)&e->samp_scr, (size_t)e->logit_chunk * V * 4, &a->work);
     f |= dmalloc((void **)&e->d_req, (size_t)e->logit_chunk * sizeof *e->d_req, &a->work);
+    f |= dmalloc((void **)&e->d_mask, (size_t)e->logit_chunk * mask_words(V) * 4, &a->work);
     f |= dmalloc((void **)&e->d_tok, (size_t)e->logit_chunk * 4, &a->work);
     f |= dmalloc((void **)&e->d_lp, (size_t)e->logit_chunk * 4, &a->work);
     if (f) {
@@ -726,12 +733,15 @@ static int alloc_activations(struct cuda_engine *e, struct create_acct *a, char 
     CK(cudaHostAlloc((void **)&e->h_logits, (size_t)e->logit_chunk * V * 4, cudaHostAllocDefault));
     CK(cudaHostAlloc((void **)&e->h_req, (size_t)e->logit_chunk * sizeof *e->h_req,
                      cudaHostAllocDefault));
+    CK(cudaHostAlloc((void **)&e->h_mask, (size_t)e->logit_chunk * mask_words(V) * 4,
+                     cudaHostAllocDefault));
     CK(cudaHostAlloc((void **)&e->h_tok, (size_t)e->logit_chunk * 4, cudaHostAllocDefault));
     CK(cudaHostAlloc((void **)&e->h_lp, (size_t)e->logit_chunk * 4, cudaHostAllocDefault));
     e->rows = malloc((size_t)T * sizeof *e->rows);
     e->rm_first = malloc((size_t)e->max_seqs * sizeof *e->rm_first);
     e->rm_cnt = malloc((size_t)e->max_seqs * sizeof *e->rm_cnt);
-    if (!e->rows || !e->rm_first || !e->rm_cnt) {
+    e->req_seq = malloc((size_t)e->logit_chunk * sizeof *e->req_seq);
+    if (!e->rows || !e->rm_first || !e->rm_cnt || !e->req_seq) {
         snprintf(err, L8_ERRLEN, "out of memory");
         return -ENOMEM;
     }
@@ -923,10 +933,12 @@ static void cuda_destroy(void *impl)
         cudaFree(e->lm_head);
     void *dev[] = { e->embed, e->final_norm, e->inv_freq, e->kv, e->x, e->y, e->qkv, e->att,
                     e->gu, e->act, e->xq, e->xs, e->attn_work, e->fin, e->fin16, e->logits,
-                    e->samp_scr, e->d_req, e->d_tok, e->d_lp, e->d_hist, e->d_meta };
+                    e->samp_scr, e->d_req, e->d_mask, e->d_tok, e->d_lp, e->d_hist,
+                    e->d_meta };
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         cudaFree(dev[i]);
-    void *host[] = { e->h_logits, e->h_req, e->h_tok, e->h_lp, e->h_hist, e->h_meta };
+    void *host[] = { e->h_logits, e->h_req, e->h_mask, e->h_tok, e->h_lp, e->h_hist,
+                     e->h_meta };
     for (size_t i = 0; i < sizeof host / sizeof host[0]; i++)
         cudaFreeHost(host[i]);
     l8k_blas_destroy(e->blas);
@@ -946,6 +958,7 @@ static void cuda_destroy(void *impl)
     free(e->rows);
     free(e->rm_first);
     free(e->rm_cnt);
+    free(e->req_seq);
     free(e);
 }
 
@@ -1178,8 +1191,8 @@ static int upload_history(struct cuda_engine *e, const struct l8_seq *seqs, uint
 static int sample_and_copy(struct cuda_engine *e, struct l8_seq *seqs, uint32_t n_seqs,
                            const struct rowmap *rm, uint32_t r0, uint32_t nr)
 {
-    const uint32_t V = e->c->vocab;
-    uint32_t ns = 0, hoff = 0;
+    const uint32_t V = e->c->vocab, W = mask_words(V);
+    uint32_t ns = 0, hoff = 0, nm = 0;
     bool want = false;
     int64_t hi = r0;    /* rows [r0, hi) hold every requested logit row of the chunk */
     for (uint32_t s = 0; s < n_seqs; s++) {
@@ -1204,7 +1217,10 @@ static int sample_and_copy(struct cuda_engine *e, struct l8_seq *seqs, uint32_t 
             rq->logits_row = (int32_t)(last - r0);
             rq->hist_off = (int32_t)hoff;
             rq->n_hist = pen ? (int32_t)q->n_history : 0;
-            rq->pad_ = (int32_t)s;
+            rq->mask_row = q->allowed ? (int32_t)nm : -1;
+            if (q->allowed)
+                memcpy(e->h_mask + (size_t)nm++ * W, q->allowed, (size_t)W * 4);
+            e->req_seq[ns - 1] = s;
         }
         if (pen)
             hoff += q->n_history;
@@ -1212,10 +1228,12 @@ static int sample_and_copy(struct cuda_engine *e, struct l8_seq *seqs, uint32_t 
     if (ns) {
         int rc;
         if (cudaMemcpyAsync(e->d_req, e->h_req, ns * sizeof *e->h_req, cudaMemcpyHostToDevice,
-                            e->st) != cudaSuccess)
+                            e->st) != cudaSuccess ||
+            (nm && cudaMemcpyAsync(e->d_mask, e->h_mask, (size_t)nm * W * 4,
+                                   cudaMemcpyHostToDevice, e->st) != cudaSuccess))
             return -EIO;
-        if ((rc = l8k_sample(e->logits, V, e->d_req, ns, e->d_hist, e->samp_scr, e->d_tok,
-                             e->d_lp, e->st)))
+        if ((rc = l8k_sample(e->logits, V, e->d_req, ns, e->d_hist, nm ? e->d_mask : NULL,
+                             e->samp_scr, e->d_tok, e->d_lp, e->st)))
             return rc;
         if (cudaMemcpyAsync(e->h_tok, e->d_tok, ns * 4, cudaMemcpyDeviceToHost, e->st) ||
             cudaMemcpyAsync(e->h_lp, e->d_lp, ns * 4, cudaMemcpyDeviceToHost, e->st))
@@ -1228,7 +1246,7 @@ static int sample_and_copy(struct cuda_engine *e, struct l8_seq *seqs, uint32_t 
     if (cudaStreamSynchronize(e->st) != cudaSuccess)
         return -EIO;
     for (uint32_t i = 0; i < ns; i++) {
-        struct l8_seq *q = &seqs[e->h_req[i].pad_];
+        struct l8_seq *q = &seqs[e->req_seq[i]];
         q->token_out = (uint32_t)e->h_tok[i];
         q->logprob_out = e->h_lp[i];
     }

@@ -148,7 +148,8 @@ static uint32_t argmax(const float *l, uint32_t n)
 
 uint32_t l8_sample(struct l8_sampler *s, const float *logits,
                    const struct l8_sampling *p, const uint32_t *history,
-                   uint32_t n_history, uint64_t index, float *logprob)
+                   uint32_t n_history, const uint32_t *allowed, uint64_t index,
+                   float *logprob)
 {
     const uint32_t V = s->vocab;
     float *l = s->l;
@@ -168,6 +169,12 @@ uint32_t l8_sample(struct l8_sampler *s, const float *logits,
             if (history[i] < V)
                 s->seen[history[i]] = 0;
     }
+
+    /* 1b. The mask. */
+    if (allowed)
+        for (uint32_t i = 0; i < V; i++)
+            if (!(allowed[i >> 5] >> (i & 31) & 1))
+                l[i] = -INFINITY;
 
     uint32_t id;
     uint32_t top = argmax(l, V);

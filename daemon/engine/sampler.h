@@ -3,6 +3,8 @@
  * The definition (the GPU sampler implements the same one):
  *  1. repetition penalty: each distinct id in the history has its logit l
  *     replaced by l / p when l > 0, l * p otherwise;
+ *  1b. a token mask (constrained decoding): the logit of each id outside it
+ *     is -inf, so the steps below see only the allowed ids;
  *  2. logprob_out = log-softmax of the chosen id over these logits;
  *  3. temperature <= 0: argmax (lowest id on ties). Otherwise divide by the
  *     temperature, order candidates by logit descending (lower id first on
@@ -25,7 +27,9 @@ void  l8_philox4x32_10(const uint32_t key[2], const uint32_t ctr[4], uint32_t ou
 struct l8_sampler;  /* scratch space sized for one vocabulary */
 struct l8_sampler *l8_sampler_new(uint32_t vocab);
 void l8_sampler_free(struct l8_sampler *s);
-/* logits [vocab] are not modified. */
+/* logits [vocab] are not modified. allowed: NULL, or the mask of the ids
+ * that may be chosen (bit i of allowed[i / 32]; l8_seq.allowed). */
 uint32_t l8_sample(struct l8_sampler *s, const float *logits,
                    const struct l8_sampling *p, const uint32_t *history,
-                   uint32_t n_history, uint64_t index, float *logprob);
+                   uint32_t n_history, const uint32_t *allowed, uint64_t index,
+                   float *logprob);

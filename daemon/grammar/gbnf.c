@@ -426,6 +426,8 @@ static int64_t class_rule(struct parser *P, struct range *r, uint32_t n, bool ne
     free(out);
     /* No alternative at all: a class nothing matches ([^\x00-\U0010FFFF]);
      * the rule stays without elements and is found unproductive later. */
+    if (id >= 0 && !first && push_type(P, (uint32_t)id, G_END, 0))
+        id = -1;
     return id;
 }
 
@@ -1021,11 +1023,14 @@ static void expand(const struct l8g_grammar *g, struct stackset *S, uint32_t *p,
         S->oom = true;
         return;
     }
-    uint32_t saved = p[n - 1];
-    p[n - 1] = top + 1;     /* after the rule, in the caller */
+    /* After the rule, the caller goes on, unless the rule ends its
+     * alternative: then it returns straight to the caller's caller (no
+     * frame, so that x* over a long string stays flat, as in matcher.c). */
+    const uint32_t saved = p[n - 1], m = g_alt_end(g, top + 1) ? n - 1 : n;
+    p[n - 1] = top + 1;
     for (uint32_t a = g->rule_start[e->rule];;) {
-        p[n] = a;
-        expand(g, S, p, n + 1, cap);
+        p[m] = a;
+        expand(g, S, p, m + 1, cap);
         while (!g_alt_end(g, a))
             a++;
         if (g->e[a].type == G_END)

@@ -178,6 +178,19 @@ static bool held(void *ctx, void *user)
 
 static bool no_prefix_cache;   /* the next world_init's opts.no_prefix_cache */
 
+/* A stand-in for llama8d's constraint: the step after which it admits
+ * nothing (end), or whose token is its end (done), and how often the
+ * scheduler freed it. */
+struct fake_constraint {
+    uint32_t end_at, done_at;   /* a sample index; UINT32_MAX: never */
+    int freed;
+};
+static void free_fake(void *ctx, void *c)
+{
+    (void)ctx;
+    ((struct fake_constraint *)c)->freed++;
+}
+
 static int world_init(struct world *w, uint32_t n_pages, uint32_t ps, uint32_t budget,
                       uint32_t max_seqs, uint32_t max_ctx)
 {
@@ -185,7 +198,8 @@ static int world_init(struct world *w, uint32_t n_pages, uint32_t ps, uint32_t b
     struct l8_sched_opts o = {
         .n_pages = n_pages, .page_size = ps, .max_step_tokens = budget,
         .max_seqs = max_seqs, .max_ctx = max_ctx, .vocab = VOCAB,
-        .on_event = on_event, .held = held, .ctx = w, .no_prefix_cache = no_prefix_cache,
+        .on_event = on_event, .held = held, .free_constraint = free_fake, .ctx = w,
+        .no_prefix_cache = no_prefix_cache,
     };
     w->x.n_pages = n_pages;
     w->x.page_size = ps;
@@ -636,6 +650,84 @@ static void test_stop_and_logprobs(void)
     CHECK(a->logprobs[0] == -(float)(a->toks[0] % 7) - 0.5f);
     CHECK(b->logprobs[0] == 1.0f); /* has_logprob false */
     world_fini(&w);
+}
+
+/* Constraints: the sampling sequence of a constrained request points its
+ * allowed at a mask and its slot at the constraint (the unconstrained ones
+ * at neither); constraint_end ends the request with DONE_GRAMMAR without the
+ * step's token, constraint_done too unless the token is a stop id; each
+ * constraint is freed once, when its request ends or is cancelled; the
+ * unconstrained stream is untouched. */
+static void test_constraints(void)
+{
+    struct world w;
+    CHECK_EQ(world_init(&w, 64, 4, 32, 8, 128), 0);
+    uint32_t p[6], want[12];
+    fill(p, 6, 9);
+    solo(p, 6, 12, NULL, 0, 0, want);
+    struct fake_constraint c[4] = { { 5, UINT32_MAX, 0 }, { UINT32_MAX, 3, 0 },
+                                    { UINT32_MAX, 4, 0 }, { UINT32_MAX, UINT32_MAX, 0 } };
+    uint32_t stop[1] = { want[4] };   /* request 3's done token is a stop id */
+    for (uint32_t i = 0; i < 4; i++) {
+        struct l8_sched_req r = req(1, i + 1, p, 6, 12);
+        r.constraint = &c[i];
+        if (i == 2) {
+            r.stop_ids = stop;
+            r.n_stop = 1;
+        }
+        CHECK_EQ(l8_sched_submit(w.s, &r, NULL), 0);
+    }
+    struct l8_sched_req plain = req(1, 5, p, 6, 12);
+    CHECK_EQ(l8_sched_submit(w.s, &plain, NULL), 0);
+    uint32_t cancel_after = 2, steps = 0;
+    for (;;) {
+        struct l8_seq *seqs;
+        uint32_t n;
+        REQUIRE(l8_sched_build_step(w.s, &seqs, &n) == 0);
+        if (!n)
+            break;
+        struct l8_sched_slot *sl = l8_sched_step_slots(w.s);
+        for (uint32_t i = 0; i < n; i++) {
+            struct fake_constraint *fc = sl[i].constraint;
+            bool mine = sl[i].id <= 4;
+            CHECK(!seqs[i].sample || mine == (fc != NULL && seqs[i].allowed != NULL),
+                  "request %llu: constraint %p mask %p", (unsigned long long)sl[i].id,
+                  (void *)fc, (const void *)seqs[i].allowed);
+        }
+        int rc = exec_step(&w.x, w.s, seqs, n);
+        for (uint32_t i = 0; i < n; i++) {
+            struct fake_constraint *fc = sl[i].constraint;
+            if (!fc)
+                continue;
+            sl[i].constraint_end = seqs[i].sample_index == fc->end_at;
+            sl[i].constraint_done = seqs[i].sample_index == fc->done_at;
+        }
+        CHECK_EQ(l8_sched_step_done(w.s, seqs, n, rc), 0);
+        if (++steps == cancel_after)
+            CHECK_EQ(l8_sched_cancel(w.s, 1, 4), 0);
+    }
+    struct rec *a = rec_for(&w, 1, 1), *b = rec_for(&w, 1, 2), *d = rec_for(&w, 1, 3);
+    CHECK(a->n == 5 && !memcmp(a->toks, want, 5 * 4) && a->reason == L8_SCHED_DONE_GRAMMAR,
+          "end: %u tokens, reason %d", a->n, a->reason);
+    CHECK(b->n == 3 && b->reason == L8_SCHED_DONE_GRAMMAR, "done, not a stop: %u tokens, "
+          "reason %d", b->n, b->reason);
+    CHECK(d->n == 5 && d->toks[4] == stop[0] && d->reason == L8_SCHED_DONE_STOP,
+          "done at a stop id: %u tokens, reason %d", d->n, d->reason);
+    check_stream(&w, 1, 5, p, 6, 12, NULL, 0, 0, __LINE__);
+    for (int i = 0; i < 4; i++)
+        CHECK(c[i].freed == 1, "constraint %d freed %d times", i, c[i].freed);
+    world_fini(&w);
+
+    /* without free_constraint, a constraint is refused */
+    struct l8_sched_opts o = { .n_pages = 8, .page_size = 4, .max_step_tokens = 8,
+                               .max_seqs = 2, .max_ctx = 32, .vocab = VOCAB,
+                               .on_event = on_event, .ctx = &w };
+    struct l8_sched *s2;
+    REQUIRE(l8_sched_new(&o, &s2) == 0);
+    struct l8_sched_req r = req(1, 1, p, 6, 4);
+    r.constraint = &c[0];
+    CHECK_EQ(l8_sched_submit(s2, &r, NULL), -EINVAL);
+    l8_sched_free(s2);
 }
 
 /* A tiny pool: 6 pages of 4. A and B (4-token prompts, 16 new tokens each,
@@ -1390,6 +1482,7 @@ static void test_random(void)
 
 int main(void)
 {
+    test_constraints();
     test_validation();
     test_prefix_sharing();
     test_prefix_scopes();

@@ -70,7 +70,7 @@ static void test_greedy(void)
     l[9] = 3.0f;
     struct l8_sampling g = params(0, 0, 1, 0, 1, 1);
     float lp;
-    uint32_t id = l8_sample(s, l, &g, NULL, 0, 0, &lp);
+    uint32_t id = l8_sample(s, l, &g, NULL, 0, NULL, 0, &lp);
     CHECK(id == 5, "greedy tie -> lowest id: %u", id);
     double z = 0;
     for (int i = 0; i < 16; i++)
@@ -79,7 +79,7 @@ static void test_greedy(void)
     /* top_k = 1 is greedy at any temperature and seed, ties included. */
     for (uint64_t i = 0; i < 50; i++) {
         struct l8_sampling k1 = params(1.5f, 1, 1, 0, 1, i * 77);
-        CHECK(l8_sample(s, l, &k1, NULL, 0, i, NULL) == 5, "top_k=1 != greedy");
+        CHECK(l8_sample(s, l, &k1, NULL, 0, NULL, i, NULL) == 5, "top_k=1 != greedy");
     }
     l8_sampler_free(s);
 
@@ -95,8 +95,8 @@ static void test_greedy(void)
                 best = i;
         }
         struct l8_sampling k1 = params(0.7f, 1, 0.9f, 0.05f, 1, t);
-        CHECK(l8_sample(s, r, &k1, NULL, 0, t, NULL) == best, "top_k=1 != argmax");
-        CHECK(l8_sample(s, r, &g, NULL, 0, t, NULL) == best, "greedy != argmax");
+        CHECK(l8_sample(s, r, &k1, NULL, 0, NULL, t, NULL) == best, "top_k=1 != argmax");
+        CHECK(l8_sample(s, r, &g, NULL, 0, NULL, t, NULL) == best, "greedy != argmax");
     }
     free(r);
     l8_sampler_free(s);
@@ -111,23 +111,23 @@ static void test_repetition(void)
      * it twice would give 1 < 1.5. */
     const float a[3] = { 4.0f, 0.0f, 1.5f };
     const uint32_t h[4] = { 0, 0, 0, 1 };
-    uint32_t id = l8_sample(s, a, &g, h, 4, 0, &lp);
+    uint32_t id = l8_sample(s, a, &g, h, 4, NULL, 0, &lp);
     CHECK(id == 0, "penalty applied once per distinct id: %u", id);
     double z = exp(2.0) + exp(0.0) + exp(1.5);
     CHECK(fabs(lp - (float)(2.0 - log(z))) < 1e-6, "logprob after penalty %g", lp);
     /* Negative logit multiplied: -1 * 2 = -2 < -1.5. */
     const float b[3] = { -1.0f, -1.5f, -3.0f };
     const uint32_t h2[1] = { 0 };
-    id = l8_sample(s, b, &g, h2, 1, 0, NULL);
+    id = l8_sample(s, b, &g, h2, 1, NULL, 0, NULL);
     CHECK(id == 1, "negative logit multiplied: %u", id);
     /* Penalty 1 is off; history out of range ignored. */
     struct l8_sampling off = params(0, 0, 1, 0, 1.0f, 0);
-    CHECK(l8_sample(s, a, &off, h, 4, 0, NULL) == 0, "penalty 1 off");
+    CHECK(l8_sample(s, a, &off, h, 4, NULL, 0, NULL) == 0, "penalty 1 off");
     /* The caller's logits are not modified, and the marks are cleared:
      * a second call without history sees the original logits. */
     CHECK(a[0] == 4.0f, "logits not modified");
     const float c[3] = { 1.9f, 0.0f, 1.0f };
-    CHECK(l8_sample(s, c, &g, NULL, 0, 0, NULL) == 0, "marks cleared");
+    CHECK(l8_sample(s, c, &g, NULL, 0, NULL, 0, NULL) == 0, "marks cleared");
     l8_sampler_free(s);
 }
 
@@ -137,7 +137,7 @@ static void histogram(struct l8_sampler *s, const float *l, const struct l8_samp
 {
     memset(count, 0, sizeof(uint32_t) * V);
     for (uint32_t i = 0; i < n; i++)
-        count[l8_sample(s, l, p, NULL, 0, i, NULL)]++;
+        count[l8_sample(s, l, p, NULL, 0, NULL, i, NULL)]++;
 }
 
 static void test_cuts(void)
@@ -215,10 +215,10 @@ static void test_chi_square(void)
     uint32_t a = 0, b = 0, d = 0;
     struct l8_sampling p2 = params(1, 0, 1, 0, 1, 54321);
     for (uint32_t i = 0; i < 200; i++) {
-        a = l8_sample(s, l, &p, NULL, 0, i, NULL);
-        b = l8_sample(s, l, &p, NULL, 0, i, NULL);
+        a = l8_sample(s, l, &p, NULL, 0, NULL, i, NULL);
+        b = l8_sample(s, l, &p, NULL, 0, NULL, i, NULL);
         CHECK(a == b, "same seed same token");
-        d += a != l8_sample(s, l, &p2, NULL, 0, i, NULL);
+        d += a != l8_sample(s, l, &p2, NULL, 0, NULL, i, NULL);
     }
     CHECK(d > 50, "different seeds differ (%u/200)", d);
     l8_sampler_free(s);
@@ -292,7 +292,7 @@ static void test_large_vocab(void)
     uint32_t mism = 0, total = 0;
     for (size_t k = 0; k < sizeof(cfg) / sizeof(cfg[0]); k++)
         for (uint64_t i = 0; i < 12; i++) {
-            uint32_t a = l8_sample(s, l, &cfg[k], NULL, 0, i, NULL);
+            uint32_t a = l8_sample(s, l, &cfg[k], NULL, 0, NULL, i, NULL);
             uint32_t b = ref_sample(l, V, &cfg[k], i);
             total++;
             if (a != b) {
@@ -306,8 +306,47 @@ static void test_large_vocab(void)
     l8_sampler_free(s);
 }
 
+/* A token mask (constrained decoding): only its ids are chosen, greedy takes
+ * the best of them, the logprob is normalized over them, and a sampled
+ * choice follows the masked distribution. */
+static void test_mask(void)
+{
+    struct l8_sampler *s = l8_sampler_new(70);
+    float l[70];
+    for (int i = 0; i < 70; i++)
+        l[i] = (float)((i * 37) % 11) * 0.3f;
+    l[3] = 9.0f;    /* the best overall, outside the mask */
+    uint32_t mask[3] = { 0 };
+    for (uint32_t i = 0; i < 70; i++)
+        if (i % 4 == 1 || i == 66)
+            mask[i >> 5] |= 1u << (i & 31);
+    l[66] = 5.0f;   /* the best inside it, past the first word */
+    struct l8_sampling g = params(0, 0, 1, 0, 1, 1);
+    float lp;
+    uint32_t id = l8_sample(s, l, &g, NULL, 0, mask, 0, &lp);
+    double z = 0;
+    for (uint32_t i = 0; i < 70; i++)
+        if (mask[i >> 5] >> (i & 31) & 1)
+            z += exp((double)l[i] - 5.0);
+    CHECK(id == 66, "greedy under a mask: %u", id);
+    CHECK(fabs(lp - (float)(-log(z))) < 1e-6, "masked logprob %g vs %g", lp, -log(z));
+    struct l8_sampling t = params(1.0f, 0, 1, 0, 1, 7);
+    int outside = 0, hits66 = 0;
+    for (uint64_t i = 0; i < 4000; i++) {
+        id = l8_sample(s, l, &t, NULL, 0, mask, i, NULL);
+        outside += !(mask[id >> 5] >> (id & 31) & 1);
+        hits66 += id == 66;
+    }
+    double p66 = exp(5.0 - 5.0) / z;
+    CHECK(outside == 0, "%d of 4000 samples outside the mask", outside);
+    CHECK(fabs(hits66 / 4000.0 - p66) < 0.03, "id 66 drawn %.3f of the time, p = %.3f",
+          hits66 / 4000.0, p66);
+    l8_sampler_free(s);
+}
+
 int main(void)
 {
+    test_mask();
     test_philox();
     test_greedy();
     test_repetition();

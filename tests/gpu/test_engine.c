@@ -1042,14 +1042,20 @@ static void run_graph_paths(const struct l8_model *m, const struct l8_tensor_set
     free(x);
 }
 
-/* Sampled generation twice with one seed: identical tokens. */
+/* Sampled generation twice with one seed: identical tokens; a third time
+ * with a token mask (constrained decoding: the even ids only) on every
+ * step: every token in it. */
 static void run_determinism(const struct l8_model *m, const struct l8_tensor_set *ref)
 {
     const uint32_t n_pages = 32, N = 40;
     uint32_t tok[64 + 40], S;
     load_tokens(ref, 1, tok, &S);
-    uint32_t out[2][40];
-    for (int run = 0; run < 2; run++) {
+    uint32_t out[3][40];
+    const uint32_t V = m->cfg.vocab;
+    uint32_t *even = malloc((V + 31) / 32 * 4);
+    for (uint32_t w = 0; w < (V + 31) / 32; w++)
+        even[w] = 0x55555555u;
+    for (int run = 0; run < 3; run++) {
         struct l8_engine *e = make(m, L8_NUMERICS_FP8, n_pages, 1);
         uint32_t pages[32];
         for (uint32_t i = 0; i < n_pages; i++)
@@ -1059,7 +1065,8 @@ static void run_determinism(const struct l8_model *m, const struct l8_tensor_set
         uint32_t len = S;
         struct l8_seq s = { .tokens = tok, .n_tokens = S, .pos = 0, .pages = pages,
                             .n_pages = n_pages, .sample = true, .sampling = &sp,
-                            .history = tok, .n_history = S, .sample_index = 0 };
+                            .history = tok, .n_history = S, .sample_index = 0,
+                            .allowed = run == 2 ? even : NULL };
         for (uint32_t k = 0; k < N; k++) {
             int r = l8_engine_step(e, &s, 1);
             CHECK(r == 0, "sampled step failed %d", r);
@@ -1075,6 +1082,11 @@ static void run_determinism(const struct l8_model *m, const struct l8_tensor_set
         l8_engine_destroy(e);
     }
     CHECK(memcmp(out[0], out[1], sizeof out[0]) == 0, "same seed gave different tokens");
+    uint32_t odd = 0;
+    for (uint32_t k = 0; k < N; k++)
+        odd += out[2][k] & 1;
+    CHECK(odd == 0, "masked sampling: %u of %u tokens outside the mask", odd, N);
+    free(even);
     printf("fp8 sampled generation: same seed, same %u tokens: %s\n", N,
            memcmp(out[0], out[1], sizeof out[0]) == 0 ? "yes" : "no");
 }

@@ -982,6 +982,20 @@ static void test_sample(uint32_t V)
     }
     hist[1] = hist[0];                     /* repeated id: penalized once */
     histu[1] = histu[0];
+    /* Token masks (constrained decoding) on every third request: about a
+     * third of the ids allowed, the unmasked argmax among those left out. */
+    const uint32_t W = (V + 31) / 32;
+    uint32_t *mk = calloc((size_t)S * W, 4);
+    for (uint32_t s = 1; s < S; s += 3) {
+        uint32_t *m = mk + (size_t)(s / 3) * W;
+        for (uint32_t v = 0; v < V; v++)
+            if (rnd_u32() % 3 == 0)
+                m[v >> 5] |= 1u << (v & 31);
+        uint32_t best = 0;
+        for (uint32_t v = 1; v < V; v++)
+            best = lg[(size_t)s * V + v] > lg[(size_t)s * V + best] ? v : best;
+        m[best >> 5] &= ~(1u << (best & 31));
+    }
     for (uint32_t s = 0; s < S; s++) {
         struct l8_sampling p = { .temperature = s < 4 ? 0.0f : 0.5f + 0.1f * (s % 7),
                                  .top_k = s % 3 == 0 ? 0 : 1 + s * 7,
@@ -995,13 +1009,15 @@ static void test_sample(uint32_t V)
             .temperature = p.temperature, .top_k = p.top_k, .top_p = p.top_p, .min_p = p.min_p,
             .rep_penalty = p.repetition_penalty,
             .u = p.temperature > 0 ? l8_philox_uniform(p.seed, s) : 0.0f,
-            .logits_row = (int32_t)s, .hist_off = 0, .n_hist = 64 };
+            .logits_row = (int32_t)s, .hist_off = 0, .n_hist = 64,
+            .mask_row = s % 3 == 1 ? (int32_t)(s / 3) : -1 };
     }
+    uint32_t *dmk = dup_to_dev(mk, (size_t)S * W * 4);
     float *dl = dup_to_dev(lg, (size_t)S * V * 4), *dscr = dalloc((size_t)S * V * 4);
     float *dlp = dalloc(S * 4);
     int32_t *dh = dup_to_dev(hist, sizeof hist), *dt = dalloc(S * 4);
     struct l8k_sample_req *dr = dup_to_dev(req, sizeof req);
-    KOK(l8k_sample(dl, V, dr, S, dh, dscr, dt, dlp, 0));
+    KOK(l8k_sample(dl, V, dr, S, dh, dmk, dscr, dt, dlp, 0));
     int32_t tok[24], tok2[24];
     float lp[24];
     to_host(tok, dt, S * 4);
@@ -1010,7 +1026,11 @@ static void test_sample(uint32_t V)
     uint32_t diff = 0;
     for (uint32_t s = 0; s < S; s++) {
         float clp;
-        uint32_t ct = l8_sample(cs, lg + (size_t)s * V, &sp[s], histu, 64, s, &clp);
+        const uint32_t *ms = s % 3 == 1 ? mk + (size_t)(s / 3) * W : NULL;
+        uint32_t ct = l8_sample(cs, lg + (size_t)s * V, &sp[s], histu, 64, ms, s, &clp);
+        if (ms)
+            CHECK(ms[tok[s] >> 5] >> (tok[s] & 31) & 1, "sample %u: gpu token %d outside "
+                  "the mask", s, tok[s]);
         if ((uint32_t)tok[s] != ct) {
             diff++;
             printf("  sample %u: gpu %d cpu %u\n", s, tok[s], ct);
@@ -1021,12 +1041,13 @@ static void test_sample(uint32_t V)
     CHECK(tok[0] == 100, "greedy tie: got %d, want 100", tok[0]);
     CHECK(diff == 0, "sampling, V=%u: %u of %u tokens differ from the CPU sampler", V, diff, S);
     /* Same inputs, same tokens. */
-    KOK(l8k_sample(dl, V, dr, S, dh, dscr, dt, dlp, 0));
+    KOK(l8k_sample(dl, V, dr, S, dh, dmk, dscr, dt, dlp, 0));
     to_host(tok2, dt, S * 4);
     CHECK(memcmp(tok, tok2, sizeof tok) == 0, "sampling is not deterministic");
     l8_sampler_free(cs);
     free(lg);
-    cudaFree(dl); cudaFree(dscr); cudaFree(dh); cudaFree(dr);
+    free(mk);
+    cudaFree(dl); cudaFree(dscr); cudaFree(dh); cudaFree(dr); cudaFree(dmk);
 
     /* Greedy with the maximum planted at each position mod 4 (the lanes
      * of a 16-byte load), at the first and at the last id. */
@@ -1044,7 +1065,7 @@ static void test_sample(uint32_t V)
     }
     float *dgl = dup_to_dev(gl, (size_t)G * V * 4), *dgs = dalloc((size_t)G * V * 4);
     struct l8k_sample_req *dgr = dup_to_dev(greq, sizeof greq);
-    KOK(l8k_sample(dgl, V, dgr, G, NULL, dgs, dt, dlp, 0));
+    KOK(l8k_sample(dgl, V, dgr, G, NULL, NULL, dgs, dt, dlp, 0));
     to_host(tok, dt, G * 4);
     uint32_t gbad = 0;
     for (uint32_t r = 0; r < G; r++)

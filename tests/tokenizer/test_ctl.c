@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -216,6 +217,58 @@ int main(int argc, char **argv)
     CHECK(r.status == 2, "not a number: %d", r.status);
     RUN(&r, "", "detokenize", "--help");
     CHECK(r.status == 0 && strstr(r.out, "Usage: llama8ctl detokenize"), "detokenize --help");
+
+    /* generate's constraints, refused before any daemon is asked (the socket
+     * leads nowhere: a command line that passes exits 3). */
+    const char *nosock = "/nonexistent/llama8d.sock";
+    RUN(&r, "", "generate", "--socket", nosock, "--grammar", "a.gbnf", "--regex", "x", "hi");
+    CHECK(r.status == 2 && strstr(r.err, "--grammar and --regex: give one constraint at most"),
+          "--grammar --regex: %d %s", r.status, r.err);
+    RUN(&r, "", "generate", "--socket", nosock, "--json-object", "--json-schema", "s.json", "hi");
+    CHECK(r.status == 2 && strstr(r.err, "--json-object and --json-schema: give one constraint"),
+          "--json-object --json-schema: %d %s", r.status, r.err);
+    RUN(&r, "", "generate", "--socket", nosock, "--regex", "a", "--regex", "b", "hi");
+    CHECK(r.status == 2 && strstr(r.err, "--regex given twice"), "--regex twice: %d %s", r.status,
+          r.err);
+    RUN(&r, "", "generate", "--socket", nosock, "--grammar", "/nonexistent/g.gbnf", "hi");
+    CHECK(r.status == 1 && strstr(r.err, "llama8ctl: --grammar /nonexistent/g.gbnf: No such file"),
+          "unreadable --grammar: %d %s", r.status, r.err);
+    RUN(&r, "", "generate", "--socket", nosock, "--json-schema", "/sys", "hi");
+    CHECK(r.status == 1 && strstr(r.err, "--json-schema /sys: is a directory, not a regular file"),
+          "a directory as --json-schema: %d %s", r.status, r.err);
+    char cfile[64];
+    snprintf(cfile, sizeof cfile, "/tmp/l8ctl-test-%d.gbnf", (int)getpid());
+    if (mkfifo(cfile, 0600) == 0) {
+        /* No writer: an open() or read() that waited would hang here. */
+        RUN(&r, "", "generate", "--socket", nosock, "--grammar", cfile, "hi");
+        CHECK(r.status == 1 && strstr(r.err, "is a FIFO, not a regular file"),
+              "a FIFO as --grammar: %d %s", r.status, r.err);
+        unlink(cfile);
+    }
+    FILE *f = fopen(cfile, "w");
+    CHECK(f != NULL, "%s: %s", cfile, strerror(errno));
+    if (f) {
+        /* 1 MiB is the protocol's bound (L8_MAX_CONSTRAINT): one byte more is refused. */
+        for (int i = 0; i < (1 << 20); i++)
+            fputc(i % 64 ? 'x' : '\n', f);
+        fclose(f);
+        RUN(&r, "", "generate", "--socket", nosock, "--grammar", cfile, "hi");
+        CHECK(r.status == 3, "a 1 MiB --grammar goes to the daemon: %d %s", r.status, r.err);
+        f = fopen(cfile, "a");
+        fputc('x', f);
+        fclose(f);
+        RUN(&r, "", "generate", "--socket", nosock, "--grammar", cfile, "hi");
+        CHECK(r.status == 1 && strstr(r.err, "is larger than 1048576 bytes (1048577)"),
+              "a --grammar over 1 MiB: %d %s", r.status, r.err);
+        unlink(cfile);
+    }
+    RUN(&r, "", "generate", "--socket", nosock, "--regex", "(yes|no)", "hi");
+    CHECK(r.status == 3 && strstr(r.err, "no llama8d listening"), "--regex, no daemon: %d %s",
+          r.status, r.err);
+    RUN(&r, "", "generate", "--help");
+    CHECK(r.status == 0 && strstr(r.out, "--grammar FILE") && strstr(r.out, "--json-schema FILE") &&
+          strstr(r.out, "--regex RE") && strstr(r.out, "--json-object"), "generate --help: %s",
+          r.out);
 
     RUN(&r, "", "--help");
     CHECK(r.status == 0 && strstr(r.out, "tokenize") && strstr(r.out, "detokenize"), "--help");

@@ -1,0 +1,679 @@
+/* test_ctl_constraints: constrained decoding from the client side, against
+ * the real llama8d on a synthetic checkpoint with the real Llama 3.1
+ * vocabulary (the masks are over its tokens' bytes):
+ *   - libllama8client: a GBNF constraint's reply is in the grammar; a text
+ *     the daemon cannot compile ends its request with BAD_GRAMMAR and
+ *     l8c_request_error gives the daemon's reason (line and column) while
+ *     the connection stays (a status round trip, a next request); the
+ *     arguments l8c_submit refuses; 1 MiB texts one after another through
+ *     the arena (it starts over when empty);
+ *   - llama8ctl generate --grammar / --json-schema / --regex /
+ *     --json-object: the printed reply, --json's done reason, a bad
+ *     grammar's message naming the option, the file and where;
+ *   - llama8ctl pipe with "regex", "json_schema", "grammar" keys: replies,
+ *     a bad regex's reason in its error event, two constraints refused.
+ *
+ * argv: llama8d llama8ctl llama8-mkmodel tokenizer.json */
+#include "ipc_helper.h"
+
+#include <regex.h>
+#include <json-c/json.h>
+
+#include "llama8_tokenizer.h"
+
+#define CMD_TIMEOUT_MS 120000
+
+static const char *bin_d, *bin_ctl, *bin_mk;
+static char model[128];
+static struct tdaemon dmn;
+static l8tok *tok;
+static char tmpdir[] = "/tmp/l8cons-XXXXXX";
+
+static const char *const yes_no = "root ::= \"yes\" | \"no\"\n";
+/* Parses up to line 2's class, whose range is out of order at column 15. */
+static const char *const bad_gbnf = "root ::= \"yes\" | \"no\"\nanswer ::= [z-a]\n";
+static const char *const bad_where = "line 2, column 15: class range out of order";
+
+static void cleanup(void)
+{
+    if (dmn.pid > 0) {
+        kill(dmn.pid, SIGKILL);
+        waitpid(dmn.pid, NULL, 0);
+        dmn.pid = -1;
+        unlink(dmn.sock);
+        unlink(dmn.notify_path);
+        rmdir(dmn.dir);
+    }
+    if (tmpdir[sizeof(tmpdir) - 2] != 'X')
+        t_rm_tree(tmpdir);
+}
+
+static void on_signal(int sig)
+{
+    cleanup();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+/* ---------------------------------------------------------------- processes */
+
+struct buf { char *p; size_t n, cap; };
+
+static void buf_add(struct buf *b, const void *s, size_t n)
+{
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = (b->n + n + 1) * 2;
+        b->p = realloc(b->p, cap);
+        REQUIRE(b->p, "out of memory");
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+}
+
+static void buf_free(struct buf *b) { free(b->p); *b = (struct buf){0}; }
+
+/* One line (len bytes at l) as JSON. */
+static json_object *parse_line(const char *l, size_t len)
+{
+    char *t = strndup(l, len);
+    REQUIRE(t, "out of memory");
+    json_object *j = json_tokener_parse(t);
+    free(t);
+    return j;
+}
+
+static const char *argv_str(const char *const *argv)
+{
+    static char s[4096];
+    size_t n = 0;
+    s[0] = 0;
+    for (int i = 0; argv[i] && n < sizeof(s) - 2; i++)
+        n += (size_t)snprintf(s + n, sizeof(s) - n, "%s%s", i ? " " : "", argv[i]);
+    return s;
+}
+
+/* Run argv with stdin from in (may be NULL), collect stdout and stderr
+ * (both NUL-terminated, never NULL); returns the exit status, 128 + signal,
+ * or -1 when it ran past CMD_TIMEOUT_MS. */
+static int run_cmd(const char *const *argv, const char *in, struct buf *out, struct buf *err)
+{
+    int pi[2], po[2], pe[2];
+    REQUIRE(pipe2(pi, O_CLOEXEC) == 0 && pipe2(po, O_CLOEXEC) == 0 &&
+            pipe2(pe, O_CLOEXEC) == 0, "pipe");
+    pid_t pid = fork();
+    REQUIRE(pid >= 0, "fork");
+    if (pid == 0) {
+        dup2(pi[0], 0);
+        dup2(po[1], 1);
+        dup2(pe[1], 2);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    close(pi[0]);
+    close(po[1]);
+    close(pe[1]);
+    *out = (struct buf){0};
+    *err = (struct buf){0};
+    buf_add(out, "", 0);
+    buf_add(err, "", 0);
+    size_t in_len = in ? strlen(in) : 0, off = 0;
+    if (!in_len) {
+        close(pi[1]);
+        pi[1] = -1;
+    } else {
+        fcntl(pi[1], F_SETFL, O_NONBLOCK);
+    }
+    int fds[2] = { po[0], pe[0] }, open_fds = 2;
+    uint64_t end = t_now_ms() + CMD_TIMEOUT_MS;
+    bool timed_out = false;
+    while (open_fds > 0) {
+        struct pollfd p[3] = { { fds[0], POLLIN, 0 }, { fds[1], POLLIN, 0 },
+                               { pi[1], POLLOUT, 0 } };
+        uint64_t now = t_now_ms();
+        if (now >= end) {
+            timed_out = true;
+            kill(pid, SIGKILL);
+            break;
+        }
+        if (poll(p, 3, (int)(end - now)) < 0 && errno != EINTR)
+            break;
+        char tmp[65536];
+        for (int k = 0; k < 2; k++) {
+            if (fds[k] < 0 || !(p[k].revents & (POLLIN | POLLHUP | POLLERR)))
+                continue;
+            ssize_t r = read(fds[k], tmp, sizeof(tmp));
+            if (r > 0) {
+                buf_add(k ? err : out, tmp, (size_t)r);
+            } else if (r == 0 || errno != EINTR) {
+                close(fds[k]);
+                fds[k] = -1;
+                open_fds--;
+            }
+        }
+        if (pi[1] >= 0 && (p[2].revents & (POLLOUT | POLLERR | POLLHUP))) {
+            ssize_t w = write(pi[1], in + off, in_len - off);
+            if (w > 0)
+                off += (size_t)w;
+            if ((w < 0 && errno != EAGAIN && errno != EINTR) || off == in_len) {
+                close(pi[1]);
+                pi[1] = -1;
+            }
+        }
+    }
+    for (int k = 0; k < 2; k++)
+        if (fds[k] >= 0)
+            close(fds[k]);
+    if (pi[1] >= 0)
+        close(pi[1]);
+    int st;
+    waitpid(pid, &st, 0);
+    if (timed_out)
+        return -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static void write_file(const char *name, const char *text, char *path, size_t cap)
+{
+    snprintf(path, cap, "%s/%s", tmpdir, name);
+    t_write_text(path, text);
+}
+
+/* ---------------------------------------------------------------- the library */
+
+struct reply {
+    uint32_t ids[512];
+    uint32_t n;
+    int reason;     /* DONE's, or -1 */
+    int error;      /* ERROR's code, or 0 */
+    char text[4096];
+};
+
+static bool is_eos(const struct l8c_info *in, uint32_t t)
+{
+    for (uint32_t i = 0; i < in->n_eos; i++)
+        if (in->eos_ids[i] == t)
+            return true;
+    return false;
+}
+
+/* The events of request id until its DONE or ERROR; the reply's text is
+ * its tokens but a final eos, decoded. */
+static bool collect(struct l8c_client *c, uint64_t id, struct reply *r)
+{
+    memset(r, 0, sizeof *r);
+    r->reason = -1;
+    uint64_t end = t_now_ms() + CMD_TIMEOUT_MS;
+    struct l8_event ev[64];
+    for (;;) {
+        uint64_t now = t_now_ms();
+        if (now >= end)
+            return false;
+        int k = l8c_wait_events(c, ev, 64, (int)(end - now));
+        if (k < 0)
+            return false;
+        for (int i = 0; i < k; i++) {
+            if (ev[i].request_id != id)
+                continue;
+            if (ev[i].kind == L8_EV_TOKEN && r->n < 512)
+                r->ids[r->n++] = ev[i].token;
+            if (ev[i].kind == L8_EV_ERROR)
+                r->error = ev[i].code;
+            if (ev[i].kind == L8_EV_DONE)
+                r->reason = ev[i].reason;
+            if (ev[i].kind != L8_EV_DONE && ev[i].kind != L8_EV_ERROR)
+                continue;
+            uint32_t n = r->n && is_eos(l8c_info(c), r->ids[r->n - 1]) ? r->n - 1 : r->n;
+            char *t = NULL;
+            size_t tl = 0;
+            if (n && l8tok_decode(tok, r->ids, n, &t, &tl) == 0)
+                snprintf(r->text, sizeof r->text, "%.*s", (int)tl, t);
+            free(t);
+            return true;
+        }
+    }
+}
+
+static const uint32_t prompt[] = { 128000, 3957, 279, 13180, 6437, 30 };   /* bos + some text */
+#define N_PROMPT (sizeof prompt / sizeof prompt[0])
+
+static void test_library(void)
+{
+    struct l8c_client *c;
+    char err[L8C_ERRLEN];
+    REQUIRE(l8c_connect(dmn.sock, "test_ctl_constraints", &c, err) == 0, "connect: %s", err);
+    struct l8c_params p;
+    l8c_params_init(&p);
+    CHECK(p.constraint == L8C_CONSTRAINT_NONE && !p.constraint_text && !p.constraint_len,
+          "l8c_params_init: a constraint");
+    p.max_new_tokens = 16;
+    uint64_t id;
+    struct reply r;
+
+    /* What l8c_submit refuses before anything is sent. */
+    p.constraint_text = "x";
+    p.constraint_len = 1;
+    CHECK_EQ(l8c_submit(c, prompt, N_PROMPT, &p, &id), -EINVAL);       /* text with NONE */
+    p.constraint = L8C_CONSTRAINT_JSON;
+    CHECK_EQ(l8c_submit(c, prompt, N_PROMPT, &p, &id), -EINVAL);       /* text with JSON */
+    p.constraint = 9;
+    p.constraint_text = NULL;
+    p.constraint_len = 0;
+    CHECK_EQ(l8c_submit(c, prompt, N_PROMPT, &p, &id), -EINVAL);       /* no such kind */
+    char why[L8C_ERRLEN];
+    CHECK_EQ(l8c_check_request(c, prompt, N_PROMPT, &p, why), L8_ERR_BAD_GRAMMAR);
+    p.constraint = L8C_CONSTRAINT_GBNF;
+    p.constraint_len = 4;
+    CHECK_EQ(l8c_submit(c, prompt, N_PROMPT, &p, &id), -EINVAL);       /* NULL text, a length */
+    char *big = malloc(L8_MAX_CONSTRAINT + 2);
+    REQUIRE(big, "out of memory");
+    p.constraint_text = big;
+    p.constraint_len = L8_MAX_CONSTRAINT + 1;
+    CHECK_EQ(l8c_submit(c, prompt, N_PROMPT, &p, &id), -EINVAL);
+    CHECK(l8c_check_request(c, prompt, N_PROMPT, &p, why) == L8_ERR_BAD_GRAMMAR &&
+          strstr(why, "1048577 bytes") && strstr(why, "at most 1048576"),
+          "check_request of a text over 1 MiB: %s", why);
+
+    /* A grammar's reply is in it. */
+    p.constraint_text = yes_no;
+    p.constraint_len = strlen(yes_no);
+    CHECK_EQ(l8c_check_request(c, prompt, N_PROMPT, &p, why), 0);
+    REQUIRE(l8c_submit(c, prompt, N_PROMPT, &p, &id) == 0, "submit");
+    REQUIRE(collect(c, id, &r), "the yes/no request's events");
+    CHECK(!r.error && (r.reason == L8_DONE_EOS || r.reason == L8_DONE_GRAMMAR) &&
+          (!strcmp(r.text, "yes") || !strcmp(r.text, "no")),
+          "GBNF yes|no: error %d reason %d text '%s'", r.error, r.reason, r.text);
+    CHECK(l8c_request_error(c, id) == NULL, "a message for a request that worked");
+
+    /* A grammar it cannot compile: the event's code, the reason beside it,
+     * and the connection goes on. */
+    p.constraint_text = bad_gbnf;
+    p.constraint_len = strlen(bad_gbnf);
+    REQUIRE(l8c_submit(c, prompt, N_PROMPT, &p, &id) == 0, "submit");
+    REQUIRE(collect(c, id, &r), "the bad grammar's events");
+    const char *m = l8c_request_error(c, id);
+    CHECK(r.error == L8_ERR_BAD_GRAMMAR && r.n == 0, "bad grammar: error %d, %u tokens", r.error,
+          r.n);
+    CHECK(m && strstr(m, bad_where), "bad grammar's message: %s", m ? m : "(none)");
+    CHECK(l8c_request_error(c, id) == m, "asked again: the same message");
+    struct l8c_status st;
+    CHECK_EQ(l8c_status(c, &st, 10000), 0);
+    CHECK(st.errors[L8_ERR_BAD_GRAMMAR] >= 1, "status counts BAD_GRAMMAR: %llu",
+          (unsigned long long)st.errors[L8_ERR_BAD_GRAMMAR]);
+
+    /* A status round trip while the reason waits on the socket (the daemon
+     * read the request first, most likely): the answer still comes, and the
+     * reason is kept. */
+    p.constraint = L8C_CONSTRAINT_REGEX;
+    p.constraint_text = "(yes";
+    p.constraint_len = 4;
+    uint64_t id_re;
+    REQUIRE(l8c_submit(c, prompt, N_PROMPT, &p, &id_re) == 0, "submit");
+    usleep(200000);
+    CHECK_EQ(l8c_status(c, &st, 10000), 0);
+    REQUIRE(collect(c, id_re, &r), "the bad regex's events");
+    m = l8c_request_error(c, id_re);
+    CHECK(r.error == L8_ERR_BAD_GRAMMAR && m && strstr(m, "column"), "bad regex: %d %s", r.error,
+          m ? m : "(none)");
+    CHECK(l8c_request_error(c, id) && strstr(l8c_request_error(c, id), bad_where),
+          "the first reason is still kept");
+
+    /* 1 MiB of grammar (its comments) five times in a row: each chunk is
+     * about a third of the arena (llama8d sizes it for two of the largest
+     * prompt with the largest constraint), so the chunks wrap around its end. */
+    p.constraint = L8C_CONSTRAINT_GBNF;
+    size_t n = (size_t)snprintf(big, 64, "%s", yes_no);
+    for (size_t k = 0; n < L8_MAX_CONSTRAINT; n++, k++)     /* lines of "# xxx...\n" */
+        big[n] = k % 80 == 0 ? '#' : k % 80 == 79 ? '\n' : 'x';
+    big[L8_MAX_CONSTRAINT - 1] = '\n';
+    p.constraint_text = big;
+    p.constraint_len = L8_MAX_CONSTRAINT;
+    for (int i = 0; i < 5; i++) {
+        int rc = l8c_submit(c, prompt, N_PROMPT, &p, &id);
+        CHECK(rc == 0, "1 MiB grammar #%d: submit %d (arena %u bytes)", i, rc,
+              l8c_info(c)->arena_size);
+        if (rc)
+            break;
+        REQUIRE(collect(c, id, &r), "the 1 MiB grammar's events");
+        CHECK(!r.error && (!strcmp(r.text, "yes") || !strcmp(r.text, "no")),
+              "1 MiB grammar #%d: error %d (%s) text '%s'", i, r.error,
+              r.error ? l8c_request_error(c, id) : "", r.text);
+    }
+    free(big);
+
+    /* And plain requests still work on this connection. */
+    l8c_params_init(&p);
+    p.max_new_tokens = 4;
+    REQUIRE(l8c_submit(c, prompt, N_PROMPT, &p, &id) == 0, "submit");
+    REQUIRE(collect(c, id, &r), "a plain request's events");
+    CHECK(!r.error && r.n >= 1, "plain request after the refusals: error %d, %u tokens", r.error,
+          r.n);
+    l8c_close(c);
+}
+
+/* ---------------------------------------------------------------- llama8ctl generate */
+
+/* The done event of generate --json's output, and the concatenated text. */
+static json_object *json_lines(const char *out, struct buf *text, json_object **done)
+{
+    json_object *all = json_object_new_array();
+    *done = NULL;
+    for (const char *l = out; *l;) {
+        const char *nl = strchr(l, '\n');
+        size_t len = nl ? (size_t)(nl - l) : strlen(l);
+        json_object *j = parse_line(l, len);
+        REQUIRE(j, "not JSON: %.*s", (int)len, l);
+        json_object_array_add(all, j);
+        json_object *ev, *t;
+        if (json_object_object_get_ex(j, "text", &t))
+            buf_add(text, json_object_get_string(t), (size_t)json_object_get_string_len(t));
+        if (json_object_object_get_ex(j, "event", &ev) &&
+            (!strcmp(json_object_get_string(ev), "done") ||
+             !strcmp(json_object_get_string(ev), "error")))
+            *done = j;
+        l += len + (nl ? 1 : 0);
+    }
+    return all;
+}
+
+static const char *str_of(json_object *o, const char *key)
+{
+    json_object *v;
+    return o && json_object_object_get_ex(o, key, &v) ? json_object_get_string(v) : "";
+}
+
+static void test_generate(void)
+{
+    char g[256], bad[256], schema[256];
+    write_file("yesno.gbnf", yes_no, g, sizeof g);
+    write_file("bad.gbnf", bad_gbnf, bad, sizeof bad);
+    write_file("person.json", "{\"type\":\"object\",\"properties\":{\"ok\":{\"type\":\"boolean\"}},"
+               "\"required\":[\"ok\"],\"additionalProperties\":false}", schema, sizeof schema);
+    struct buf o, e;
+    int rc;
+
+    /* Greedy and sampled with a few seeds: "yes" or "no" and nothing else. */
+    static const char *const seeds[] = { NULL, "1", "2", "3" };
+    for (size_t i = 0; i < sizeof seeds / sizeof seeds[0]; i++) {
+        const char *argv[16] = { bin_ctl, "generate", "--socket", dmn.sock, "--grammar", g,
+                                 "--max-new", "16" };
+        int n = 8;
+        if (seeds[i]) {
+            argv[n++] = "--temperature";
+            argv[n++] = "1.5";
+            argv[n++] = "--seed";
+            argv[n++] = seeds[i];
+        }
+        argv[n++] = "Is the sky blue?";
+        argv[n] = NULL;
+        rc = run_cmd(argv, NULL, &o, &e);
+        CHECK(rc == 0 && (!strcmp(o.p, "yes\n") || !strcmp(o.p, "no\n")),
+              "%s: exit %d, stdout '%s', stderr %s", argv_str(argv), rc, o.p, e.p);
+        buf_free(&o);
+        buf_free(&e);
+    }
+
+    /* --json: the text in the token events, done with eos (the grammar's
+     * end, where the eos ids are allowed) or grammar. */
+    {
+        const char *argv[] = { bin_ctl, "generate", "--socket", dmn.sock, "--grammar", g,
+                               "--json", "--max-new", "16", "Yes or no?", NULL };
+        rc = run_cmd(argv, NULL, &o, &e);
+        struct buf text = {0};
+        buf_add(&text, "", 0);
+        json_object *done, *all = json_lines(o.p, &text, &done);
+        CHECK(rc == 0 && !strcmp(str_of(done, "event"), "done") &&
+              (!strcmp(str_of(done, "reason"), "eos") ||
+               !strcmp(str_of(done, "reason"), "grammar")) &&
+              (!strcmp(text.p, "yes") || !strcmp(text.p, "no")),
+              "--grammar --json: exit %d text '%s' out %s", rc, text.p, o.p);
+        json_object_put(all);
+        buf_free(&text);
+        buf_free(&o);
+        buf_free(&e);
+    }
+
+    /* --ignore-eos: the grammar's end ends the reply, reason "grammar"
+     * (DONE_GRAMMAR). (llama8d lets one end id through as a token there
+     * first: the text is only required to start with the answer.) */
+    {
+        const char *argv[] = { bin_ctl, "generate", "--socket", dmn.sock, "--grammar", g,
+                               "--ignore-eos", "--json", "--max-new", "16", "Yes or no?", NULL };
+        rc = run_cmd(argv, NULL, &o, &e);
+        struct buf text = {0};
+        buf_add(&text, "", 0);
+        json_object *done, *all = json_lines(o.p, &text, &done);
+        CHECK(rc == 0 && !strcmp(str_of(done, "event"), "done") &&
+              !strcmp(str_of(done, "reason"), "grammar") &&
+              (!strncmp(text.p, "yes", 3) || !strncmp(text.p, "no", 2)),
+              "--grammar --ignore-eos --json: exit %d text '%s' out %s", rc, text.p, o.p);
+        json_object_put(all);
+        buf_free(&text);
+        buf_free(&o);
+        buf_free(&e);
+    }
+
+    /* A bad grammar: the option, the file and the daemon's reason; exit 1. */
+    {
+        const char *argv[] = { bin_ctl, "generate", "--socket", dmn.sock, "--grammar", bad,
+                               "hello", NULL };
+        char want[512];
+        snprintf(want, sizeof want, "llama8ctl: --grammar %s: ", bad);
+        rc = run_cmd(argv, NULL, &o, &e);
+        CHECK(rc == 1 && strstr(e.p, want) && strstr(e.p, bad_where) && !o.p[0],
+              "bad grammar: exit %d, stderr %s, stdout %s", rc, e.p, o.p);
+        buf_free(&o);
+        buf_free(&e);
+        const char *js[] = { bin_ctl, "generate", "--socket", dmn.sock, "--grammar", bad,
+                             "--json", "hello", NULL };
+        rc = run_cmd(js, NULL, &o, &e);
+        struct buf text = {0};
+        json_object *done, *all = json_lines(o.p, &text, &done);
+        CHECK(rc == 1 && !strcmp(str_of(done, "event"), "error") &&
+              !strcmp(str_of(done, "error"), "BAD_GRAMMAR") &&
+              strstr(str_of(done, "message"), bad_where),
+              "bad grammar --json: exit %d, stdout %s", rc, o.p);
+        json_object_put(all);
+        buf_free(&text);
+        buf_free(&o);
+        buf_free(&e);
+        const char *re[] = { bin_ctl, "generate", "--socket", dmn.sock, "--regex", "(a|b",
+                             "hello", NULL };
+        rc = run_cmd(re, NULL, &o, &e);
+        CHECK(rc == 1 && strstr(e.p, "llama8ctl: --regex: ") && strstr(e.p, "column"),
+              "bad regex: exit %d, stderr %s", rc, e.p);
+        buf_free(&o);
+        buf_free(&e);
+    }
+
+    /* --regex: the whole reply matches. */
+    {
+        const char *argv[] = { bin_ctl, "generate", "--socket", dmn.sock, "--regex",
+                               "[0-9]{2}-(yes|no)", "--max-new", "24", "Answer.", NULL };
+        rc = run_cmd(argv, NULL, &o, &e);
+        regex_t rx;
+        REQUIRE(regcomp(&rx, "^[0-9]{2}-(yes|no)\n$", REG_EXTENDED | REG_NOSUB) == 0, "regcomp");
+        CHECK(rc == 0 && regexec(&rx, o.p, 0, NULL, 0) == 0, "--regex: exit %d, stdout '%s' %s",
+              rc, o.p, e.p);
+        regfree(&rx);
+        buf_free(&o);
+        buf_free(&e);
+    }
+
+    /* --json-schema: an object with exactly "ok", a boolean. */
+    {
+        const char *argv[] = { bin_ctl, "generate", "--socket", dmn.sock, "--json-schema", schema,
+                               "--max-new", "48", "Is it ok?", NULL };
+        rc = run_cmd(argv, NULL, &o, &e);
+        json_object *j = rc == 0 ? json_tokener_parse(o.p) : NULL, *ok = NULL;
+        CHECK(j && json_object_is_type(j, json_type_object) &&
+              json_object_object_length(j) == 1 && json_object_object_get_ex(j, "ok", &ok) &&
+              json_object_is_type(ok, json_type_boolean),
+              "--json-schema: exit %d, stdout '%s' %s", rc, o.p, e.p);
+        json_object_put(j);
+        buf_free(&o);
+        buf_free(&e);
+    }
+
+    /* --json-object: what is printed parses as JSON, or, where max-new cut
+     * it, is the start of a JSON text. Tries seeds until two replies are
+     * whole (a random model's strings and numbers may run on: about one in
+     * four seeds ends within 64 tokens), each checked. */
+    int whole = 0, tried = 0;
+    for (int s = 0; s < 40 && whole < 2; s++, tried++) {
+        char seed[16];
+        snprintf(seed, sizeof seed, "%d", s);
+        const char *argv[] = { bin_ctl, "generate", "--socket", dmn.sock, "--json-object",
+                               "--max-new", "64", "--temperature", "1", "--seed", seed, "--json",
+                               "Some JSON, please.", NULL };
+        rc = run_cmd(argv, NULL, &o, &e);
+        struct buf text = {0};
+        buf_add(&text, "", 0);
+        json_object *done, *all = json_lines(o.p, &text, &done);
+        const char *reason = str_of(done, "reason");
+        struct json_tokener *tk = json_tokener_new();
+        json_object *j = json_tokener_parse_ex(tk, text.p, (int)text.n);
+        enum json_tokener_error je = json_tokener_get_error(tk);
+        size_t used = json_tokener_get_parse_end(tk);
+        if (!strcmp(reason, "length")) {
+            /* a prefix: json-c wants more, or a whole value already */
+            CHECK(rc == 0 && (je == json_tokener_continue || (j && je == json_tokener_success)),
+                  "--json-object cut at max-new: not the start of JSON: '%s'", text.p);
+        } else {
+            whole++;
+            bool rest_blank = true;
+            for (size_t k = used; k < text.n; k++)
+                rest_blank &= strchr(" \t\r\n", text.p[k]) != NULL;
+            CHECK(rc == 0 && (!strcmp(reason, "eos") || !strcmp(reason, "grammar")) && j &&
+                  je == json_tokener_success && rest_blank,
+                  "--json-object: exit %d, reason %s, not one JSON value: '%s'", rc, reason,
+                  text.p);
+        }
+        json_object_put(j);
+        json_tokener_free(tk);
+        json_object_put(all);
+        buf_free(&text);
+        buf_free(&o);
+        buf_free(&e);
+    }
+    CHECK(whole == 2, "--json-object: %d of %d seeds gave a whole JSON value in 64 tokens",
+          whole, tried);
+}
+
+/* ---------------------------------------------------------------- llama8ctl pipe */
+
+static void test_pipe(void)
+{
+    const char *in =
+        "{\"id\":1,\"text\":\"Answer.\",\"regex\":\"[0-9]{2}-(yes|no)\",\"max_new\":24}\n"
+        "{\"id\":2,\"text\":\"Answer.\",\"regex\":\"(yes\"}\n"
+        "{\"id\":3,\"text\":\"Answer.\",\"regex\":\"a\",\"grammar\":\"root ::= \\\"a\\\"\"}\n"
+        "{\"id\":4,\"text\":\"Answer.\",\"json_schema\":{\"type\":\"boolean\"},\"max_new\":8}\n"
+        "{\"id\":5,\"text\":\"Answer.\",\"json_schema\":\"{\\\"enum\\\":[\\\"x\\\",\\\"y\\\"]}\","
+        "\"max_new\":8}\n"
+        "{\"id\":6,\"text\":\"Answer.\",\"grammar\":\"root ::= \\\"yes\\\" | \\\"no\\\"\","
+        "\"max_new\":8}\n"
+        "{\"id\":7,\"text\":\"Answer.\",\"grammar\":7}\n"
+        "{\"id\":8,\"text\":\"Answer.\",\"json_object\":false,\"regex\":\"(ok)\",\"max_new\":8}\n";
+    const char *argv[] = { bin_ctl, "pipe", "--socket", dmn.sock, NULL };
+    struct buf o, e;
+    int rc = run_cmd(argv, in, &o, &e);
+    CHECK(rc == 0, "pipe: exit %d, stderr %s", rc, e.p);
+    struct { struct buf text; char end[32], msg[512]; } r[9] = {0};
+    for (const char *l = o.p; *l;) {
+        const char *nl = strchr(l, '\n');
+        size_t len = nl ? (size_t)(nl - l) : strlen(l);
+        json_object *j = parse_line(l, len), *id, *t;
+        REQUIRE(j, "pipe: not JSON: %.*s", (int)len, l);
+        l += len + (nl ? 1 : 0);
+        if (!json_object_object_get_ex(j, "id", &id) || !json_object_is_type(id, json_type_int) ||
+            json_object_get_int(id) < 1 || json_object_get_int(id) > 8) {
+            CHECK(!strcmp(str_of(j, "event"), "ready"), "pipe: a line without an id: %s",
+                  json_object_to_json_string(j));
+            json_object_put(j);
+            continue;
+        }
+        int k = json_object_get_int(id);
+        if (json_object_object_get_ex(j, "text", &t))
+            buf_add(&r[k].text, json_object_get_string(t), (size_t)json_object_get_string_len(t));
+        const char *ev = str_of(j, "event");
+        if (!strcmp(ev, "done"))
+            snprintf(r[k].end, sizeof r[k].end, "done %s", str_of(j, "reason"));
+        if (!strcmp(ev, "error")) {
+            snprintf(r[k].end, sizeof r[k].end, "error %s", str_of(j, "error"));
+            snprintf(r[k].msg, sizeof r[k].msg, "%s", str_of(j, "message"));
+        }
+        json_object_put(j);
+    }
+    for (int k = 1; k <= 8; k++)
+        buf_add(&r[k].text, "", 0);
+    regex_t rx;
+    REQUIRE(regcomp(&rx, "^[0-9]{2}-(yes|no)$", REG_EXTENDED | REG_NOSUB) == 0, "regcomp");
+    CHECK((!strcmp(r[1].end, "done eos") || !strcmp(r[1].end, "done grammar")) &&
+          regexec(&rx, r[1].text.p, 0, NULL, 0) == 0, "pipe regex: %s '%s'", r[1].end,
+          r[1].text.p);
+    regfree(&rx);
+    CHECK(!strcmp(r[2].end, "error BAD_GRAMMAR") && strstr(r[2].msg, "column"),
+          "pipe bad regex: %s: %s", r[2].end, r[2].msg);
+    CHECK(!strcmp(r[3].end, "error BAD_MESSAGE") &&
+          strstr(r[3].msg, "give one constraint at most"), "pipe two constraints: %s: %s",
+          r[3].end, r[3].msg);
+    CHECK(!strncmp(r[4].end, "done ", 5) &&
+          (!strcmp(r[4].text.p, "true") || !strcmp(r[4].text.p, "false")),
+          "pipe json_schema object: %s '%s'", r[4].end, r[4].text.p);
+    CHECK(!strncmp(r[5].end, "done ", 5) &&
+          (!strcmp(r[5].text.p, "\"x\"") || !strcmp(r[5].text.p, "\"y\"")),
+          "pipe json_schema string: %s '%s'", r[5].end, r[5].text.p);
+    CHECK(!strncmp(r[6].end, "done ", 5) &&
+          (!strcmp(r[6].text.p, "yes") || !strcmp(r[6].text.p, "no")),
+          "pipe grammar: %s '%s'", r[6].end, r[6].text.p);
+    CHECK(!strcmp(r[7].end, "error BAD_PARAMS") && strstr(r[7].msg, "\"grammar\""),
+          "pipe grammar not a string: %s: %s", r[7].end, r[7].msg);
+    CHECK(!strncmp(r[8].end, "done ", 5) && !strcmp(r[8].text.p, "ok"),
+          "pipe json_object false beside regex: %s '%s'", r[8].end, r[8].text.p);
+    for (int k = 1; k <= 8; k++)
+        buf_free(&r[k].text);
+    buf_free(&o);
+    buf_free(&e);
+}
+
+/* ---------------------------------------------------------------- main */
+
+int main(int argc, char **argv)
+{
+    if (argc != 5) {
+        fprintf(stderr, "usage: %s llama8d llama8ctl llama8-mkmodel tokenizer.json\n", argv[0]);
+        return 1;
+    }
+    bin_d = argv[1];
+    bin_ctl = argv[2];
+    bin_mk = argv[3];
+    unsetenv("LLAMA8_SOCKET");
+    unsetenv("LLAMA8_TOKENIZER");
+    unsetenv("LLAMA8_MODEL");
+    signal(SIGPIPE, SIG_IGN);
+    atexit(cleanup);
+    signal(SIGTERM, on_signal);
+    signal(SIGINT, on_signal);
+
+    REQUIRE(mkdtemp(tmpdir), "mkdtemp");
+    snprintf(model, sizeof(model), "%s/model", tmpdir);
+    const char *mk[] = { bin_mk, "--preset", "tiny", "--seed", "1", "--out", model,
+                         "--tokenizer", argv[4], NULL };
+    struct buf o, e;
+    int rc = run_cmd(mk, NULL, &o, &e);
+    REQUIRE(rc == 0, "%s: exit %d: %s", argv_str(mk), rc, e.p);
+    buf_free(&o);
+    buf_free(&e);
+    REQUIRE(l8tok_load(argv[4], &tok) == 0, "tokenizer %s", argv[4]);
+
+    tdaemon_start(&dmn, bin_d, model, NULL);
+    test_library();
+    test_generate();
+    test_pipe();
+    int st = tdaemon_stop(&dmn);
+    CHECK(st == 0, "llama8d exit status %d", st);
+    l8tok_free(tok);
+    return t_result("test_ctl_constraints");
+}
