@@ -1512,55 +1512,10 @@ static int gen_pattern(struct ctx *c, json_object *pat, const char *hint, struct
     const char *re = json_object_get_string(pat);
     size_t n = (size_t)json_object_get_string_len(pat);
     /* JSON Schema's pattern is a search, not a match of the whole string:
-     * what is not anchored at an end may have anything there. */
-    bool at_start = n && re[0] == '^';
-    bool at_end = false;
-    if (n && re[n - 1] == '$') {
-        size_t bs = 0;
-        while (bs + 1 < n && re[n - 2 - bs] == '\\')
-            bs++;
-        at_end = bs % 2 == 0 && !(at_start && n == 1);
-    }
-    /* an alternation at the top binds looser than the anchors: leave it to
-     * regex.c (which refuses anchors inside) */
-    int depth = 0;
-    bool top_alt = false, in_class = false;
-    for (size_t i = 0; i < n; i++) {
-        if (re[i] == '\\') {
-            i++;
-            continue;
-        }
-        if (in_class) {
-            in_class = re[i] != ']';
-            continue;
-        }
-        if (re[i] == '[')
-            in_class = true;
-        else if (re[i] == '(')
-            depth++;
-        else if (re[i] == ')')
-            depth--;
-        else if (re[i] == '|' && depth == 0)
-            top_alt = true;
-    }
-    struct buf w = {0};
-    if (top_alt && (at_start || at_end)) {
-        b_put(&w, re, n);
-    } else {
-        size_t from = at_start ? 1 : 0, to = at_end ? n - 1 : n;
-        b_puts(&w, at_start ? "" : "[\\s\\S]*");
-        b_puts(&w, "(?:");
-        b_put(&w, re + from, to - from);
-        b_puts(&w, ")");
-        b_puts(&w, at_end ? "" : "[\\s\\S]*");
-    }
-    if (w.err) {
-        free(w.p);
-        return buf_fail(c, &w);
-    }
+     * regex.c's search form (what is not anchored may have anything there,
+     * each top-level alternative by its own anchors). */
     char *g = NULL, rerr[L8G_ERRLEN] = "";
-    int r = l8g_regex_to_gbnf(w.p, w.n, &g, rerr);
-    free(w.p);
+    int r = l8g_regex_to_gbnf_rules(re, n, "root", 0, &g, rerr);
     if (r < 0)
         return fail(c, r, "pattern", "%s", rerr);
     char *h = hint_join(hint, "pattern");
