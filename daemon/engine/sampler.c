@@ -172,9 +172,13 @@ uint32_t l8_sample(struct l8_sampler *s, const float *logits,
 
     /* 1b. The mask. */
     if (allowed)
-        for (uint32_t i = 0; i < V; i++)
-            if (!(allowed[i >> 5] >> (i & 31) & 1))
-                l[i] = -INFINITY;
+        for (uint32_t w = 0; w < (V + 31) / 32; w++) {
+            uint32_t out = ~allowed[w];     /* the ids left out of word w */
+            if (w == V / 32)
+                out &= (1u << (V & 31)) - 1;   /* past V: not ids */
+            for (; out; out &= out - 1)
+                l[w * 32 + (uint32_t)__builtin_ctz(out)] = -INFINITY;
+        }
 
     uint32_t id;
     uint32_t top = argmax(l, V);
@@ -196,7 +200,8 @@ uint32_t l8_sample(struct l8_sampler *s, const float *logits,
         if (K == V) {
             const float zt = z[top];
             for (uint32_t i = 0; i < V; i++)
-                S += (double)expf(z[i] - zt);
+                if (z[i] != -INFINITY)
+                    S += (double)expf(z[i] - zt);
         }
         for (;;) {
             select_top(z, V, m, c);
@@ -268,7 +273,8 @@ uint32_t l8_sample(struct l8_sampler *s, const float *logits,
         const float lmax = l[top];
         double sum = 0.0;
         for (uint32_t i = 0; i < V; i++)
-            sum += exp((double)l[i] - (double)lmax);
+            if (l[i] != -INFINITY)  /* masked out: exp() would give 0, slowly */
+                sum += exp((double)l[i] - (double)lmax);
         *logprob = (float)((double)l[id] - ((double)lmax + log(sum)));
     }
     return id;
