@@ -185,6 +185,9 @@ enum l8chat_role {
     L8CHAT_SYSTEM,
     L8CHAT_USER,
     L8CHAT_ASSISTANT,
+    /* A tool's result, for the turn after a tool call ("tool" in OpenAI-style messages;
+     * the template renders both as ipython). */
+    L8CHAT_IPYTHON,
 };
 
 /* One message; content is (content, len) bytes, borrowed for the call. */
@@ -205,13 +208,24 @@ struct l8chat_opts {
      * to a string and encoding it would.  Default false: contents are plain text, so a
      * user cannot forge headers or <|eot_id|>. */
     bool special_in_content;
+    /* Custom tools (JSON-based tool calling, Meta's template with tools): n_tools JSON
+     * texts, each NUL-terminated and borrowed for the call, each either an OpenAI-style
+     * {"type": "function", "function": {"name", "description", "parameters"}} or the bare
+     * function object; rendered as the template renders whatever object it is given.
+     * n_tools == 0: no tools (tools may be NULL). */
+    const char *const *tools;
+    size_t n_tools;
+    /* Tools in the system message (the template's tools_in_user_message = false) instead
+     * of the first user message (its default). */
+    bool tools_in_system;
 };
 
-/* Defaults: today L8CHAT_DEFAULT_TODAY, cutoff L8CHAT_DEFAULT_KNOWLEDGE, generation
- * prompt on, specials in contents as text. */
+/* Defaults: today L8CHAT_DEFAULT_TODAY (the template's own default date_string), cutoff
+ * L8CHAT_DEFAULT_KNOWLEDGE, generation prompt on, specials in contents as text, no tools. */
 void l8chat_opts_init(struct l8chat_opts *opts);
 
-/* Render messages with Meta's Llama 3.1 template (no tools) and append the ids to out:
+/* Render messages with Meta's Llama 3.1 template (tokenizer_config.json of
+ * Llama-3.1-8B-Instruct) and append the ids to out.  Without tools:
  *   <|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n
  *   Cutting Knowledge Date: {cutoff}\nToday Date: {today}\n\n{system message}<|eot_id|>
  *   then per message <|start_header_id|>{role}<|end_header_id|>\n\n{content}<|eot_id|>
@@ -219,15 +233,85 @@ void l8chat_opts_init(struct l8chat_opts *opts);
  * A first message with role system becomes the system message (there is always a system
  * block); later system messages render as ordinary blocks, as the template does.  Contents
  * are trimmed of leading and trailing whitespace (Python's str.strip set, as Jinja's trim).
- * opts may be NULL for the defaults.  Errors: -EINVAL (bad role, a tokenizer without the
- * Llama 3 header tokens), -EILSEQ (a content that is not UTF-8), -ENOMEM. */
+ *
+ * With tools (opts->n_tools > 0) the system text starts "Environment: ipython\n", and the
+ * first message after the system message (whatever its role) becomes
+ *   <|start_header_id|>user<|end_header_id|>\n\nGiven the following functions, please
+ *   respond with a JSON for a function call with its proper arguments that best answers
+ *   the given prompt.\n\nRespond in the format {"name": function name, "parameters":
+ *   dictionary of argument name and its value}.Do not use variables.\n\n
+ *   {tool 1}\n\n{tool 2}\n\n...{its content}<|eot_id|>
+ * (-EINVAL if there is no such message, as the template raises), each tool written as
+ * Python's json.dumps(tool, indent=4, ensure_ascii=False) writes it (the template's
+ * tojson(indent=4) in transformers): keys in the given order, floats as Python's repr.
+ * tools_in_system puts "You have access to the following functions. To call a function,
+ * please respond with JSON for a function call.Respond in the format ...Do not use
+ * variables.\n\n{tools}" before the system message instead, and the first message is
+ * ordinary.  Tool texts are encoded with the contents' flags.
+ *
+ * An ipython message renders as <|start_header_id|>ipython<|end_header_id|>\n\n{content
+ * as a JSON string}<|eot_id|>: not trimmed, and quoted and escaped by tojson, because
+ * the template sends a string content through tojson (a Jinja string "is iterable").
+ * An assistant turn that was a tool call is an assistant message whose content is
+ * l8chat_format_tool_call()'s text (what the template writes for tool_calls).
+ * opts may be NULL for the defaults.  Errors: -EINVAL (bad role, a tool that is not a
+ * JSON object, tools in the user message without a message for them, a tokenizer without
+ * the Llama 3 header tokens), -EILSEQ (a content that is not UTF-8), -ENOMEM. */
 int l8chat_encode(const l8tok *tok, const struct l8chat_msg *msgs, size_t n_msgs,
                   const struct l8chat_opts *opts, l8tok_ids *out);
 
-/* "system" / "user" / "assistant" -> role; -EINVAL otherwise. */
+/* "system" / "user" / "assistant" / "ipython" (or "tool") -> role; -EINVAL otherwise. */
 int l8chat_role_parse(const char *name, enum l8chat_role *role);
-/* role -> "system" / "user" / "assistant"; NULL for an invalid role. */
+/* role -> "system" / "user" / "assistant" / "ipython"; NULL for an invalid role. */
 const char *l8chat_role_name(enum l8chat_role role);
+
+/* Room for a date as the template writes it ("26 Jul 2024"). */
+#define L8CHAT_DATE_LEN 16
+/* Today's local date as "DD Mon YYYY" (strftime's "%d %b %Y" in the C locale, which
+ * Llama 3.2's template uses for its date_string), for opts->today_date.  -EIO if the
+ * clock or the time zone cannot be read. */
+int l8chat_today(char buf[L8CHAT_DATE_LEN]);
+
+/* Append the ids that end an assistant turn under opts: <|eot_id|>, and <|eom_id|> too
+ * when opts has tools (the model may end a tool call with it).  A file that keeps Llama
+ * 3's name for id 128008 (<|reserved_special_token_4|>, as some Llama 3.1 tokenizer.json
+ * copies do) gives that id when <|eot_id|> is 128009.  -EINVAL for a tokenizer without
+ * them, -ENOMEM. */
+int l8chat_stop_ids(const l8tok *tok, const struct l8chat_opts *opts, l8tok_ids *out);
+
+/* ---------------------------------------------------------------- tool calls */
+
+/* A reply (text, len) as the tool call Llama 3.1 writes for JSON custom tools:
+ *   {"name": "NAME", "parameters": {...}}
+ * ("arguments" is taken as a synonym of "parameters"; a string holding a JSON object is
+ * taken as that object), with any whitespace around it and optionally a leading
+ * <|python_tag|>.  On success *name (NUL-terminated, the caller's to free()) and
+ * *arguments_json (the arguments object as compact JSON, in Python's json.dumps form with
+ * ", " and ": ", the caller's to free()).  Other members of the object are ignored.
+ * -ENOENT: the reply is not a tool call (it does not start with '{', or it is a JSON
+ * object with neither "name" nor "parameters"/"arguments"), -EINVAL: it is a malformed
+ * one (JSON that does not parse, text after the object, invalid UTF-8, a NUL byte, a
+ * name that is not a non-empty string, arguments missing or not an object, both
+ * "parameters" and "arguments"), -ENOMEM.  The name is not checked against the tools. */
+int l8chat_parse_tool_call(const char *text, size_t len, char **name, char **arguments_json);
+
+/* The text of an assistant turn that called a tool, as the template writes a message with
+ * tool_calls: {"name": "NAME", "parameters": ARGUMENTS} with ARGUMENTS (a JSON object
+ * text) in Python's json.dumps form and the name as it is (the template concatenates it
+ * unescaped).  *text is the caller's to free().  -EINVAL if arguments_json is not a JSON
+ * object, -ENOMEM. */
+int l8chat_format_tool_call(const char *name, const char *arguments_json, char **text);
+
+/* tool_choice = required: a JSON Schema (malloc'd in *schema, NUL-terminated) that only a
+ * call of one of opts' tools satisfies:
+ *   {"anyOf": [{"type": "object", "properties": {"name": {"const": NAME},
+ *     "parameters": PARAMS}, "required": ["name", "parameters"],
+ *     "additionalProperties": false}, ...]}
+ * one branch per tool in order, PARAMS the tool's "parameters" object or {"type":
+ * "object"} when it has none.  For the daemon's JSON Schema constraint.  -EINVAL for no
+ * tools or a tool that is not a JSON object with a non-empty string "name" (in it or in
+ * its "function"), -ENOMEM. */
+int l8chat_tools_schema(const struct l8chat_opts *opts, char **schema);
 
 /* Append the stop ids (eos_token_id, a number or an array) from generation_config.json.
  * path is the file or the model directory holding it.  Errors: from opening, -EINVAL if

@@ -147,7 +147,8 @@ static void test_options(void)
     CHECK(l8chat_encode(tok, bad_role, 1, NULL, &got) == -EINVAL && got.n == 1, "invalid role");
     enum l8chat_role r;
     CHECK(l8chat_role_parse("assistant", &r) == 0 && r == L8CHAT_ASSISTANT, "role parse");
-    CHECK(l8chat_role_parse("tool", &r) == -EINVAL, "unknown role");
+    CHECK(l8chat_role_parse("tool", &r) == 0 && r == L8CHAT_IPYTHON, "tool is ipython");
+    CHECK(l8chat_role_parse("function", &r) == -EINVAL, "unknown role");
     CHECK(l8chat_role_name((enum l8chat_role)9) == NULL && !strcmp(l8chat_role_name(L8CHAT_USER), "user"),
           "role name");
     l8tok_ids_free(&got);
