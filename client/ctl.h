@@ -42,8 +42,10 @@ int ctl_quote_len(const char *s, int max);
  * but white space; NULL with *why set (json-c's reason) otherwise. */
 json_object *ctl_parse_json(const char *s, size_t n, const char **why);
 
-/* Messages from a JSON array of {"role": "system"|"user"|"assistant", "content": TEXT}
- * (at most CTL_MAX_MESSAGES): *msgs is malloc'd, the contents borrowed from root.
+/* Messages from a JSON array of {"role": "system"|"user"|"assistant"|"ipython"|"tool",
+ * "content": TEXT} (at most CTL_MAX_MESSAGES); an assistant message with "tool_calls"
+ * (one call, {"function": {"name", "arguments"}}) and no content gets the call's text
+ * as its "content" (added to root). *msgs is malloc'd, the contents borrowed from root.
  * -EINVAL (why says what is wrong), -ENOMEM. */
 #define CTL_MAX_MESSAGES 4096
 #define CTL_WHY_LEN 160

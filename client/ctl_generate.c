@@ -180,17 +180,51 @@ int ctl_plain_opts(int argc, char **argv, void (*usage)(FILE *), const char **so
     return -1;
 }
 
+/* generate's and chat's own options (below CTL_OPT_BASE). */
+enum { CMD_RAW = 1, CMD_IDS, CMD_SYSTEM, CMD_JSON, CMD_MESSAGES, CMD_GRAMMAR, CMD_JSON_SCHEMA,
+       CMD_REGEX, CMD_JSON_OBJECT, CMD_TOOLS, CMD_TOOL_CHOICE };
+
+#define TOOLS_LONGOPTS \
+    {"tools", required_argument, 0, CMD_TOOLS}, \
+    {"tool-choice", required_argument, 0, CMD_TOOL_CHOICE}
+#define TOOLS_HELP \
+    "  --tools FILE           offer the tools of FILE (a JSON array of tool definitions,\n" \
+    "                         {\"type\":\"function\",\"function\":{\"name\":...,\n" \
+    "                         \"description\":...,\"parameters\":{JSON Schema}}} or the\n" \
+    "                         bare function objects; up to 1 MiB) in the chat format; a\n" \
+    "                         reply that is a call of one is followed by the line\n" \
+    "                           tool call: NAME ARGUMENTS\n" \
+    "                         (ARGUMENTS a JSON object on one line; NAME as a JSON string\n" \
+    "                         where it has other than letters, digits, _ . -)\n" \
+    "  --tool-choice auto|required|none\n" \
+    "                         auto (default): the model may call one or answer;\n" \
+    "                         required: the reply is a call of one (a JSON Schema\n" \
+    "                         constraint, so no other constraint); none: not offered\n"
+
 /* The option loop of generate and chat: the request options go to o
- * (ctl_req_opt), the command's own to own(opt, optarg, ctx), which returns
- * false for one it does not know. Returns -1 to go on, else the command's
- * exit status (CTL_OK after --help, CTL_USAGE), o freed then. */
+ * (ctl_req_opt), --tools and --tool-choice to tools (the file read and
+ * checked after the loop, before any daemon is asked), the command's own to
+ * own(opt, optarg, ctx), which returns false for one it does not know.
+ * Returns -1 to go on, else the command's exit status (CTL_OK after --help,
+ * CTL_USAGE, CTL_FAIL for a tools file that cannot be read or is not one),
+ * o and tools freed then. */
 static int req_getopt(int argc, char **argv, const struct option *lo, struct ctl_req_opts *o,
-                      bool (*own)(int opt, const char *arg, void *ctx), void *ctx,
-                      void (*usage)(FILE *))
+                      struct ctl_tools *tools, bool (*own)(int opt, const char *arg, void *ctx),
+                      void *ctx, void (*usage)(FILE *))
 {
     int opt, rc;
+    const char *file = NULL, *choice = NULL;
+    *tools = (struct ctl_tools){0};
     optind = 1;
     while ((opt = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+        if (opt == CMD_TOOLS) {
+            file = optarg;
+            continue;
+        }
+        if (opt == CMD_TOOL_CHOICE) {
+            choice = optarg;   /* read after the loop: a --help after it still helps */
+            continue;
+        }
         if ((rc = ctl_req_opt(o, opt, optarg)) > 0 || (rc == 0 && own(opt, optarg, ctx)))
             continue;
         ctl_req_opts_free(o);
@@ -198,6 +232,20 @@ static int req_getopt(int argc, char **argv, const struct option *lo, struct ctl
             return CTL_USAGE;
         usage(opt == 'h' ? stdout : stderr);
         return opt == 'h' ? CTL_OK : CTL_USAGE;
+    }
+    if (choice && ctl_tool_choice_parse(choice, &tools->choice) < 0) {
+        fprintf(stderr, "llama8ctl: --tool-choice: auto, required or none, not: %s\n", choice);
+        ctl_req_opts_free(o);
+        return CTL_USAGE;
+    }
+    if (choice && !file) {
+        fprintf(stderr, "llama8ctl: --tool-choice needs --tools FILE\n");
+        ctl_req_opts_free(o);
+        return CTL_USAGE;
+    }
+    if (file && ctl_tools_load(tools, file) < 0) {
+        ctl_req_opts_free(o);
+        return CTL_FAIL;
     }
     return -1;
 }
@@ -267,6 +315,10 @@ struct stream_ctx {
     bool stats;              /* --stats: the figures below, on stderr at the end */
     const char *constraint;  /* the constraint's option for messages ("--grammar FILE"),
                                 or NULL */
+    const struct ctl_tools *tools;   /* offered: a reply that is a call is shown as one */
+    char *call;              /* with keep_call: that call as the assistant turn's text
+                                (l8chat_format_tool_call), malloc'd */
+    bool keep_call;
     uint64_t t_submit, t_first, t_last;   /* CLOCK_MONOTONIC ns, the daemon's for tokens */
     uint32_t prompt, cached, tokens;
 };
@@ -287,13 +339,10 @@ static void print_stats(const struct stream_ctx *x, const char *reason)
     fputc('\n', stderr);
 }
 
-static void emit_text(struct stream_ctx *x, const char *s, size_t n)
+/* The reply's text so far, for chat's history and the tool call. */
+static void collect_text(struct stream_ctx *x, const char *s, size_t n)
 {
-    if (!n)
-        return;
-    fwrite(s, 1, n, stdout);
-    fflush(stdout);
-    if (x->collect) {
+    if (n && x->collect) {
         if (x->text_len + n + 1 > x->text_cap) {
             size_t cap = (x->text_len + n + 1) * 2;
             char *nb = realloc(x->text, cap);
@@ -308,17 +357,69 @@ static void emit_text(struct stream_ctx *x, const char *s, size_t n)
     }
 }
 
+/* A name as the tool call line writes it: as it is where that cannot be
+ * misread, else as a JSON string. */
+static void print_tool_name(const char *name)
+{
+    bool plain = name[0] != 0;
+    for (const char *c = name; *c; c++)
+        plain &= (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+                 *c == '_' || *c == '.' || *c == '-';
+    if (plain) {
+        fputs(name, stdout);
+        return;
+    }
+    json_object *s = json_object_new_string(name);
+    fputs(json_object_to_json_string_ext(s, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE),
+          stdout);
+    json_object_put(s);
+}
+
+/* The reply ended (reason, for a message): where tools are offered and it
+ * is a call of one, say so (--json: the tool_call event, before done; text:
+ * the "tool call:" line, after the reply's), and keep it for chat. */
+static void show_tool_call(struct stream_ctx *x, uint64_t rid, const char *reason)
+{
+    if (!x->tools)
+        return;
+    char *name, *args;
+    int rc = l8chat_parse_tool_call(x->text ? x->text : "", x->text_len, &name, &args);
+    if (rc < 0) {
+        if (x->tools->choice == CTL_TOOLS_REQUIRED)
+            fprintf(stderr, "llama8ctl: the reply is not a whole tool call (it ended: %s)%s\n",
+                    reason, !strcmp(reason, "length") ? ": give a larger --max-new" : "");
+        return;
+    }
+    if (x->json) {
+        json_object *ev = ctl_tool_call_event(name, args, "request", json_object_new_uint64(rid));
+        if (ev)
+            ctl_print_json(ev);
+    } else {
+        fputs("tool call: ", stdout);
+        print_tool_name(name);
+        printf(" %s\n", args);
+        fflush(stdout);
+    }
+    if (x->keep_call && l8chat_format_tool_call(name, args, &x->call) < 0)
+        x->call = NULL;
+    free(name);
+    free(args);
+}
+
 /* A stop string ended the reply at event e: cancel the request, wait for
  * the daemon to confirm (its events are not shown), and report the end
  * as --json's done event. */
 static int end_at_stop_text(struct l8c_client *c, struct stream_ctx *x, const struct l8_event *e)
 {
+    if (x->json)
+        show_tool_call(x, e->request_id, "stop_text");
     if (x->json) {
         ctl_print_json(ctl_stop_text_done_json(e, "request",
                                                json_object_new_uint64(e->request_id)));
     } else {
         putchar('\n');
         fflush(stdout);
+        show_tool_call(x, e->request_id, "stop_text");
     }
     int rc = l8c_cancel(c, e->request_id);
     struct l8_event ev[64];
@@ -401,11 +502,17 @@ static int run_one(struct l8c_client *c, struct stream_ctx *x, const uint32_t *i
                 fprintf(stderr, "\nllama8ctl: out of memory\n");
                 return CTL_FAIL;
             }
-            if (x->json)
+            if (t && e->kind != L8_EV_ERROR)
+                collect_text(x, t, tl);
+            if (x->json && e->kind == L8_EV_DONE)
+                show_tool_call(x, e->request_id, l8c_done_name(e->reason));
+            if (x->json) {
                 ctl_print_json(ctl_event_json(e, "request", json_object_new_uint64(e->request_id),
                                               now, t, tl));
-            else if (t)
-                emit_text(x, t, tl);
+            } else if (t) {
+                fwrite(t, 1, tl, stdout);
+                fflush(stdout);
+            }
             if (stopped && e->kind == L8_EV_TOKEN) {
                 rc = end_at_stop_text(c, x, e);
                 print_stats(x, "stop_text");
@@ -417,6 +524,7 @@ static int run_one(struct l8c_client *c, struct stream_ctx *x, const uint32_t *i
                      * sees where the reply ends before it sends the next line. */
                     putchar('\n');
                     fflush(stdout);
+                    show_tool_call(x, e->request_id, l8c_done_name(e->reason));
                 }
                 print_stats(x, l8c_done_name(e->reason));
                 return CTL_OK;
@@ -449,7 +557,13 @@ static void generate_usage(FILE *f)
         "  --ids IDS              the prompt as token ids (\"1 2 3\"); prints ids back\n"
         "  --system TEXT          a system message (chat format)\n"
         "  --messages             stdin is the conversation, a JSON array of\n"
-        "                         {\"role\": \"system\"|\"user\"|\"assistant\", \"content\": TEXT}\n"
+        "                         {\"role\": ROLE, \"content\": TEXT}, ROLE system, user,\n"
+        "                         assistant, or ipython (or tool) for a tool's result; an\n"
+        "                         assistant turn that called a tool is its call as content\n"
+        "                         ({\"name\": NAME, \"parameters\": {...}}), or\n"
+        "                         \"tool_calls\": [{\"function\": {\"name\": NAME, \"arguments\":\n"
+        "                         {...}}}] instead of content (one call)\n"
+        TOOLS_HELP
         "  --grammar FILE         the reply is in the language of FILE's grammar (GBNF, as\n"
         "                         llama.cpp's: root ::= \"yes\" | \"no\")\n"
         "  --json-schema FILE     the reply is JSON valid against FILE's JSON Schema\n"
@@ -467,6 +581,8 @@ static void generate_usage(FILE *f)
         "      {\"event\":\"token\",\"request\":ID,\"token\":T,\"index\":I[,\"logprob\":L][,\"text\":S],...}\n"
         "                         S: the text now complete (absent for stop ids, or while a\n"
         "                         character's bytes are held back)\n"
+        "      {\"event\":\"tool_call\",\"request\":ID,\"name\":NAME,\"arguments\":{...}}\n"
+        "                         with --tools, a reply that is a tool call, before done\n"
         "      {\"event\":\"done\",\"request\":ID,\"reason\":R,\"tokens\":N[,\"text\":S],...}\n"
         "                         R: eos|stop|length|context|cancelled|grammar (the\n"
         "                         constraint admits no more), or stop_text (the reply ended\n"
@@ -482,10 +598,6 @@ static void generate_usage(FILE *f)
         "exit status: 0 done, 1 the request or the daemon failed (or a constraint's file\n"
         "could not be read), 2 bad command line, 3 no daemon at the socket\n");
 }
-
-/* generate's and chat's own options (below CTL_OPT_BASE). */
-enum { CMD_RAW = 1, CMD_IDS, CMD_SYSTEM, CMD_JSON, CMD_MESSAGES, CMD_GRAMMAR, CMD_JSON_SCHEMA,
-       CMD_REGEX, CMD_JSON_OBJECT };
 
 /* generate's own options. */
 struct gen_args {
@@ -585,14 +697,15 @@ int ctl_generate(int argc, char **argv)
         {"grammar", required_argument, 0, CMD_GRAMMAR},
         {"json-schema", required_argument, 0, CMD_JSON_SCHEMA},
         {"regex", required_argument, 0, CMD_REGEX},
-        {"json-object", no_argument, 0, CMD_JSON_OBJECT},
+        {"json-object", no_argument, 0, CMD_JSON_OBJECT}, TOOLS_LONGOPTS,
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
     };
     struct ctl_req_opts o;
     struct gen_args g = {0};
+    struct ctl_tools tools;
     int rc;
     ctl_req_opts_init(&o);
-    if ((rc = req_getopt(argc, argv, lo, &o, gen_opt, &g, generate_usage)) >= 0)
+    if ((rc = req_getopt(argc, argv, lo, &o, &tools, gen_opt, &g, generate_usage)) >= 0)
         return rc;
     const bool raw = g.raw, json = g.json, messages = g.messages;
     const char *ids_arg = g.ids, *system = g.system;
@@ -600,17 +713,34 @@ int ctl_generate(int argc, char **argv)
         fprintf(stderr, "llama8ctl: --ids excludes %s\n", optind < argc ? "TEXT"
                 : messages ? "--messages" : "--stop-text");
         ctl_req_opts_free(&o);
+        ctl_tools_free(&tools);
+        return CTL_USAGE;
+    }
+    if (tools.n && (ids_arg || raw)) {
+        fprintf(stderr, "llama8ctl: --tools are offered in the chat format: it excludes %s\n",
+                raw ? "--raw" : "--ids");
+        ctl_req_opts_free(&o);
+        ctl_tools_free(&tools);
+        return CTL_USAGE;
+    }
+    if (tools.n && tools.choice == CTL_TOOLS_REQUIRED && g.c_opt) {
+        fprintf(stderr, "llama8ctl: --tool-choice required and %s: give one constraint at most "
+                        "(required is a JSON Schema of the tools' calls)\n", g.c_opt);
+        ctl_req_opts_free(&o);
+        ctl_tools_free(&tools);
         return CTL_USAGE;
     }
     if (o.params.logprobs && !json) {
         fprintf(stderr, "llama8ctl: --logprobs shows in --json's token events: give --json too\n");
         ctl_req_opts_free(&o);
+        ctl_tools_free(&tools);
         return CTL_USAGE;
     }
     if (messages && (optind < argc || raw || system)) {
         fprintf(stderr, "llama8ctl: --messages reads every message from stdin: it excludes %s\n",
                 optind < argc ? "TEXT" : raw ? "--raw" : "--system");
         ctl_req_opts_free(&o);
+        ctl_tools_free(&tools);
         return CTL_USAGE;
     }
     /* The constraint's file is read before connecting: a file that cannot
@@ -618,6 +748,7 @@ int ctl_generate(int argc, char **argv)
     char *ctext = NULL, cwhat[600] = "";
     if ((rc = gen_constraint(&g, &o.params, &ctext, cwhat, sizeof cwhat)) >= 0) {
         ctl_req_opts_free(&o);
+        ctl_tools_free(&tools);
         return rc;
     }
     struct l8c_client *c = NULL;
@@ -627,10 +758,14 @@ int ctl_generate(int argc, char **argv)
     l8tok_ids ids = {0};
     char *text = NULL;
     size_t tlen = 0;
+    struct l8chat_opts co;
+    l8chat_opts_init(&co);
+    int erc;
     if (ids_arg && ctl_parse_ids(ids_arg, &ids) < 0) {
         fprintf(stderr, "llama8ctl: --ids: not a list of token ids\n");
         l8tok_ids_free(&ids);   /* the ids parsed before the bad one */
         ctl_req_opts_free(&o);
+        ctl_tools_free(&tools);
         free(ctext);
         return CTL_USAGE;
     }
@@ -647,6 +782,14 @@ int ctl_generate(int argc, char **argv)
     if (!ids_arg) {
         if (ctl_load_tokenizer(o.tokenizer, c, &tok) < 0 || l8tok_stream_new(tok, &st) < 0)
             goto out;
+        if ((erc = ctl_tools_apply(&tools, tok, &co, &o.params, o.stop)) < 0) {
+            fprintf(stderr, "llama8ctl: --tools: %s\n", erc == -E2BIG
+                    ? "no room for the tool turn's stop ids (give fewer --stop)"
+                    : "the tokenizer has no <|eot_id|>");
+            goto out;
+        }
+        if (tools.n && tools.choice == CTL_TOOLS_REQUIRED)
+            snprintf(cwhat, sizeof cwhat, "--tool-choice required (the schema of --tools' calls)");
         if (optind < argc) {
             for (int i = optind; i < argc; i++)
                 tlen += strlen(argv[i]) + 1;
@@ -663,7 +806,6 @@ int ctl_generate(int argc, char **argv)
             fprintf(stderr, "llama8ctl: reading stdin failed\n");
             goto out;
         }
-        int erc;
         if (messages) {
             const char *bad;
             json_object *root = ctl_parse_json(text, tlen, &bad);
@@ -678,7 +820,7 @@ int ctl_generate(int argc, char **argv)
                 json_object_put(root);
                 goto out;
             }
-            erc = l8chat_encode(tok, m, nm, NULL, &ids);
+            erc = l8chat_encode(tok, m, nm, &co, &ids);
             free(m);
             json_object_put(root);
         } else if (raw) {
@@ -692,7 +834,7 @@ int ctl_generate(int argc, char **argv)
             if (system)
                 m[nm++] = (struct l8chat_msg){ L8CHAT_SYSTEM, system, strlen(system) };
             m[nm++] = (struct l8chat_msg){ L8CHAT_USER, text, tlen };
-            erc = l8chat_encode(tok, m, nm, NULL, &ids);
+            erc = l8chat_encode(tok, m, nm, &co, &ids);
         }
         if (erc < 0) {
             fprintf(stderr, "llama8ctl: encoding the prompt: %s\n",
@@ -702,11 +844,15 @@ int ctl_generate(int argc, char **argv)
     }
     struct stream_ctx x = { .s = { .tok = tok, .st = st, .stop = stop, .info = l8c_info(c),
                                    .p = &o.params }, .json = json, .stats = o.stats,
-                            .constraint = cwhat[0] ? cwhat : NULL };
+                            .constraint = cwhat[0] ? cwhat : NULL,
+                            .tools = co.n_tools ? &tools : NULL, .collect = co.n_tools > 0 };
     rc = run_one(c, &x, ids.ids, ids.n);
     ctl_stream_free(&x.s);
+    free(x.text);
+    free(x.call);
 out:
     free(ctext);
+    ctl_tools_free(&tools);
     l8tok_stop_free(stop);
     ctl_req_opts_free(&o);
     free(text);
@@ -725,8 +871,12 @@ static void chat_usage(FILE *f)
         "Usage: llama8ctl chat [OPTIONS]\n"
         "Talk with the model: each line of stdin is a user message; the whole conversation\n"
         "is re-sent each turn (the daemon's prefix cache makes that cheap). Empty line or\n"
-        "EOF ends; \"/reset\" forgets the history.\n\n"
+        "EOF ends; \"/reset\" forgets the history. With --tools, a reply that calls a tool\n"
+        "is kept in the history as the call, and a line \"/tool RESULT\" answers it: RESULT\n"
+        "(the tool's output, any text) is sent as the ipython (tool) message and the model\n"
+        "replies to it.\n\n"
         "  --system TEXT          a system message\n"
+        TOOLS_HELP
         CTL_COMMON_HELP
         "  -h, --help\n");
 }
@@ -745,14 +895,17 @@ static bool chat_opt(int opt, const char *arg, void *ctx)
 int ctl_chat(int argc, char **argv)
 {
     static const struct option lo[] = {
-        CTL_COMMON_LONGOPTS, {"system", required_argument, 0, CMD_SYSTEM},
+        CTL_COMMON_LONGOPTS, {"system", required_argument, 0, CMD_SYSTEM}, TOOLS_LONGOPTS,
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
     };
     struct ctl_req_opts o;
+    struct ctl_tools tools;
+    struct l8chat_opts co;
     const char *system = NULL;
     int rc;
     ctl_req_opts_init(&o);
-    if ((rc = req_getopt(argc, argv, lo, &o, chat_opt, &system, chat_usage)) >= 0)
+    l8chat_opts_init(&co);
+    if ((rc = req_getopt(argc, argv, lo, &o, &tools, chat_opt, &system, chat_usage)) >= 0)
         return rc;
     struct l8c_client *c = NULL;
     l8tok *tok = NULL;
@@ -771,6 +924,11 @@ int ctl_chat(int argc, char **argv)
         (o.n_stop_text &&
          l8tok_stop_new((const char *const *)o.stop_text, o.n_stop_text, &stop) < 0))
         goto out;
+    if (ctl_tools_apply(&tools, tok, &co, &o.params, o.stop) < 0) {
+        fprintf(stderr, "llama8ctl: --tools: no room for the tool turn's stop ids (give fewer "
+                        "--stop), or a tokenizer without <|eot_id|>\n");
+        goto out;
+    }
     if (system) {
         msgs[nm] = (struct l8chat_msg){ L8CHAT_SYSTEM, system, strlen(system) };
         owned[nm++] = NULL;
@@ -796,11 +954,23 @@ int ctl_chat(int argc, char **argv)
             fprintf(stderr, "llama8ctl: conversation too long; /reset\n");
             continue;
         }
-        owned[nm] = strdup(line);
-        msgs[nm] = (struct l8chat_msg){ L8CHAT_USER, owned[nm], (size_t)len };
+        /* "/tool RESULT": the answer to the tool call just made. */
+        enum l8chat_role role = L8CHAT_USER;
+        const char *msg = line;
+        if (!strncmp(line, "/tool", 5) && (line[5] == ' ' || !line[5])) {
+            if (!co.n_tools || nm == base || msgs[nm - 1].role != L8CHAT_ASSISTANT ||
+                !line[5] || !line[6]) {
+                fprintf(stderr, "llama8ctl: /tool RESULT answers a reply, with --tools\n");
+                continue;
+            }
+            role = L8CHAT_IPYTHON;
+            msg = line + 6;
+        }
+        owned[nm] = strdup(msg);
+        msgs[nm] = (struct l8chat_msg){ role, owned[nm], strlen(msg) };
         nm++;
         l8tok_ids ids = {0};
-        int erc = l8chat_encode(tok, msgs, nm, NULL, &ids);
+        int erc = l8chat_encode(tok, msgs, nm, &co, &ids);
         if (erc < 0) {
             fprintf(stderr, "llama8ctl: encoding: %s\n", strerror(-erc));
             free(owned[--nm]);
@@ -808,16 +978,24 @@ int ctl_chat(int argc, char **argv)
             continue;
         }
         struct stream_ctx x = { .s = { .tok = tok, .st = st, .stop = stop, .info = l8c_info(c),
-                                       .p = &o.params }, .collect = true, .stats = o.stats };
+                                       .p = &o.params }, .collect = true, .stats = o.stats,
+                                .tools = co.n_tools ? &tools : NULL, .keep_call = true };
         int r = run_one(c, &x, ids.ids, ids.n);
         ctl_stream_free(&x.s);
         l8tok_ids_free(&ids);
         if (r != CTL_OK) {
             free(x.text);
+            free(x.call);
             free(owned[--nm]);
             if (l8c_last_error(c, NULL)[0])
                 goto out;   /* the connection is gone */
             continue;
+        }
+        /* A call is kept as the template writes an assistant turn with
+         * tool_calls. */
+        if (x.call) {
+            free(x.text);
+            x.text = x.call;
         }
         owned[nm] = x.text ? x.text : strdup("");
         msgs[nm] = (struct l8chat_msg){ L8CHAT_ASSISTANT, owned[nm], strlen(owned[nm]) };
@@ -828,6 +1006,7 @@ out:
     while (nm > base)
         free(owned[--nm]);
     free(line);
+    ctl_tools_free(&tools);
     l8tok_stop_free(stop);
     ctl_req_opts_free(&o);
     l8tok_stream_free(st);

@@ -137,3 +137,42 @@ json_object *ctl_error_json(const char *id_key, json_object *id, const char *err
 void ctl_print_json(json_object *o);
 
 int ctl_pipe(int argc, char **argv);
+
+/* Custom tools (ctl_tools.c), for the chat-formatted prompts of generate,
+ * chat and pipe. */
+enum ctl_tool_choice {
+    CTL_TOOLS_AUTO,       /* offered; the model may call one or answer */
+    CTL_TOOLS_REQUIRED,   /* offered, and the reply constrained to a call of one */
+    CTL_TOOLS_NONE,       /* not offered */
+};
+#define CTL_MAX_TOOLS 128
+struct ctl_tools {
+    char **texts;                /* n tool definitions as JSON texts, malloc'd */
+    size_t n;
+    enum ctl_tool_choice choice;
+    char *schema;                /* l8chat_tools_schema's, for CTL_TOOLS_REQUIRED */
+};
+/* "auto" / "required" / "none"; -EINVAL otherwise. */
+int ctl_tool_choice_parse(const char *s, enum ctl_tool_choice *out);
+/* The tools of arr, a JSON array of 1 to CTL_MAX_TOOLS objects each with a
+ * name (OpenAI-style {"type":"function","function":{...}} or the bare
+ * function object), into t (its choice kept, its old tools freed).
+ * -EINVAL (why says what is wrong), -ENOMEM; t untouched on failure. */
+int ctl_tools_take(struct ctl_tools *t, json_object *arr, char why[CTL_WHY_LEN]);
+/* --tools FILE: the file read (a regular file, at most 1 MiB) and taken;
+ * -1 with the message printed. */
+int ctl_tools_load(struct ctl_tools *t, const char *path);
+/* Where t has tools and its choice offers them: co's tools, the stop ids
+ * that end a turn with tools (<|eot_id|>, <|eom_id|>) added to p's (stop,
+ * the array p->stop_ids points to), and for CTL_TOOLS_REQUIRED p's
+ * constraint the tools' JSON Schema (t->schema, borrowed). co's tools
+ * borrow t. -E2BIG (more than CTL_MAX_STOP stop ids), -EINVAL, -ENOMEM. */
+int ctl_tools_apply(const struct ctl_tools *t, const l8tok *tok, struct l8chat_opts *co,
+                    struct l8c_params *p, uint32_t stop[CTL_MAX_STOP]);
+void ctl_tools_free(struct ctl_tools *t);
+/* A tool call (l8chat_parse_tool_call's name and arguments) as the event
+ * {"event":"tool_call", id_key: id, "name": NAME, "arguments": {...}};
+ * NULL (out of memory, or arguments that do not parse). Takes ownership of
+ * id. */
+json_object *ctl_tool_call_event(const char *name, const char *arguments_json,
+                                 const char *id_key, json_object *id);

@@ -34,6 +34,11 @@ struct preq {
     uint32_t stop_ids[CTL_MAX_STOP];
     const char *c_key;              /* the constraint's key, or NULL */
     char *c_text;                   /* its text (params.constraint_text), malloc'd */
+    struct ctl_tools tools;         /* "tools" and "tool_choice" */
+    bool tool_choice;               /* "tool_choice" given */
+    bool tools_on;                  /* offered: the reply, collected, may be a call */
+    char *text;                     /* the reply's text so far, with tools_on */
+    size_t text_len, text_cap;
     struct ctl_stream s;
 };
 
@@ -85,6 +90,8 @@ static void preq_free(struct preq *q)
 {
     json_object_put(q->id);
     free(q->c_text);
+    free(q->text);
+    ctl_tools_free(&q->tools);
     l8tok_ids_free(&q->prompt);
     l8tok_stop_free(q->s.stop);
     l8tok_stream_free(q->s.st);
@@ -268,6 +275,32 @@ static int take_constraint(struct preq *q, json_object *id, const char *key, jso
     return 1;
 }
 
+/* "tools" (an array of tool definitions) and "tool_choice" ("auto",
+ * "required", "none"). -1 (said why) if one is bad, 0 if key is not one of
+ * them, 1 taken. */
+static int take_tools(struct preq *q, json_object *id, const char *key, json_object *v)
+{
+    if (!strcmp(key, "tool_choice")) {
+        if (!json_object_is_type(v, json_type_string) ||
+            ctl_tool_choice_parse(json_object_get_string(v), &q->tools.choice) < 0) {
+            say_error(id, "BAD_PARAMS", "\"tool_choice\": \"auto\", \"required\" or \"none\"");
+            return -1;
+        }
+        q->tool_choice = true;
+        return 1;
+    }
+    if (strcmp(key, "tools"))
+        return 0;
+    char why[CTL_WHY_LEN];
+    int rc = ctl_tools_take(&q->tools, v, why);
+    if (rc < 0) {
+        say_error(id, rc == -ENOMEM ? "INTERNAL" : "BAD_PARAMS", "\"tools\": %s",
+                  rc == -ENOMEM ? "out of memory" : why);
+        return -1;
+    }
+    return 1;
+}
+
 /* The stop strings of "stop_text" (an array of non-empty strings). */
 static int take_stop_text(struct preq *q, json_object *id, json_object *v)
 {
@@ -294,7 +327,8 @@ static int take_stop_text(struct preq *q, json_object *id, json_object *v)
 
 /* The prompt from exactly one of "messages", "text" (+ "system"), "raw"
  * and "ids". */
-static int take_prompt(struct pipe *P, struct preq *q, json_object *id, json_object *root)
+static int take_prompt(struct pipe *P, struct preq *q, json_object *id, json_object *root,
+                       const struct l8chat_opts *co)
 {
     static const char *const kinds[] = { "messages", "text", "raw", "ids" };
     json_object *v = NULL, *sys = NULL;
@@ -320,6 +354,11 @@ static int take_prompt(struct pipe *P, struct preq *q, json_object *id, json_obj
         say_error(id, "BAD_MESSAGE", "\"system\": a string, with \"text\" only");
         return -1;
     }
+    if (co->n_tools && kind >= 2) {
+        say_error(id, "BAD_MESSAGE", "\"tools\" are offered in the chat format: with "
+                  "\"messages\" or \"text\", not \"%s\"", kinds[kind]);
+        return -1;
+    }
     if (kind != 0 && kind != 3 && !json_object_is_type(v, json_type_string)) {
         say_error(id, "BAD_MESSAGE", "\"%s\": a string", kinds[kind]);
         return -1;
@@ -333,7 +372,7 @@ static int take_prompt(struct pipe *P, struct preq *q, json_object *id, json_obj
             say_error(id, "BAD_MESSAGE", "\"messages\": %s", rc == -ENOMEM ? "out of memory" : why);
             return -1;
         }
-        rc = l8chat_encode(P->tok, m, n, NULL, &q->prompt);
+        rc = l8chat_encode(P->tok, m, n, co, &q->prompt);
         free(m);
     } else if (kind == 1) {
         struct l8chat_msg m[2];
@@ -343,7 +382,7 @@ static int take_prompt(struct pipe *P, struct preq *q, json_object *id, json_obj
                                           (size_t)json_object_get_string_len(sys) };
         m[n++] = (struct l8chat_msg){ L8CHAT_USER, json_object_get_string(v),
                                       (size_t)json_object_get_string_len(v) };
-        rc = l8chat_encode(P->tok, m, n, NULL, &q->prompt);
+        rc = l8chat_encode(P->tok, m, n, co, &q->prompt);
     } else if (kind == 2) {
         if (P->info->bos_id >= 0)
             rc = l8tok_ids_push(&q->prompt, (uint32_t)P->info->bos_id);
@@ -408,7 +447,8 @@ static void take_request(struct pipe *P, json_object *root)
             continue;
         if (!strcmp(key, "stop_text"))
             r = take_stop_text(q, id, v) < 0 ? -1 : 1;
-        else if ((r = take_constraint(q, id, key, v)) == 0)
+        else if ((r = take_constraint(q, id, key, v)) == 0 &&
+                 (r = take_tools(q, id, key, v)) == 0)
             r = take_param(q, id, key, v);
         if (r == 0)
             say_error(id, "BAD_MESSAGE", "unknown key \"%.*s\"", ctl_quote_len(key, 64), key);
@@ -417,7 +457,27 @@ static void take_request(struct pipe *P, json_object *root)
             return;
         }
     }
-    if (take_prompt(P, q, id, root) < 0 || l8tok_stream_new(P->tok, &q->s.st) < 0) {
+    /* The tools: their choice's constraint is the one constraint. */
+    struct l8chat_opts co;
+    l8chat_opts_init(&co);
+    const char *bad = q->tool_choice && !q->tools.n ? "\"tool_choice\" without \"tools\""
+                      : q->tools.n && q->tools.choice == CTL_TOOLS_REQUIRED && q->c_key
+                      ? "\"tool_choice\": \"required\" is a constraint (the tools' calls): "
+                        "give no other" : NULL;
+    if (bad) {
+        say_error(id, "BAD_MESSAGE", "%s", bad);
+        preq_free(q);
+        return;
+    }
+    if (ctl_tools_apply(&q->tools, P->tok, &co, &q->params, q->stop_ids) < 0) {
+        say_error(id, "BAD_PARAMS", "\"stop\": no room for the tool turn's stop ids");
+        preq_free(q);
+        return;
+    }
+    q->tools_on = co.n_tools > 0;
+    if (q->tools_on && q->tools.choice == CTL_TOOLS_REQUIRED)
+        q->c_key = "tool_choice";
+    if (take_prompt(P, q, id, root, &co) < 0 || l8tok_stream_new(P->tok, &q->s.st) < 0) {
         preq_free(q);
         return;
     }
@@ -597,6 +657,34 @@ static int on_event(struct pipe *P, const struct l8_event *e, uint64_t now)
         stopped = ctl_stream_text(&q->s, 0, true, &t, &tl);
     if (stopped < 0)
         return stopped;
+    if (q->tools_on && t && tl && (e->kind == L8_EV_TOKEN || e->kind == L8_EV_DONE)) {
+        if (q->text_len + tl + 1 > q->text_cap) {
+            size_t cap = (q->text_len + tl + 1) * 2;
+            char *nb = realloc(q->text, cap);
+            if (!nb)
+                return -ENOMEM;
+            q->text = nb;
+            q->text_cap = cap;
+        }
+        memcpy(q->text + q->text_len, t, tl);
+        q->text_len += tl;
+        q->text[q->text_len] = 0;
+    }
+    /* The reply ends (its done event, or a stop string's): a tool call is
+     * said before the done event. */
+    json_object *call = NULL;
+    if (q->tools_on && (e->kind == L8_EV_DONE || (stopped && e->kind == L8_EV_TOKEN))) {
+        char *name, *args;
+        if (l8chat_parse_tool_call(q->text ? q->text : "", q->text_len, &name, &args) == 0) {
+            call = ctl_tool_call_event(name, args, "id", json_object_get(q->id));
+            free(name);
+            free(args);
+            if (!call)
+                return -ENOMEM;
+        }
+    }
+    if (call && e->kind == L8_EV_DONE)
+        ctl_print_json(call);
     /* A constraint the daemon could not compile: the error's message is its
      * reason, sent on the control socket just before the event. */
     const char *why = e->kind == L8_EV_ERROR && e->code == L8_ERR_BAD_GRAMMAR
@@ -607,6 +695,8 @@ static int on_event(struct pipe *P, const struct l8_event *e, uint64_t now)
     }
     ctl_print_json(ctl_event_json(e, "id", json_object_get(q->id), now, t, tl));
     if (stopped && e->kind == L8_EV_TOKEN) {
+        if (call)
+            ctl_print_json(call);
         ctl_print_json(ctl_stop_text_done_json(e, "id", json_object_get(q->id)));
         q->state = PQ_ENDING;
         q->cancel = true;
@@ -671,26 +761,34 @@ static void pipe_usage(FILE *f)
         "   \"max_new\":N, \"temperature\":T, \"top_k\":K, \"top_p\":P, \"min_p\":P,\n"
         "   \"repetition_penalty\":R, \"seed\":S, \"stop\":[T,...], \"stop_text\":[S,...],\n"
         "   \"logprobs\":B, \"ignore_eos\":B, \"priority\":N,\n"
-        "   \"grammar\":S | \"json_schema\":{...}|S | \"regex\":S | \"json_object\":B}\n"
+        "   \"grammar\":S | \"json_schema\":{...}|S | \"regex\":S | \"json_object\":B,\n"
+        "   \"tools\":[TOOL,...], \"tool_choice\":\"auto|required|none\"}\n"
         "  ID: a string or an integer, unique among the requests still running;\n"
         "  \"max_new\" defaults to 256, or the daemon's max_new_tokens if lower;\n"
         "  \"priority\": higher first; above 0 only for root and llama8d's user;\n"
         "  \"messages\" and \"text\" are chat-formatted, \"raw\" is <|begin_of_text|> + S;\n"
+        "  a message's role may also be \"ipython\" (or \"tool\"), a tool's result, and an\n"
+        "  assistant message may give \"tool_calls\" (one) for its content, as the\n"
+        "  generate command's --messages reads them;\n"
         "  a constraint, one at most, as generate's options of the same names:\n"
         "  \"grammar\" GBNF text, \"json_schema\" a JSON Schema (an object, or a string of\n"
         "  its JSON text), \"regex\" the whole reply's regular expression, \"json_object\"\n"
-        "  true for any JSON value; at most 1 MiB of text.\n"
+        "  true for any JSON value; at most 1 MiB of text;\n"
+        "  \"tools\": tool definitions as generate --tools FILE holds them, offered with\n"
+        "  \"messages\" or \"text\"; \"tool_choice\" as --tool-choice (default \"auto\";\n"
+        "  \"required\" is the constraint of the tools' calls, so no other key of one).\n"
         "{\"cancel\":ID} cancels one. Requests past the daemon's per-client limit wait here.\n\n"
         "Events, one JSON object a line: first \"ready\" (model, backend, context_length,\n"
         "  max_prompt_tokens, max_new_tokens, max_requests, max_priority), then with the\n"
         "  request's \"id\" (null for a line without one) as `generate --json`'s:\n"
-        "  started, token (with \"text\"), done (\"reason\": eos|stop|length|context|\n"
-        "  cancelled|grammar|stop_text), or error (\"error\": the daemon's error name, and a\n"
-        "  \"message\" saying what was wrong, for BAD_GRAMMAR the daemon's reason with the\n"
-        "  line and column in the constraint's text; for a bad line, or one past a limit the\n"
-        "  daemon announced, BAD_MESSAGE, BAD_PARAMS, BAD_TOKEN, EMPTY_PROMPT,\n"
-        "  PROMPT_TOO_LONG, BAD_GRAMMAR (a text over 1 MiB), DUPLICATE_REQUEST or\n"
-        "  UNKNOWN_REQUEST without sending it;\n"
+        "  started, token (with \"text\"), tool_call (with \"tools\", a reply that is a\n"
+        "  call: \"name\", \"arguments\" an object; before its done), done (\"reason\":\n"
+        "  eos|stop|length|context|cancelled|grammar|stop_text), or error (\"error\": the\n"
+        "  daemon's error name, and a \"message\" saying what was wrong, for BAD_GRAMMAR\n"
+        "  the daemon's reason with the line and column in the constraint's text; for a\n"
+        "  bad line, or one past a limit the daemon announced, BAD_MESSAGE, BAD_PARAMS,\n"
+        "  BAD_TOKEN, EMPTY_PROMPT, PROMPT_TOO_LONG, BAD_GRAMMAR (a text over 1 MiB),\n"
+        "  DUPLICATE_REQUEST or UNKNOWN_REQUEST without sending it;\n"
         "  DISCONNECTED for each request open when the daemon went away).\n\n"
         "At the end of stdin the requests in flight finish, then it exits.\n\n"
         "  --socket PATH          daemon socket (default $LLAMA8_SOCKET, else\n"

@@ -164,6 +164,42 @@ json_object *ctl_parse_json(const char *s, size_t n, const char **why)
     return root;
 }
 
+/* An assistant message's "tool_calls" (OpenAI's form, one call: the Llama
+ * 3.1 template takes no more) as its "content", the call's text as the
+ * template writes it, added to o so that it is borrowed from root as the
+ * other contents are. -EINVAL (why set), -ENOMEM. */
+static int tool_calls_content(json_object *o, json_object *calls, size_t i,
+                              char why[CTL_WHY_LEN])
+{
+    json_object *call, *fn, *name, *args;
+    if (!json_object_is_type(calls, json_type_array) || json_object_array_length(calls) != 1) {
+        snprintf(why, CTL_WHY_LEN, "message %zu: \"tool_calls\": an array of one call", i);
+        return -EINVAL;
+    }
+    call = json_object_array_get_idx(calls, 0);
+    if (!json_object_object_get_ex(call, "function", &fn))
+        fn = call;
+    if (!json_object_object_get_ex(fn, "name", &name) ||
+        !json_object_is_type(name, json_type_string) ||
+        (!json_object_object_get_ex(fn, "arguments", &args) &&
+         !json_object_object_get_ex(fn, "parameters", &args))) {
+        snprintf(why, CTL_WHY_LEN, "message %zu: a tool call is {\"function\": {\"name\": "
+                 "STRING, \"arguments\": OBJECT}}", i);
+        return -EINVAL;
+    }
+    const char *a = json_object_is_type(args, json_type_string) ? json_object_get_string(args)
+                    : json_object_to_json_string_ext(args, JSON_C_TO_STRING_PLAIN);
+    char *text;
+    int rc = l8chat_format_tool_call(json_object_get_string(name), a, &text);
+    if (rc == -EINVAL)
+        snprintf(why, CTL_WHY_LEN, "message %zu: the call's arguments are not a JSON object", i);
+    if (rc < 0)
+        return rc;
+    json_object_object_add(o, "content", json_object_new_string(text));
+    free(text);
+    return 0;
+}
+
 int ctl_parse_messages(json_object *root, struct l8chat_msg **msgs, size_t *n,
                        char why[CTL_WHY_LEN])
 {
@@ -180,7 +216,21 @@ int ctl_parse_messages(json_object *root, struct l8chat_msg **msgs, size_t *n,
     if (!m)
         return -ENOMEM;
     for (size_t i = 0; i < k; i++) {
-        json_object *o = json_object_array_get_idx(root, i), *role, *content;
+        json_object *o = json_object_array_get_idx(root, i), *role, *content, *calls;
+        if (json_object_is_type(o, json_type_object) &&
+            json_object_object_get_ex(o, "tool_calls", &calls) &&
+            json_object_object_get_ex(o, "role", &role) &&
+            json_object_is_type(role, json_type_string) &&
+            !strcmp(json_object_get_string(role), "assistant") &&
+            (!json_object_object_get_ex(o, "content", &content) || !content ||
+             (json_object_is_type(content, json_type_string) &&
+              !json_object_get_string_len(content)))) {
+            int rc = tool_calls_content(o, calls, i, why);
+            if (rc < 0) {
+                free(m);
+                return rc;
+            }
+        }
         if (!json_object_is_type(o, json_type_object) ||
             !json_object_object_get_ex(o, "role", &role) ||
             !json_object_object_get_ex(o, "content", &content) ||
@@ -193,8 +243,8 @@ int ctl_parse_messages(json_object *root, struct l8chat_msg **msgs, size_t *n,
         }
         if (l8chat_role_parse(json_object_get_string(role), &m[i].role) < 0) {
             const char *r = json_object_get_string(role);
-            snprintf(why, CTL_WHY_LEN, "message %zu: role \"%.*s\" is not system, user or "
-                     "assistant", i, ctl_quote_len(r, 40), r);
+            snprintf(why, CTL_WHY_LEN, "message %zu: role \"%.*s\" is not system, user, "
+                     "assistant, ipython or tool", i, ctl_quote_len(r, 40), r);
             free(m);
             return -EINVAL;
         }

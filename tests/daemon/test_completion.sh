@@ -42,7 +42,10 @@ expect()
     [[ $got == "$want" ]] || bad "completing '${*:2}': got '$got', want '$want'"
 }
 
-prints_usage() { timeout 10 "$@" </dev/null 2>/dev/null | grep -qi '^usage:'; }
+# grep reads it all: with -q it could exit at the first line, and a help
+# longer than stdio's buffer (generate's) would then die of SIGPIPE, which
+# pipefail reports.
+prints_usage() { timeout 10 "$@" </dev/null 2>/dev/null | grep -i '^usage:' >/dev/null; }
 
 # --- llama8ctl: its commands, and each command's options on the program.
 cmds=$(comp _llama8ctl "$ctl" "")

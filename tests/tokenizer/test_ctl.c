@@ -265,9 +265,85 @@ int main(int argc, char **argv)
     RUN(&r, "", "generate", "--socket", nosock, "--regex", "(yes|no)", "hi");
     CHECK(r.status == 3 && strstr(r.err, "no llama8d listening"), "--regex, no daemon: %d %s",
           r.status, r.err);
+    /* --tools and --tool-choice (generate's and chat's shared option loop):
+     * a file that is not a tools array, or not a regular file, and the
+     * choices, said before any daemon is asked. */
+    char tfile[64];
+    snprintf(tfile, sizeof tfile, "/tmp/l8ctl-tools-%d.json", (int)getpid());
+    static const char *const bad_tools[][2] = {
+        { "{\"name\": \"f\"}", "not a JSON array of tool definitions" },
+        { "[]", "0 tools (give 1 to 128)" },
+        { "[1]", "tool 0 is not a JSON object" },
+        { "[{\"type\": \"function\", \"function\": {}}]", "a tool without a name" },
+        { "[{\"name\": \"f\"},]", "not JSON" },
+    };
+    for (size_t i = 0; i < sizeof bad_tools / sizeof bad_tools[0]; i++) {
+        FILE *tf = fopen(tfile, "w");
+        CHECK(tf != NULL, "%s: %s", tfile, strerror(errno));
+        if (!tf)
+            break;
+        fputs(bad_tools[i][0], tf);
+        fclose(tf);
+        for (int k = 0; k < 2; k++) {
+            RUN(&r, "", k ? "chat" : "generate", "--socket", nosock, "--tools", tfile, "hi");
+            CHECK(r.status == 1 && strstr(r.err, "llama8ctl: --tools ") &&
+                  strstr(r.err, bad_tools[i][1]), "%s --tools '%s': %d %s", k ? "chat" : "generate",
+                  bad_tools[i][0], r.status, r.err);
+        }
+    }
+    if (unlink(tfile) == 0 && mkfifo(tfile, 0600) == 0) {
+        RUN(&r, "", "chat", "--socket", nosock, "--tools", tfile);
+        CHECK(r.status == 1 && strstr(r.err, "is a FIFO, not a regular file"),
+              "a FIFO as --tools: %d %s", r.status, r.err);
+        unlink(tfile);
+    }
+    RUN(&r, "", "generate", "--socket", nosock, "--tools", "/nonexistent/t.json", "hi");
+    CHECK(r.status == 1 && strstr(r.err, "llama8ctl: --tools /nonexistent/t.json: No such file"),
+          "unreadable --tools: %d %s", r.status, r.err);
+    FILE *tf = fopen(tfile, "w");
+    CHECK(tf != NULL, "%s: %s", tfile, strerror(errno));
+    if (tf) {
+        fputs("[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": "
+              "{\"type\": \"object\"}}}, {\"name\": \"g\"}]", tf);
+        fclose(tf);
+        RUN(&r, "", "generate", "--socket", nosock, "--tools", tfile, "--tool-choice", "maybe", "hi");
+        CHECK(r.status == 2 && strstr(r.err, "--tool-choice: auto, required or none, not: maybe"),
+              "--tool-choice maybe: %d %s", r.status, r.err);
+        RUN(&r, "", "chat", "--socket", nosock, "--tool-choice", "required");
+        CHECK(r.status == 2 && strstr(r.err, "--tool-choice needs --tools FILE"),
+              "--tool-choice without --tools: %d %s", r.status, r.err);
+        RUN(&r, "", "generate", "--socket", nosock, "--tools", tfile, "--tool-choice", "required",
+            "--json-schema", "s.json", "hi");
+        CHECK(r.status == 2 &&
+              strstr(r.err, "--tool-choice required and --json-schema: give one constraint"),
+              "--tool-choice required --json-schema: %d %s", r.status, r.err);
+        RUN(&r, "", "generate", "--socket", nosock, "--tools", tfile, "--raw", "hi");
+        CHECK(r.status == 2 && strstr(r.err, "--tools are offered in the chat format: it "
+                                               "excludes --raw"), "--tools --raw: %d %s",
+              r.status, r.err);
+        /* A good file, each choice, and a constraint beside auto: on to the daemon. */
+        static const char *const choices[] = { "auto", "required", "none" };
+        for (int k = 0; k < 3; k++) {
+            RUN(&r, "", "generate", "--socket", nosock, "--tools", tfile, "--tool-choice",
+                choices[k], "hi");
+            CHECK(r.status == 3, "--tools --tool-choice %s: %d %s", choices[k], r.status, r.err);
+        }
+        RUN(&r, "", "chat", "--socket", nosock, "--tools", tfile, "--regex", "x");
+        CHECK(r.status == 2, "chat has no --regex: %d %s", r.status, r.err);
+        RUN(&r, "", "generate", "--socket", nosock, "--tools", tfile, "--regex", "x", "hi");
+        CHECK(r.status == 3, "--tools (auto) --regex: %d %s", r.status, r.err);
+        unlink(tfile);
+    }
+    RUN(&r, "", "chat", "--help");
+    CHECK(r.status == 0 && strstr(r.out, "--tools FILE") && strstr(r.out, "--tool-choice") &&
+          strstr(r.out, "/tool RESULT") && strstr(r.out, "tool call: NAME ARGUMENTS"),
+          "chat --help: %s", r.out);
+
     RUN(&r, "", "generate", "--help");
     CHECK(r.status == 0 && strstr(r.out, "--grammar FILE") && strstr(r.out, "--json-schema FILE") &&
-          strstr(r.out, "--regex RE") && strstr(r.out, "--json-object"), "generate --help: %s",
+          strstr(r.out, "--regex RE") && strstr(r.out, "--json-object") &&
+          strstr(r.out, "--tools FILE") && strstr(r.out, "\"event\":\"tool_call\""),
+          "generate --help: %s",
           r.out);
 
     RUN(&r, "", "--help");
