@@ -118,3 +118,20 @@ static inline void raw_submit(struct raw *r, uint8_t kind, uint32_t off, uint32_
     atomic_store_explicit(&r->sq_ctl->tail, r->tail, memory_order_release);
     raw_ring(r);
 }
+
+/* Wait for one event on the raw client's ring. */
+static inline bool raw_event(struct raw *r, struct l8_event *ev, int timeout_ms)
+{
+    uint64_t end = t_now_ms() + (uint64_t)timeout_ms;
+    while (t_now_ms() < end) {
+        uint32_t t = atomic_load_explicit(&r->eq_ctl->tail, memory_order_acquire);
+        if (t != r->eq_head) {
+            *ev = r->eq[r->eq_head & (r->h.eq_entries - 1)];
+            r->eq_head++;
+            atomic_store_explicit(&r->eq_ctl->head, r->eq_head, memory_order_release);
+            return true;
+        }
+        usleep(1000);
+    }
+    return false;
+}

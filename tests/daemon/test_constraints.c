@@ -39,22 +39,6 @@ static void cleanup(void)
     t_rm_tree(tmpdir);
 }
 
-static bool raw_event(struct raw *r, struct l8_event *ev, int timeout_ms)
-{
-    uint64_t end = t_now_ms() + (uint64_t)timeout_ms;
-    while (t_now_ms() < end) {
-        uint32_t t = atomic_load_explicit(&r->eq_ctl->tail, memory_order_acquire);
-        if (t != r->eq_head) {
-            *ev = r->eq[r->eq_head & (r->h.eq_entries - 1)];
-            r->eq_head++;
-            atomic_store_explicit(&r->eq_ctl->head, r->eq_head, memory_order_release);
-            return true;
-        }
-        usleep(500);
-    }
-    return false;
-}
-
 /* A request's result. */
 struct reply {
     uint32_t tok[1024];

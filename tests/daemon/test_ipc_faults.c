@@ -39,23 +39,6 @@ static void expect_error_and_hangup(int fd, int code, const char *what)
           "%s: not disconnected", what);
 }
 
-/* Wait for one event on the raw client's ring. */
-static bool raw_event(struct raw *r, struct l8_event *ev, int timeout_ms)
-{
-    uint64_t end = t_now_ms() + (uint64_t)timeout_ms;
-    while (t_now_ms() < end) {
-        uint32_t t = atomic_load_explicit(&r->eq_ctl->tail, memory_order_acquire);
-        if (t != r->eq_head) {
-            *ev = r->eq[r->eq_head & (r->h.eq_entries - 1)];
-            r->eq_head++;
-            atomic_store_explicit(&r->eq_ctl->head, r->eq_head, memory_order_release);
-            return true;
-        }
-        usleep(1000);
-    }
-    return false;
-}
-
 static bool still_connected(int fd)
 {
     struct pollfd p = { fd, POLLIN, 0 };

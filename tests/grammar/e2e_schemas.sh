@@ -2,22 +2,15 @@
 # Constrained decoding end to end: llama8d on a synthetic checkpoint with the
 # real vocabulary (llama8-mkmodel --preset tiny: random weights, the hard case
 # for a grammar), the corpus's schemas through `llama8ctl pipe`, every whole
-# reply validated by ajv (e2e_schemas.mjs). ajv is installed into a scratch
-# directory as ajv_cases.sh does; exits 77 (skipped) without node/npm or the
-# install.
+# reply validated by ajv (e2e_schemas.mjs), as ajv_env.sh installs it (exit
+# 77, skipped, without it).
 #   tests/grammar/e2e_schemas.sh LLAMA8D LLAMA8CTL LLAMA8_MKMODEL TOKENIZER_JSON SCHEMAS_DIR
 # E2E_K requests per schema (default 2: one greedy, one sampled), E2E_MAX_NEW
 # their max_new (default 96), E2E_JSON a file for the summary.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 daemon=$1 ctl=$2 mk=$3 tok=$4 corpus=$5
-command -v node >/dev/null && command -v npm >/dev/null || { echo "node/npm not found: skipped"; exit 77; }
-scratch=${L8_AJV_DIR:-/tmp/llama8-ajv}
-if [ ! -d "$scratch/node_modules/ajv" ] || [ ! -d "$scratch/node_modules/ajv-formats" ]; then
-  mkdir -p "$scratch"
-  (cd "$scratch" && npm install --silent --no-save --no-package-lock ajv@8 ajv-formats@3 >/dev/null 2>&1) ||
-    { echo "npm install of ajv failed (offline?): skipped"; exit 77; }
-fi
+. "$here/ajv_env.sh"
 work=$(mktemp -d /tmp/l8e2e-XXXXXX)
 pid=
 cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null; rm -rf "$work"; }
@@ -31,5 +24,5 @@ for _ in $(seq 600); do
   kill -0 "$pid" 2>/dev/null || { echo "llama8d exited"; exit 1; }
   sleep 0.2
 done
-LLAMA8_TOKENIZER_CACHE="$work/cache" AJV_DIR=$scratch node "$here/e2e_schemas.mjs" "$ctl" \
+LLAMA8_TOKENIZER_CACHE="$work/cache" node "$here/e2e_schemas.mjs" "$ctl" \
   "$work/d.sock" "$corpus" "${E2E_K:-2}" "${E2E_MAX_NEW:-96}" "${E2E_JSON:-}"
