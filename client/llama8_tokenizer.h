@@ -94,6 +94,13 @@ int l8tok_token_id(const l8tok *tok, const char *text, size_t len, uint32_t *id)
 /* True if id is an added token marked "special" (<|begin_of_text|>, <|eot_id|>, ...). */
 bool l8tok_is_special(const l8tok *tok, uint32_t id);
 
+/* Every token's bytes as one table, for code that works on them (constrained decoding:
+ * llama8d's masks).  Ids [0, n): id i's bytes are (*bytes)[(*off)[i] .. (*off)[i + 1]);
+ * (*special)[i] is true for special tokens and for ids without bytes (past l8tok_n_ids,
+ * as a model's padded vocabulary has, or unused).  The three arrays are malloc'd, the
+ * caller's.  0, -EINVAL (a table over 4 GiB), or -ENOMEM (nothing to free then). */
+int l8tok_table(const l8tok *tok, uint32_t n, uint8_t **bytes, uint32_t **off, bool **special);
+
 /* Checks that (s, len) is well-formed UTF-8 (RFC 3629: no overlong forms, no surrogates,
  * nothing above U+10FFFF, no truncated sequence at the end).  0 if it is; otherwise
  * -EILSEQ and, if bad_offset is not NULL, the byte offset of the first byte of the first

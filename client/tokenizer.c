@@ -899,6 +899,39 @@ int l8tok_token_bytes(const l8tok *t, uint32_t id, const char **bytes, size_t *l
     return 0;
 }
 
+int l8tok_table(const l8tok *t, uint32_t n, uint8_t **bytes, uint32_t **off, bool **special)
+{
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < n && i < t->n_ids; i++)
+        total += t->tok_len[i] == NO_LEN ? 0 : t->tok_len[i];
+    if (total > UINT32_MAX)
+        return -EINVAL;
+    uint8_t *b = malloc(total ? (size_t)total : 1);
+    uint32_t *o = malloc(((size_t)n + 1) * sizeof *o);
+    bool *sp = malloc(n ? n : 1);
+    if (!b || !o || !sp) {
+        free(b);
+        free(o);
+        free(sp);
+        return -ENOMEM;
+    }
+    uint32_t len = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        o[i] = len;
+        const bool has = i < t->n_ids && t->tok_len[i] != NO_LEN;
+        sp[i] = !has || l8tok_is_special(t, i);
+        if (has) {
+            memcpy(b + len, t->pool + t->tok_off[i], t->tok_len[i]);
+            len += t->tok_len[i];
+        }
+    }
+    o[n] = len;
+    *bytes = b;
+    *off = o;
+    *special = sp;
+    return 0;
+}
+
 int l8tok_token_id(const l8tok *t, const char *text, size_t len, uint32_t *id)
 {
     const uint8_t *s = (const uint8_t *)text;

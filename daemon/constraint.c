@@ -64,36 +64,14 @@ static int load_vocab(struct l8d_constraints *c, const char *path, uint32_t voca
         l8tok_free(tok);
         return 0;
     }
-    uint32_t *off = malloc(((size_t)vocab + 1) * sizeof *off);
-    bool *special = calloc(vocab, sizeof *special);
-    size_t cap = 1 << 20, len = 0;
-    uint8_t *bytes = malloc(cap);
-    rc = off && special && bytes ? 0 : -ENOMEM;
-    for (uint32_t i = 0; i < vocab && !rc; i++) {
-        const char *b = NULL;
-        size_t bl = 0;
-        off[i] = (uint32_t)len;
-        /* ids past the tokenizer's, and unused ones, have no bytes: never allowed */
-        if (i >= n_tok || l8tok_token_bytes(tok, i, &b, &bl) < 0) {
-            special[i] = true;
-            continue;
-        }
-        special[i] = l8tok_is_special(tok, i);
-        while (len + bl > cap) {
-            uint8_t *nb = realloc(bytes, cap *= 2);
-            if (!nb) {
-                rc = -ENOMEM;
-                break;
-            }
-            bytes = nb;
-        }
-        if (!rc) {
-            memcpy(bytes + len, b, bl);
-            len += bl;
-        }
-    }
-    if (!rc) {
-        off[vocab] = (uint32_t)len;
+    uint8_t *bytes = NULL;
+    uint32_t *off = NULL;
+    bool *special = NULL;
+    rc = l8tok_table(tok, vocab, &bytes, &off, &special);
+    if (rc == -EINVAL) {
+        snprintf(c->why, sizeof c->why, "constraints: %s: its tokens' bytes exceed 4 GiB", path);
+        rc = 0;
+    } else if (!rc) {
         rc = l8g_vocab_new(vocab, bytes, off, special, end_ids, n_end, &c->vocab);
         if (rc == -EINVAL) {
             snprintf(c->why, sizeof c->why, "constraints: %s: a token longer than 255 bytes",

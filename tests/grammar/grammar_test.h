@@ -16,26 +16,10 @@ static const char *const gt_end_names[] = { "<|eot_id|>", "<|eom_id|>", "<|end_o
 static inline struct l8g_vocab *gt_vocab(const l8tok *tok)
 {
     uint32_t n = l8tok_n_ids(tok);
-    uint32_t *off = malloc(((size_t)n + 1) * sizeof *off);
-    bool *special = calloc(n, 1);
-    size_t cap = 1 << 20, len = 0;
-    uint8_t *bytes = malloc(cap);
-    REQUIRE(off && special && bytes);
-    for (uint32_t i = 0; i < n; i++) {
-        const char *b = NULL;
-        size_t bl = 0;
-        off[i] = (uint32_t)len;
-        if (l8tok_token_bytes(tok, i, &b, &bl) < 0) {
-            special[i] = true;     /* an unused id */
-            continue;
-        }
-        special[i] = l8tok_is_special(tok, i);
-        while (len + bl > cap)
-            REQUIRE((bytes = realloc(bytes, cap *= 2)));
-        memcpy(bytes + len, b, bl);
-        len += bl;
-    }
-    off[n] = (uint32_t)len;
+    uint8_t *bytes;
+    uint32_t *off;
+    bool *special;
+    REQUIRE(l8tok_table(tok, n, &bytes, &off, &special) == 0);
     uint32_t ends[3], n_end = 0;
     for (int i = 0; i < 3; i++)
         if (l8tok_token_id(tok, gt_end_names[i], strlen(gt_end_names[i]), &ends[n_end]) == 0)

@@ -59,35 +59,13 @@ static char *read_all(const char *path, size_t *len)
  * unused ids marked special, the three Llama 3 end ids. */
 static int make_vocab(const l8tok *tok, struct l8g_vocab **out)
 {
-    uint32_t n = l8tok_n_ids(tok);
-    uint32_t *off = malloc(((size_t)n + 1) * sizeof *off);
-    bool *special = calloc(n ? n : 1, 1);
-    size_t cap = 1 << 20, len = 0;
-    uint8_t *bytes = malloc(cap);
-    int rc = -ENOMEM;
-    if (!off || !special || !bytes)
-        goto err;
-    for (uint32_t i = 0; i < n; i++) {
-        const char *b = NULL;
-        size_t bl = 0;
-        off[i] = (uint32_t)len;
-        if (l8tok_token_bytes(tok, i, &b, &bl) < 0) {
-            special[i] = true;
-            continue;
-        }
-        special[i] = l8tok_is_special(tok, i);
-        while (len + bl > cap) {
-            uint8_t *nb = realloc(bytes, cap *= 2);
-            if (!nb)
-                goto err;
-            bytes = nb;
-        }
-        memcpy(bytes + len, b, bl);
-        len += bl;
-    }
-    off[n] = (uint32_t)len;
+    uint32_t n = l8tok_n_ids(tok), *off;
+    uint8_t *bytes;
+    bool *special;
+    int rc = l8tok_table(tok, n, &bytes, &off, &special);
+    if (rc < 0)
+        return rc;
     rc = l8g_vocab_new(n, bytes, off, special, end_ids, 3, out);
-err:
     free(off);
     free(special);
     free(bytes);

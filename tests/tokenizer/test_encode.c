@@ -281,6 +281,32 @@ static void test_unicode_edges(const l8tok *tok)
     }
 }
 
+/* l8tok_table: every id's bytes as l8tok_token_bytes gives them, specials
+ * marked, the ids past the tokenizer's empty and marked. */
+static void test_table(const l8tok *tok)
+{
+    const uint32_t n = l8tok_n_ids(tok), m = n + 40;
+    uint8_t *bytes;
+    uint32_t *off;
+    bool *special;
+    REQUIRE(l8tok_table(tok, m, &bytes, &off, &special) == 0);
+    int bad = 0;
+    for (uint32_t i = 0; i < m; i++) {
+        const char *b;
+        size_t bl;
+        bool has = l8tok_token_bytes(tok, i, &b, &bl) == 0;
+        uint32_t len = off[i + 1] - off[i];
+        if (has ? len != bl || memcmp(bytes + off[i], b, bl) || special[i] != l8tok_is_special(tok, i)
+                : len != 0 || !special[i])
+            bad++;
+    }
+    CHECK(bad == 0, "l8tok_table: %d of %u ids differ", bad, m);
+    CHECK(special[128009] && !special[9906], "specials");
+    free(bytes);
+    free(off);
+    free(special);
+}
+
 static void test_lookups(const l8tok *tok)
 {
     uint32_t id = 0;
@@ -484,6 +510,7 @@ int main(int argc, char **argv)
     test_specials(tok);
     test_unicode_edges(tok);
     test_lookups(tok);
+    test_table(tok);
     test_toy_and_errors(tt_scratch(argv[2]));
     test_threads(tok);
     l8tok_free(tok);
