@@ -19,14 +19,13 @@
  *     the lines it refuses.
  *
  * argv: llama8d llama8ctl llama8-mkmodel tokenizer.json */
-#include "ipc_helper.h"
+#include "ctl_run.h"
 
 #include <regex.h>
 #include <json-c/json.h>
 
 #include "llama8_tokenizer.h"
 
-#define CMD_TIMEOUT_MS 120000
 
 static const char *bin_d, *bin_ctl, *bin_mk;
 static char model[128];
@@ -62,23 +61,6 @@ static void on_signal(int sig)
 
 /* ---------------------------------------------------------------- processes */
 
-struct buf { char *p; size_t n, cap; };
-
-static void buf_add(struct buf *b, const void *s, size_t n)
-{
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = (b->n + n + 1) * 2;
-        b->p = realloc(b->p, cap);
-        REQUIRE(b->p, "out of memory");
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
-
-static void buf_free(struct buf *b) { free(b->p); *b = (struct buf){0}; }
-
 /* One line (len bytes at l) as JSON. */
 static json_object *parse_line(const char *l, size_t len)
 {
@@ -87,96 +69,6 @@ static json_object *parse_line(const char *l, size_t len)
     json_object *j = json_tokener_parse(t);
     free(t);
     return j;
-}
-
-static const char *argv_str(const char *const *argv)
-{
-    static char s[4096];
-    size_t n = 0;
-    s[0] = 0;
-    for (int i = 0; argv[i] && n < sizeof(s) - 2; i++)
-        n += (size_t)snprintf(s + n, sizeof(s) - n, "%s%s", i ? " " : "", argv[i]);
-    return s;
-}
-
-/* Run argv with stdin from in (may be NULL), collect stdout and stderr
- * (both NUL-terminated, never NULL); returns the exit status, 128 + signal,
- * or -1 when it ran past CMD_TIMEOUT_MS. */
-static int run_cmd(const char *const *argv, const char *in, struct buf *out, struct buf *err)
-{
-    int pi[2], po[2], pe[2];
-    REQUIRE(pipe2(pi, O_CLOEXEC) == 0 && pipe2(po, O_CLOEXEC) == 0 &&
-            pipe2(pe, O_CLOEXEC) == 0, "pipe");
-    pid_t pid = fork();
-    REQUIRE(pid >= 0, "fork");
-    if (pid == 0) {
-        dup2(pi[0], 0);
-        dup2(po[1], 1);
-        dup2(pe[1], 2);
-        execv(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    close(pi[0]);
-    close(po[1]);
-    close(pe[1]);
-    *out = (struct buf){0};
-    *err = (struct buf){0};
-    buf_add(out, "", 0);
-    buf_add(err, "", 0);
-    size_t in_len = in ? strlen(in) : 0, off = 0;
-    if (!in_len) {
-        close(pi[1]);
-        pi[1] = -1;
-    } else {
-        fcntl(pi[1], F_SETFL, O_NONBLOCK);
-    }
-    int fds[2] = { po[0], pe[0] }, open_fds = 2;
-    uint64_t end = t_now_ms() + CMD_TIMEOUT_MS;
-    bool timed_out = false;
-    while (open_fds > 0) {
-        struct pollfd p[3] = { { fds[0], POLLIN, 0 }, { fds[1], POLLIN, 0 },
-                               { pi[1], POLLOUT, 0 } };
-        uint64_t now = t_now_ms();
-        if (now >= end) {
-            timed_out = true;
-            kill(pid, SIGKILL);
-            break;
-        }
-        if (poll(p, 3, (int)(end - now)) < 0 && errno != EINTR)
-            break;
-        char tmp[65536];
-        for (int k = 0; k < 2; k++) {
-            if (fds[k] < 0 || !(p[k].revents & (POLLIN | POLLHUP | POLLERR)))
-                continue;
-            ssize_t r = read(fds[k], tmp, sizeof(tmp));
-            if (r > 0) {
-                buf_add(k ? err : out, tmp, (size_t)r);
-            } else if (r == 0 || errno != EINTR) {
-                close(fds[k]);
-                fds[k] = -1;
-                open_fds--;
-            }
-        }
-        if (pi[1] >= 0 && (p[2].revents & (POLLOUT | POLLERR | POLLHUP))) {
-            ssize_t w = write(pi[1], in + off, in_len - off);
-            if (w > 0)
-                off += (size_t)w;
-            if ((w < 0 && errno != EAGAIN && errno != EINTR) || off == in_len) {
-                close(pi[1]);
-                pi[1] = -1;
-            }
-        }
-    }
-    for (int k = 0; k < 2; k++)
-        if (fds[k] >= 0)
-            close(fds[k]);
-    if (pi[1] >= 0)
-        close(pi[1]);
-    int st;
-    waitpid(pid, &st, 0);
-    if (timed_out)
-        return -1;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
 static void write_file(const char *name, const char *text, char *path, size_t cap)
@@ -412,7 +304,7 @@ static void test_generate(void)
         }
         argv[n++] = "Is the sky blue?";
         argv[n] = NULL;
-        rc = run_cmd(argv, NULL, &o, &e);
+        rc = run_cmd(argv, NULL, 0, &o, &e);
         CHECK(rc == 0 && (!strcmp(o.p, "yes\n") || !strcmp(o.p, "no\n")),
               "%s: exit %d, stdout '%s', stderr %s", argv_str(argv), rc, o.p, e.p);
         buf_free(&o);
@@ -424,7 +316,7 @@ static void test_generate(void)
     {
         const char *argv[] = { bin_ctl, "generate", "--socket", dmn.sock, "--grammar", g,
                                "--json", "--max-new", "16", "Yes or no?", NULL };
-        rc = run_cmd(argv, NULL, &o, &e);
+        rc = run_cmd(argv, NULL, 0, &o, &e);
         struct buf text = {0};
         buf_add(&text, "", 0);
         json_object *done, *all = json_lines(o.p, &text, &done);
@@ -445,7 +337,7 @@ static void test_generate(void)
     {
         const char *argv[] = { bin_ctl, "generate", "--socket", dmn.sock, "--grammar", g,
                                "--ignore-eos", "--json", "--max-new", "16", "Yes or no?", NULL };
-        rc = run_cmd(argv, NULL, &o, &e);
+        rc = run_cmd(argv, NULL, 0, &o, &e);
         struct buf text = {0};
         buf_add(&text, "", 0);
         json_object *done, *all = json_lines(o.p, &text, &done);
@@ -465,14 +357,14 @@ static void test_generate(void)
                                "hello", NULL };
         char want[512];
         snprintf(want, sizeof want, "llama8ctl: --grammar %s: ", bad);
-        rc = run_cmd(argv, NULL, &o, &e);
+        rc = run_cmd(argv, NULL, 0, &o, &e);
         CHECK(rc == 1 && strstr(e.p, want) && strstr(e.p, bad_where) && !o.p[0],
               "bad grammar: exit %d, stderr %s, stdout %s", rc, e.p, o.p);
         buf_free(&o);
         buf_free(&e);
         const char *js[] = { bin_ctl, "generate", "--socket", dmn.sock, "--grammar", bad,
                              "--json", "hello", NULL };
-        rc = run_cmd(js, NULL, &o, &e);
+        rc = run_cmd(js, NULL, 0, &o, &e);
         struct buf text = {0};
         json_object *done, *all = json_lines(o.p, &text, &done);
         CHECK(rc == 1 && !strcmp(str_of(done, "event"), "error") &&
@@ -485,7 +377,7 @@ static void test_generate(void)
         buf_free(&e);
         const char *re[] = { bin_ctl, "generate", "--socket", dmn.sock, "--regex", "(a|b",
                              "hello", NULL };
-        rc = run_cmd(re, NULL, &o, &e);
+        rc = run_cmd(re, NULL, 0, &o, &e);
         CHECK(rc == 1 && strstr(e.p, "llama8ctl: --regex: ") && strstr(e.p, "column"),
               "bad regex: exit %d, stderr %s", rc, e.p);
         buf_free(&o);
@@ -496,7 +388,7 @@ static void test_generate(void)
     {
         const char *argv[] = { bin_ctl, "generate", "--socket", dmn.sock, "--regex",
                                "[0-9]{2}-(yes|no)", "--max-new", "24", "Answer.", NULL };
-        rc = run_cmd(argv, NULL, &o, &e);
+        rc = run_cmd(argv, NULL, 0, &o, &e);
         regex_t rx;
         REQUIRE(regcomp(&rx, "^[0-9]{2}-(yes|no)\n$", REG_EXTENDED | REG_NOSUB) == 0, "regcomp");
         CHECK(rc == 0 && regexec(&rx, o.p, 0, NULL, 0) == 0, "--regex: exit %d, stdout '%s' %s",
@@ -510,7 +402,7 @@ static void test_generate(void)
     {
         const char *argv[] = { bin_ctl, "generate", "--socket", dmn.sock, "--json-schema", schema,
                                "--max-new", "48", "Is it ok?", NULL };
-        rc = run_cmd(argv, NULL, &o, &e);
+        rc = run_cmd(argv, NULL, 0, &o, &e);
         json_object *j = rc == 0 ? json_tokener_parse(o.p) : NULL, *ok = NULL;
         CHECK(j && json_object_is_type(j, json_type_object) &&
               json_object_object_length(j) == 1 && json_object_object_get_ex(j, "ok", &ok) &&
@@ -532,7 +424,7 @@ static void test_generate(void)
         const char *argv[] = { bin_ctl, "generate", "--socket", dmn.sock, "--json-object",
                                "--max-new", "64", "--temperature", "1", "--seed", seed, "--json",
                                "Some JSON, please.", NULL };
-        rc = run_cmd(argv, NULL, &o, &e);
+        rc = run_cmd(argv, NULL, 0, &o, &e);
         struct buf text = {0};
         buf_add(&text, "", 0);
         json_object *done, *all = json_lines(o.p, &text, &done);
@@ -583,7 +475,7 @@ static void test_pipe(void)
         "{\"id\":8,\"text\":\"Answer.\",\"json_object\":false,\"regex\":\"(ok)\",\"max_new\":8}\n";
     const char *argv[] = { bin_ctl, "pipe", "--socket", dmn.sock, NULL };
     struct buf o, e;
-    int rc = run_cmd(argv, in, &o, &e);
+    int rc = run_cmd(argv, in, strlen(in), &o, &e);
     CHECK(rc == 0, "pipe: exit %d, stderr %s", rc, e.p);
     struct { struct buf text; char end[32], msg[512]; } r[9] = {0};
     for (const char *l = o.p; *l;) {
@@ -733,7 +625,7 @@ static void test_tools(void)
         }
         argv[n++] = "What is the weather in Paris?";
         argv[n] = NULL;
-        rc = run_cmd(argv, NULL, &o, &e);
+        rc = run_cmd(argv, NULL, 0, &o, &e);
         struct buf text = {0};
         buf_add(&text, "", 0);
         json_object *call, *done, *all = tool_events(o.p, &text, &call, &done), *args = NULL;
@@ -769,7 +661,7 @@ static void test_tools(void)
         const char *argv[] = { bin_ctl, "generate", "--socket", dmn.sock, "--tools", tf,
                                "--tool-choice", "required", "--max-new", "160",
                                "Turn on the lights.", NULL };
-        rc = run_cmd(argv, NULL, &o, &e);
+        rc = run_cmd(argv, NULL, 0, &o, &e);
         char *line = strstr(o.p, "\ntool call: ");
         char name[64] = "";
         json_object *args = NULL;
@@ -813,7 +705,7 @@ static void test_tools(void)
     for (int k = 0; k < 3; k++) {
         const char *argv[] = { bin_ctl, "generate", "--socket", dmn.sock, "--tools", tf,
                                "--messages", "--max-new", "8", "--json", NULL };
-        rc = run_cmd(argv, convs[k], &o, &e);
+        rc = run_cmd(argv, convs[k], strlen(convs[k]), &o, &e);
         struct buf text = {0};
         buf_add(&text, "", 0);
         json_object *call, *done, *all = tool_events(o.p, &text, &call, &done);
@@ -835,7 +727,10 @@ static void test_tools(void)
           (long long)prompt_tokens[2]);
     {
         const char *argv[] = { bin_ctl, "generate", "--socket", dmn.sock, "--messages", NULL };
-        rc = run_cmd(argv, "[{\"role\":\"assistant\",\"tool_calls\":[]}]", &o, &e);
+        {
+            const char *empty = "[{\"role\":\"assistant\",\"tool_calls\":[]}]";
+            rc = run_cmd(argv, empty, strlen(empty), &o, &e);
+        }
         CHECK(rc == 1 && strstr(e.p, "\"tool_calls\": an array of one call"),
               "--messages, empty tool_calls: %d %s", rc, e.p);
         buf_free(&o);
@@ -846,7 +741,7 @@ static void test_tools(void)
     {
         const char *argv[] = { bin_ctl, "chat", "--socket", dmn.sock, "--tools", tf,
                                "--tool-choice", "required", "--max-new", "160", NULL };
-        rc = run_cmd(argv, "Weather in Rome?\n/tool {\"temp\": 19}\n", &o, &e);
+        rc = run_cmd(argv, "Weather in Rome?\n/tool {\"temp\": 19}\n", strlen("Weather in Rome?\n/tool {\"temp\": 19}\n"), &o, &e);
         int calls = 0;
         for (const char *l = o.p; (l = strstr(l, "tool call: ")); l++)
             calls++;
@@ -854,7 +749,7 @@ static void test_tools(void)
         buf_free(&o);
         buf_free(&e);
         const char *plain[] = { bin_ctl, "chat", "--socket", dmn.sock, "--max-new", "4", NULL };
-        rc = run_cmd(plain, "hi\n/tool 1\n", &o, &e);
+        rc = run_cmd(plain, "hi\n/tool 1\n", strlen("hi\n/tool 1\n"), &o, &e);
         CHECK(rc == 0 && strstr(e.p, "/tool RESULT answers a reply, with --tools"),
               "chat /tool without --tools: %d %s", rc, e.p);
         buf_free(&o);
@@ -877,7 +772,7 @@ static void test_tools(void)
              tools_json, tools_json, tools_json);
     buf_add(&in, line, strlen(line));
     const char *argv[] = { bin_ctl, "pipe", "--socket", dmn.sock, NULL };
-    rc = run_cmd(argv, in.p, &o, &e);
+    rc = run_cmd(argv, in.p, strlen(in.p), &o, &e);
     CHECK(rc == 0, "pipe tools: exit %d %s", rc, e.p);
     struct { struct buf text; char end[32], msg[512]; json_object *call; bool call_then_done; }
         r[9] = {0};
@@ -965,7 +860,7 @@ int main(int argc, char **argv)
     const char *mk[] = { bin_mk, "--preset", "tiny", "--seed", "1", "--out", model,
                          "--tokenizer", argv[4], NULL };
     struct buf o, e;
-    int rc = run_cmd(mk, NULL, &o, &e);
+    int rc = run_cmd(mk, NULL, 0, &o, &e);
     REQUIRE(rc == 0, "%s: exit %d: %s", argv_str(mk), rc, e.p);
     buf_free(&o);
     buf_free(&e);
