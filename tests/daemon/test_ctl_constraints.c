@@ -287,7 +287,7 @@ static void test_generate(void)
     write_file("bad.gbnf", bad_gbnf, bad, sizeof bad);
     write_file("person.json", "{\"type\":\"object\",\"properties\":{\"ok\":{\"type\":\"boolean\"}},"
                "\"required\":[\"ok\"],\"additionalProperties\":false}", schema, sizeof schema);
-    struct buf o, e;
+    struct buf o = {0}, e = {0};
     int rc;
 
     /* Greedy and sampled with a few seeds: "yes" or "no" and nothing else. */
@@ -474,7 +474,7 @@ static void test_pipe(void)
         "{\"id\":7,\"text\":\"Answer.\",\"grammar\":7}\n"
         "{\"id\":8,\"text\":\"Answer.\",\"json_object\":false,\"regex\":\"(ok)\",\"max_new\":8}\n";
     const char *argv[] = { bin_ctl, "pipe", "--socket", dmn.sock, NULL };
-    struct buf o, e;
+    struct buf o = {0}, e = {0};
     int rc = run_cmd(argv, in, strlen(in), &o, &e);
     CHECK(rc == 0, "pipe: exit %d, stderr %s", rc, e.p);
     struct { struct buf text; char end[32], msg[512]; } r[9] = {0};
@@ -603,7 +603,7 @@ static void test_tools(void)
 {
     char tf[256];
     write_file("tools.json", tools_json, tf, sizeof tf);
-    struct buf o, e;
+    struct buf o = {0}, e = {0};
     int rc;
 
     /* --tool-choice required: greedy and six seeds, each reply a whole valid
@@ -859,7 +859,7 @@ int main(int argc, char **argv)
     snprintf(model, sizeof(model), "%s/model", tmpdir);
     const char *mk[] = { bin_mk, "--preset", "tiny", "--seed", "1", "--out", model,
                          "--tokenizer", argv[4], NULL };
-    struct buf o, e;
+    struct buf o = {0}, e = {0};
     int rc = run_cmd(mk, NULL, 0, &o, &e);
     REQUIRE(rc == 0, "%s: exit %d: %s", argv_str(mk), rc, e.p);
     buf_free(&o);
