@@ -271,10 +271,9 @@ void l8d_constraints_attach(struct l8d_constraints *c, struct l8_sched *sched)
     c->slots = l8_sched_step_slots(sched);
 }
 
-void l8d_constraints_before(void *ud, struct l8_seq *seqs, uint32_t n, int status)
+void l8d_constraints_masks(void *ud, struct l8_seq *seqs, uint32_t n)
 {
     struct l8d_constraints *c = ud;
-    (void)status;
     for (uint32_t i = 0; i < n; i++) {
         struct l8_sched_slot *sl = &c->slots[i];
         struct req_constraint *rc = sl->constraint;

@@ -37,13 +37,14 @@ void *l8d_constraint_new(struct l8d_constraints *c, int kind, const char *text, 
 /* The scheduler's free_constraint (ctx unused). */
 void l8d_constraint_free(void *ctx, void *constraint);
 
-/* The engine thread's hooks, ud the l8d_constraints, for the steps of
- * sched: before fills the masks of the sampling sequences that have a
- * constraint, after takes their tokens; a constraint that admits nothing
+/* The engine thread's hooks (engine_thread.h), ud the l8d_constraints,
+ * for the steps of sched: masks fills the masks of the sequences that have
+ * a constraint (on the masks' thread, while the step runs), after takes
+ * their tokens; a constraint that admits nothing
  * sets its slot's constraint_end, one whose end id was taken
  * constraint_done. */
 void l8d_constraints_attach(struct l8d_constraints *c, struct l8_sched *sched);
-void l8d_constraints_before(void *ud, struct l8_seq *seqs, uint32_t n, int status);
+void l8d_constraints_masks(void *ud, struct l8_seq *seqs, uint32_t n);
 void l8d_constraints_after(void *ud, struct l8_seq *seqs, uint32_t n, int status);
 
 /* Compiled grammars held, and constrained requests live (Status, logs). */

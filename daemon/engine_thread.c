@@ -50,8 +50,17 @@ struct l8d_engine_thread {
     int status;
     uint64_t t_start, t_end;
     uint32_t stall_ms;   /* STALL_ENV: injected delay per step (0: none) */
-    l8d_et_hook_fn *before, *after;
+    l8d_et_masks_fn *masks;
+    l8d_et_after_fn *after;
     void *hook_ud;
+    /* The masks' thread: one job per step, handed over under mmu. */
+    pthread_t mthread;
+    bool mstarted;
+    pthread_mutex_t mmu;
+    pthread_cond_t mcv;
+    bool mposted, mdone, mquit;
+    struct l8_seq *mseqs;
+    uint32_t mn;
 };
 
 uint64_t l8d_now_ns(void)
@@ -59,6 +68,56 @@ uint64_t l8d_now_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void *masks_run(void *arg)
+{
+    struct l8d_engine_thread *t = arg;
+    pthread_mutex_lock(&t->mmu);
+    for (;;) {
+        while (!t->mposted && !t->mquit)
+            pthread_cond_wait(&t->mcv, &t->mmu);
+        if (t->mquit)
+            break;
+        t->mposted = false;
+        pthread_mutex_unlock(&t->mmu);
+        t->masks(t->hook_ud, t->mseqs, t->mn);
+        pthread_mutex_lock(&t->mmu);
+        t->mdone = true;
+        pthread_cond_broadcast(&t->mcv);
+    }
+    pthread_mutex_unlock(&t->mmu);
+    return NULL;
+}
+
+static void masks_post(struct l8d_engine_thread *t, struct l8_seq *seqs, uint32_t n)
+{
+    pthread_mutex_lock(&t->mmu);
+    t->mseqs = seqs;
+    t->mn = n;
+    t->mdone = false;
+    t->mposted = true;
+    pthread_cond_signal(&t->mcv);
+    pthread_mutex_unlock(&t->mmu);
+}
+
+/* The engine's l8_masks_wait_fn, and the engine thread's after the step
+ * (an error, or a step that sampled before it needed them): idempotent. */
+static void masks_wait(void *ud)
+{
+    struct l8d_engine_thread *t = ud;
+    pthread_mutex_lock(&t->mmu);
+    while (!t->mdone)
+        pthread_cond_wait(&t->mcv, &t->mmu);
+    pthread_mutex_unlock(&t->mmu);
+}
+
+static bool any_mask(const struct l8_seq *seqs, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (seqs[i].allowed)
+            return true;
+    return false;
 }
 
 static void *run(void *arg)
@@ -81,9 +140,13 @@ static void *run(void *arg)
             while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
                 ;
         }
-        if (t->before)
-            t->before(t->hook_ud, seqs, n, 0);
+        const bool masks = t->masks && any_mask(seqs, n);
+        if (masks)
+            masks_post(t, seqs, n);
+        l8_engine_set_masks_wait(t->e, masks ? masks_wait : NULL, t);
         int rc = l8_engine_step(t->e, seqs, n);
+        if (masks)
+            masks_wait(t);
         if (t->after)
             t->after(t->hook_ud, seqs, n, rc);
         uint64_t t1 = l8d_now_ns();
@@ -141,6 +204,8 @@ int l8d_et_start(struct l8_engine *e, uint64_t spin_ns, struct l8d_engine_thread
     }
     pthread_mutex_init(&t->mu, NULL);
     pthread_cond_init(&t->cv, NULL);
+    pthread_mutex_init(&t->mmu, NULL);
+    pthread_cond_init(&t->mcv, NULL);
     t->done_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (t->done_fd < 0) {
         rc = -errno;
@@ -155,6 +220,8 @@ err:
         close(t->done_fd);
     pthread_mutex_destroy(&t->mu);
     pthread_cond_destroy(&t->cv);
+    pthread_mutex_destroy(&t->mmu);
+    pthread_cond_destroy(&t->mcv);
     free(t);
     return rc;
 }
@@ -168,20 +235,38 @@ void l8d_et_stop(struct l8d_engine_thread *t)
     pthread_cond_signal(&t->cv);
     pthread_mutex_unlock(&t->mu);
     pthread_join(t->thread, NULL);
+    if (t->mstarted) {
+        pthread_mutex_lock(&t->mmu);
+        t->mquit = true;
+        pthread_cond_signal(&t->mcv);
+        pthread_mutex_unlock(&t->mmu);
+        pthread_join(t->mthread, NULL);
+    }
     close(t->done_fd);
     pthread_mutex_destroy(&t->mu);
     pthread_cond_destroy(&t->cv);
+    pthread_mutex_destroy(&t->mmu);
+    pthread_cond_destroy(&t->mcv);
     free(t);
 }
 
 int l8d_et_done_fd(const struct l8d_engine_thread *t) { return t->done_fd; }
 
-void l8d_et_set_hooks(struct l8d_engine_thread *t, l8d_et_hook_fn *before,
-                      l8d_et_hook_fn *after, void *ud)
+int l8d_et_set_hooks(struct l8d_engine_thread *t, l8d_et_masks_fn *masks,
+                     l8d_et_after_fn *after, void *ud)
 {
-    t->before = before;
+    t->masks = masks;
     t->after = after;
     t->hook_ud = ud;
+    if (masks && !t->mstarted) {
+        int rc = -pthread_create(&t->mthread, NULL, masks_run, t);
+        if (rc < 0) {
+            t->masks = NULL;
+            return rc;
+        }
+        t->mstarted = true;
+    }
+    return 0;
 }
 
 void l8d_et_set_spin(struct l8d_engine_thread *t, uint64_t spin_ns)

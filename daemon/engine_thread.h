@@ -17,13 +17,19 @@ struct l8d_engine_thread;
  * Reads L8_TEST_STALL_STEP_MS (test fault injection: every step sleeps
  * that many ms first; -EINVAL if it is not a number of ms up to 600000). */
 int  l8d_et_start(struct l8_engine *e, uint64_t spin_ns, struct l8d_engine_thread **out);
-/* Work of each step that belongs on this thread, off the loop: before(ud,
- * seqs, n) runs right before the engine step, after(ud, seqs, n, status)
- * right after it (llama8d: the constraints' masks, then their tokens).
- * Set before the first submit. */
-typedef void l8d_et_hook_fn(void *ud, struct l8_seq *seqs, uint32_t n, int status);
-void l8d_et_set_hooks(struct l8d_engine_thread *t, l8d_et_hook_fn *before,
-                      l8d_et_hook_fn *after, void *ud);
+/* Work of each step off the loop (llama8d: the constraints). masks(ud,
+ * seqs, n) writes the step's masks (l8_seq.allowed) on a thread of its
+ * own while the engine runs the forward pass: it starts with the step, and
+ * the engine waits for it only before it samples (engine.h,
+ * l8_engine_set_masks_wait), so its time hides behind the GPU's (or the
+ * other cores'). It runs only in steps where a sequence has a mask.
+ * after(ud, seqs, n, status) runs on the engine thread after the step, the
+ * masks done (the sampled tokens fed to the constraints). Set before the
+ * first submit; -errno if the masks' thread cannot start. */
+typedef void l8d_et_masks_fn(void *ud, struct l8_seq *seqs, uint32_t n);
+typedef void l8d_et_after_fn(void *ud, struct l8_seq *seqs, uint32_t n, int status);
+int  l8d_et_set_hooks(struct l8d_engine_thread *t, l8d_et_masks_fn *masks,
+                      l8d_et_after_fn *after, void *ud);
 /* A new spin_ns, from the thread's next step on (a reload). */
 void l8d_et_set_spin(struct l8d_engine_thread *t, uint64_t spin_ns);
 /* Joins the thread (waits for a step in flight). NULL is a no-op. */

@@ -411,7 +411,11 @@ static int setup(struct l8d *d, int argc, char **argv)
         log_info("the loop and the engine thread spin up to %u us for each other", d->conf.spin_us);
     if ((rc = l8d_et_start(d->engine, d->spin_ns, &d->et)) < 0)
         return rc;
-    l8d_et_set_hooks(d->et, l8d_constraints_before, l8d_constraints_after, d->constraints);
+    if ((rc = l8d_et_set_hooks(d->et, l8d_constraints_masks, l8d_constraints_after,
+                               d->constraints)) < 0) {
+        log_err("the constrained-decoding masks' thread: %s", strerror(-rc));
+        return rc;
+    }
     d->et_fd = l8d_et_done_fd(d->et);
 
     if ((rc = l8d_grow_slots(d, l8d_connections(d))) < 0)

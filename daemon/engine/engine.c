@@ -25,6 +25,8 @@ struct l8_engine {
     struct l8_engine_opts o;    /* defaults resolved */
     uint32_t n_pages;
     struct l8_engine_mem mem;
+    l8_masks_wait_fn *masks_wait;
+    void *masks_ud;
 };
 
 const char *l8_backend_name(enum l8_backend b)
@@ -170,5 +172,11 @@ int l8_engine_step(struct l8_engine *e, struct l8_seq *seqs, uint32_t n_seqs)
     }
     if (total > e->o.max_step_tokens)
         return -EINVAL;
-    return e->ops->step(e->impl, seqs, n_seqs);
+    return e->ops->step(e->impl, seqs, n_seqs, e->masks_wait, e->masks_ud);
+}
+
+void l8_engine_set_masks_wait(struct l8_engine *e, l8_masks_wait_fn *fn, void *ud)
+{
+    e->masks_wait = fn;
+    e->masks_ud = ud;
 }

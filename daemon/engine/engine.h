@@ -120,6 +120,15 @@ void l8_engine_destroy(struct l8_engine *e);
  * the limits above; -EIO: device failure). On error no KV page of a
  * sequence that was not in the step has been written. */
 int  l8_engine_step(struct l8_engine *e, struct l8_seq *seqs, uint32_t n_seqs);
+/* Masks written while the step runs: in a step where a sequence samples
+ * with a mask (sample and allowed), the engine calls fn(ud) on the
+ * stepping thread once, after it has started the forward pass (cuda: its
+ * kernels enqueued; cpu: the logits computed) and before it reads any
+ * mask; the masks may be written until fn returns (llama8d computes them
+ * on another thread meanwhile). NULL (the default): the masks are ready
+ * when the step is called. Set between steps. */
+typedef void l8_masks_wait_fn(void *ud);
+void l8_engine_set_masks_wait(struct l8_engine *e, l8_masks_wait_fn *fn, void *ud);
 /* Facts about the pool the engine allocated. */
 uint32_t l8_engine_n_pages(const struct l8_engine *e);
 uint32_t l8_engine_page_size(const struct l8_engine *e);
@@ -158,7 +167,9 @@ struct l8_engine_ops {
                    void **impl, uint32_t *n_pages, struct l8_engine_mem *mem,
                    char err[L8_ERRLEN]);
     void (*destroy)(void *impl);
-    int  (*step)(void *impl, struct l8_seq *seqs, uint32_t n_seqs);
+    /* wait: l8_engine_set_masks_wait's, or NULL */
+    int  (*step)(void *impl, struct l8_seq *seqs, uint32_t n_seqs,
+                 l8_masks_wait_fn *wait, void *wait_ud);
 };
 extern const struct l8_engine_ops l8_engine_cpu_ops;
 /* For the backends: a message (printf's format) to fn(ud, level, ...);

@@ -529,7 +529,8 @@ static void project(struct cpu *e, const struct l8_qweight *W, const float *x, u
     project_multi(e, &W, 1, x, T, &y);
 }
 
-static int cpu_step(void *impl, struct l8_seq *seqs, uint32_t n_seqs)
+static int cpu_step(void *impl, struct l8_seq *seqs, uint32_t n_seqs,
+                    l8_masks_wait_fn *wait, void *wait_ud)
 {
     struct cpu *e = impl;
     const struct l8_config *c = e->c;
@@ -634,6 +635,12 @@ static int cpu_step(void *impl, struct l8_seq *seqs, uint32_t n_seqs)
     if (R)
         l8_cpu_dense_matmul(e->tp, &e->ws, &m->lm_head, e->xn, R, e->dest);
 
+    if (wait)
+        for (uint32_t s = 0; s < n_seqs; s++)
+            if (seqs[s].sample && seqs[s].allowed) {
+                wait(wait_ud);
+                break;
+            }
     for (uint32_t s = 0; s < n_seqs; s++) {
         struct l8_seq *q = &seqs[s];
         if (!q->sample)

@@ -79,6 +79,8 @@ static inline uint32_t mask_words(uint32_t V) { return (V + 31) / 32; }
 struct cuda_engine {
     l8_engine_log_fn *log;        /* the engine's messages (engine.h) */
     void *log_ud;
+    l8_masks_wait_fn *masks_wait; /* this step's (engine.h), until called */
+    void *masks_ud;
     const struct l8_model *m;
     const struct l8_config *c;
     enum l8_numerics num;
@@ -1194,6 +1196,13 @@ static int sample_and_copy(struct cuda_engine *e, struct l8_seq *seqs, uint32_t 
     const uint32_t V = e->c->vocab, W = mask_words(V);
     uint32_t ns = 0, hoff = 0, nm = 0;
     bool want = false;
+    /* The masks are read below: the forward pass is enqueued by now, so
+     * whoever writes them has had the GPU's time to. */
+    for (uint32_t s = 0; s < n_seqs && e->masks_wait; s++)
+        if (seqs[s].sample && seqs[s].allowed) {
+            e->masks_wait(e->masks_ud);
+            e->masks_wait = NULL;
+        }
     int64_t hi = r0;    /* rows [r0, hi) hold every requested logit row of the chunk */
     for (uint32_t s = 0; s < n_seqs; s++) {
         const struct l8_seq *q = &seqs[s];
@@ -1412,10 +1421,13 @@ out:
     return rc;
 }
 
-static int cuda_step(void *impl, struct l8_seq *seqs, uint32_t n_seqs)
+static int cuda_step(void *impl, struct l8_seq *seqs, uint32_t n_seqs,
+                     l8_masks_wait_fn *wait, void *wait_ud)
 {
     struct cuda_engine *e = impl;
     int rc = 0;
+    e->masks_wait = wait;
+    e->masks_ud = wait_ud;
 
     /* Shapes of this step (engine.c has checked each sequence; the totals
      * are checked again here before the max_tokens-sized tables are written). */

@@ -10,6 +10,10 @@
  *  - the thread count changes nothing (bitwise), also for long decode rows
  *    whose attention the engine splits over threads;
  *  - the same seed gives the same sampled tokens;
+ *  - a token mask written only when the engine waits for it (the daemon
+ *    computes masks while the step runs) is the one sampled with, the
+ *    unmasked sequence beside it samples as alone, and a step without
+ *    masks never waits;
  *  - malformed steps fail with -EINVAL and write no KV page;
  *  - l8_engine_memory: the model's weights, the pool's pages, scratch, and
  *    no device.
@@ -240,6 +244,80 @@ static void props(enum l8_numerics num)
     free(la); free(la2); free(x); free(x2); free(junk);
 }
 
+/* The masks' writer (l8_engine_set_masks_wait): until the engine waits,
+ * the mask allows nothing; then the ids of one residue mod 3. */
+struct late_mask { uint32_t *mask, words, calls, residue; };
+
+static void fill_late(void *ud)
+{
+    struct late_mask *lm = ud;
+    memset(lm->mask, 0, lm->words * 4);
+    for (uint32_t i = lm->residue; i < V; i += 3)
+        lm->mask[i / 32] |= 1u << (i % 32);
+    lm->calls++;
+}
+
+static void masks_late(enum l8_numerics num)
+{
+    const char *nn = num == L8_NUMERICS_EXACT ? "exact" : "fp8";
+    const uint32_t W = (V + 31) / 32, N = 12;
+    struct late_mask lm = { calloc(W, 4), W, 0, 1 };
+    float *la = malloc(sizeof(float) * V);
+    uint32_t ha[LA + N], hb[LB + N], alone[N];
+    struct l8_sampling greedy = { .temperature = 0, .top_p = 1, .repetition_penalty = 1 };
+    struct l8_sampling hot = { .temperature = 0.9f, .top_k = 40, .top_p = 0.95f,
+                               .repetition_penalty = 1.1f, .seed = 7 };
+    /* B alone, unmasked, as the reference for B beside a masked A. */
+    struct l8_engine *e = mk(num, PS, 0);
+    l8_engine_set_masks_wait(e, fill_late, &lm);
+    memcpy(hb, tb, sizeof(uint32_t) * LB);
+    for (uint32_t k = 0, pos = 0, n = LB; k < N; k++) {
+        struct l8_seq b = seq(hb + pos, n, pos, pb, L8_LOGITS_NONE, NULL);
+        b.sample = true; b.sampling = &hot; b.history = hb; b.n_history = pos + n;
+        b.sample_index = k;
+        CHECK(step(e, &b, 1) == 0, "B alone");
+        hb[pos + n] = alone[k] = b.token_out;
+        pos += n;
+        n = 1;
+    }
+    CHECK(lm.calls == 0, "%s: %u mask waits in steps without a mask", nn, lm.calls);
+    l8_engine_destroy(e);
+
+    e = mk(num, PS, 0);
+    l8_engine_set_masks_wait(e, fill_late, &lm);
+    memcpy(ha, ta, sizeof(uint32_t) * LA);
+    uint32_t off = 0, differ = 0;
+    for (uint32_t k = 0, pa0 = 0, na = LA, pb0 = 0, nb = LB; k < N; k++) {
+        memset(lm.mask, 0, W * 4);
+        struct l8_seq two[2] = { seq(ha + pa0, na, pa0, pa, L8_LOGITS_LAST, la),
+                                 seq(hb + pb0, nb, pb0, pb, L8_LOGITS_NONE, NULL) };
+        two[0].sample = true; two[0].sampling = &greedy; two[0].allowed = lm.mask;
+        two[0].history = ha; two[0].n_history = pa0 + na;
+        two[1].sample = true; two[1].sampling = &hot; two[1].history = hb;
+        two[1].n_history = pb0 + nb; two[1].sample_index = k;
+        CHECK(step(e, two, 2) == 0, "masked step");
+        CHECK(lm.calls == k + 1, "%s: step %u: %u mask waits", nn, k, lm.calls);
+        /* greedy under the mask: the argmax of the allowed logits */
+        uint32_t best = lm.residue;
+        for (uint32_t i = lm.residue; i < V; i += 3)
+            best = la[i] > la[best] ? i : best;
+        off += two[0].token_out % 3 != lm.residue;
+        differ += two[0].token_out != best;
+        CHECK(two[1].token_out == alone[k], "%s: step %u: unmasked B sampled %u beside a "
+              "masked A, %u alone", nn, k, two[1].token_out, alone[k]);
+        ha[pa0 + na] = two[0].token_out;
+        hb[pb0 + nb] = two[1].token_out;
+        pa0 += na; pb0 += nb;
+        na = nb = 1;
+    }
+    CHECK(off == 0 && differ == 0, "%s: masked greedy: %u of %u tokens outside the mask, %u "
+          "not its argmax", nn, off, N, differ);
+    l8_engine_destroy(e);
+    free(lm.mask);
+    free(la);
+    printf("%s: masks written while the step runs: checked\n", nn);
+}
+
 /* Long decode rows: past the engine's split threshold (512 keys) a step
  * with few attention items splits each decode row's attention over the
  * threads. Token-by-token decode with 2 and 3 threads, alone and next to
@@ -333,6 +411,8 @@ int main(int argc, char **argv)
     props(L8_NUMERICS_FP8);
     long_decode(L8_NUMERICS_EXACT);
     long_decode(L8_NUMERICS_FP8);
+    masks_late(L8_NUMERICS_EXACT);
+    masks_late(L8_NUMERICS_FP8);
     l8_model_free(m);
     printf("%s\n", t_failures ? "FAILED" : "ok");
     return t_failures ? 1 : 0;

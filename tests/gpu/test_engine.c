@@ -1042,9 +1042,22 @@ static void run_graph_paths(const struct l8_model *m, const struct l8_tensor_set
     free(x);
 }
 
+/* The masks' writer (l8_engine_set_masks_wait): the mask is empty until
+ * the engine, its forward pass enqueued, waits for it; then the even ids. */
+struct late_mask { uint32_t *mask, words, calls; };
+
+static void fill_late(void *ud)
+{
+    struct late_mask *lm = ud;
+    for (uint32_t w = 0; w < lm->words; w++)
+        lm->mask[w] = 0x55555555u;
+    lm->calls++;
+}
+
 /* Sampled generation twice with one seed: identical tokens; a third time
  * with a token mask (constrained decoding: the even ids only) on every
- * step: every token in it. */
+ * step, written only when the engine waits for it: every token in it, one
+ * wait per step, none in the steps without a mask. */
 static void run_determinism(const struct l8_model *m, const struct l8_tensor_set *ref)
 {
     const uint32_t n_pages = 32, N = 40;
@@ -1053,10 +1066,10 @@ static void run_determinism(const struct l8_model *m, const struct l8_tensor_set
     uint32_t out[3][40];
     const uint32_t V = m->cfg.vocab;
     uint32_t *even = malloc((V + 31) / 32 * 4);
-    for (uint32_t w = 0; w < (V + 31) / 32; w++)
-        even[w] = 0x55555555u;
+    struct late_mask lm = { even, (V + 31) / 32, 0 };
     for (int run = 0; run < 3; run++) {
         struct l8_engine *e = make(m, L8_NUMERICS_FP8, n_pages, 1);
+        l8_engine_set_masks_wait(e, fill_late, &lm);
         uint32_t pages[32];
         for (uint32_t i = 0; i < n_pages; i++)
             pages[i] = i;
@@ -1068,8 +1081,11 @@ static void run_determinism(const struct l8_model *m, const struct l8_tensor_set
                             .history = tok, .n_history = S, .sample_index = 0,
                             .allowed = run == 2 ? even : NULL };
         for (uint32_t k = 0; k < N; k++) {
+            memset(even, 0, lm.words * 4);
             int r = l8_engine_step(e, &s, 1);
             CHECK(r == 0, "sampled step failed %d", r);
+            CHECK(lm.calls == (run == 2 ? k + 1 : 0), "run %d step %u: %u mask waits",
+                  run, k, lm.calls);
             out[run][k] = s.token_out;
             tok[len] = s.token_out;
             s.tokens = &tok[len];
