@@ -156,6 +156,9 @@ static int check_seq(const struct l8_engine *e, const struct l8_seq *s)
         return -EINVAL;
     if (s->sample && (!s->sampling || (s->n_history && !s->history)))
         return -EINVAL;
+    if (s->n_draft && (s->n_draft >= s->n_tokens ||
+                       (s->sample && (!s->verify_out || s->n_history < s->n_draft))))
+        return -EINVAL;
     return 0;
 }
 
@@ -173,6 +176,11 @@ int l8_engine_step(struct l8_engine *e, struct l8_seq *seqs, uint32_t n_seqs)
     if (total > e->o.max_step_tokens)
         return -EINVAL;
     return e->ops->step(e->impl, seqs, n_seqs, e->masks_wait, e->masks_ud);
+}
+
+uint32_t l8_engine_verify_rows(const struct l8_engine *e)
+{
+    return e->ops->verify_rows ? e->ops->verify_rows(e->impl) : UINT32_MAX;
 }
 
 void l8_engine_set_masks_wait(struct l8_engine *e, l8_masks_wait_fn *fn, void *ud)

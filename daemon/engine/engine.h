@@ -84,6 +84,12 @@ struct l8_sampling {
     uint64_t seed;
 };
 
+/* One sample of a verification (l8_seq.n_draft). */
+struct l8_sample_out {
+    uint32_t token;
+    float logprob;
+};
+
 /* One sequence's part of a step. */
 struct l8_seq {
     const uint32_t *tokens;  /* [n_tokens] ids to feed, each < vocab */
@@ -103,6 +109,21 @@ struct l8_seq {
     const uint32_t *allowed; /* NULL, or the ids that may be sampled: bit i of
                                 allowed[i / 32], vocab / 32 words rounded up
                                 (constrained decoding's mask for this step) */
+    /* Speculative verification: the last n_draft of tokens are drafted
+     * (0: none, n_draft < n_tokens). With sample, the engine samples at each
+     * of the last n_draft + 1 positions exactly as n_draft + 1 decode steps
+     * feeding one token each would: sample j (0 .. n_draft) from the logits
+     * of tokens[n_tokens - 1 - n_draft + j], seeing history[0, n_history -
+     * n_draft + j), Philox counter sample_index + j, and the mask at
+     * allowed + j * (vocab / 32 words rounded up) when allowed; into
+     * verify_out[j] (token_out and logprob_out are not written). Whoever
+     * drafted compares: the drafts up to the first that differs from its
+     * sample are accepted, that sample is the next token, and the K/V the
+     * rejected positions wrote is overwritten when those positions are fed
+     * again. The logits at each position are bitwise those of the single
+     * steps (l8_engine_verify_rows: how many rows a step may have for that). */
+    uint32_t n_draft;
+    struct l8_sample_out *verify_out;
     /* Results. */
     uint32_t token_out;      /* sampled id */
     float logprob_out;       /* log-softmax of token_out (temperature 1, after
@@ -129,6 +150,12 @@ int  l8_engine_step(struct l8_engine *e, struct l8_seq *seqs, uint32_t n_seqs);
  * when the step is called. Set between steps. */
 typedef void l8_masks_wait_fn(void *ud);
 void l8_engine_set_masks_wait(struct l8_engine *e, l8_masks_wait_fn *fn, void *ud);
+/* The most rows (tokens, all sequences) a step may have for a sequence's
+ * logits to be bitwise what they would be in a step of fewer rows, so that
+ * a verification step gives the samples of the decode steps it stands for
+ * (cpu: every step; cuda fp8: the GEMV's rows, under the measured crossover
+ * to cuBLASLt). UINT32_MAX: any step. */
+uint32_t l8_engine_verify_rows(const struct l8_engine *e);
 /* Facts about the pool the engine allocated. */
 uint32_t l8_engine_n_pages(const struct l8_engine *e);
 uint32_t l8_engine_page_size(const struct l8_engine *e);
@@ -170,6 +197,7 @@ struct l8_engine_ops {
     /* wait: l8_engine_set_masks_wait's, or NULL */
     int  (*step)(void *impl, struct l8_seq *seqs, uint32_t n_seqs,
                  l8_masks_wait_fn *wait, void *wait_ud);
+    uint32_t (*verify_rows)(const void *impl);   /* NULL: UINT32_MAX */
 };
 extern const struct l8_engine_ops l8_engine_cpu_ops;
 /* For the backends: a message (printf's format) to fn(ud, level, ...);
