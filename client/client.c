@@ -746,6 +746,7 @@ int l8c_submit_id(struct l8c_client *c, uint64_t id, const uint32_t *prompt,
     g.stop_ids = (uint32_t *)p->stop_ids;
     g.logprobs = p->logprobs;
     g.ignore_eos = p->ignore_eos;
+    g.no_speculate = p->no_speculate;
     g.priority = p->priority;
     g.constraint = (Llama8__ConstraintKind)p->constraint;
     return submit_msg(c, L8_SQE_GENERATE, &g.base, prompt, n, p->constraint_text,
@@ -951,6 +952,9 @@ static void take_status(const Llama8__Status *s, struct l8c_status *out)
     o.device_total = s->device_total;
     snprintf(o.prefix_cache, sizeof(o.prefix_cache), "%s",
              s->prefix_cache ? s->prefix_cache : "");
+    snprintf(o.speculate, sizeof(o.speculate), "%s", s->speculate ? s->speculate : "");
+    o.draft_tokens = s->draft_tokens;
+    o.draft_accepted = s->draft_accepted;
     o.spin_us = s->spin_us;
     snprintf(o.log_level, sizeof(o.log_level), "%s", s->log_level ? s->log_level : "");
     o.config_reloads = s->config_reloads;

@@ -142,6 +142,7 @@ int ctl_req_opt(struct ctl_req_opts *o, int opt, const char *arg)
     case CTL_OPT_LOGPROBS: p->logprobs = true; return 1;
     case CTL_OPT_STATS: o->stats = true; return 1;
     case CTL_OPT_IGNORE_EOS: p->ignore_eos = true; return 1;
+    case CTL_OPT_NO_SPECULATE: p->no_speculate = true; return 1;
     case CTL_OPT_PRIORITY: {
         char *end;
         long x = strtol(arg, &end, 0);

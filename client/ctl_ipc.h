@@ -23,7 +23,7 @@ enum {
     CTL_OPT_SOCKET, CTL_OPT_TEMP, CTL_OPT_TOPK, CTL_OPT_TOPP, CTL_OPT_MINP,
     CTL_OPT_REP, CTL_OPT_SEED, CTL_OPT_MAXNEW, CTL_OPT_STOP, CTL_OPT_LOGPROBS,
     CTL_OPT_IGNORE_EOS, CTL_OPT_PRIORITY, CTL_OPT_TOKENIZER, CTL_OPT_STOP_TEXT,
-    CTL_OPT_STATS,
+    CTL_OPT_STATS, CTL_OPT_NO_SPECULATE,
 };
 #define CTL_COMMON_LONGOPTS \
     {"socket", required_argument, 0, CTL_OPT_SOCKET}, \
@@ -38,6 +38,7 @@ enum {
     {"stop", required_argument, 0, CTL_OPT_STOP}, \
     {"stop-text", required_argument, 0, CTL_OPT_STOP_TEXT}, \
     {"ignore-eos", no_argument, 0, CTL_OPT_IGNORE_EOS}, \
+    {"no-speculate", no_argument, 0, CTL_OPT_NO_SPECULATE}, \
     {"priority", required_argument, 0, CTL_OPT_PRIORITY}, \
     {"stats", no_argument, 0, CTL_OPT_STATS}
 #define CTL_COMMON_HELP \
@@ -51,6 +52,7 @@ enum {
     "  --stop-text TEXT       end the reply where TEXT appears, TEXT not printed\n" \
     "                         (repeatable; the escapes \\n \\t \\r \\\\ are read)\n" \
     "  --ignore-eos           do not stop at the model's end-of-sequence ids\n" \
+    "  --no-speculate         no speculative decoding (the same tokens, perhaps slower)\n" \
     "  --priority N           higher runs first (above 0: root and llama8d's user)\n" \
     "  --stats                after each reply, a line on stderr: prompt tokens (from\n" \
     "                         the prefix cache), tokens generated, time to first token\n" \

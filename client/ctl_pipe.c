@@ -192,9 +192,14 @@ static int take_param(struct preq *q, json_object *id, const char *key, json_obj
         ok = json_object_is_type(v, json_type_int) && json_object_get_int64(v) >= INT32_MIN &&
              json_object_get_int64(v) <= INT32_MAX;
         p->priority = (int32_t)json_object_get_int64(v);
-    } else if (!strcmp(key, "logprobs") || !strcmp(key, "ignore_eos")) {
+    } else if (!strcmp(key, "logprobs") || !strcmp(key, "ignore_eos") ||
+               !strcmp(key, "speculate")) {
         ok = json_object_is_type(v, json_type_boolean);
-        *(key[0] == 'l' ? &p->logprobs : &p->ignore_eos) = json_object_get_boolean(v);
+        bool b = json_object_get_boolean(v);
+        if (key[0] == 's')
+            p->no_speculate = !b;
+        else
+            *(key[0] == 'l' ? &p->logprobs : &p->ignore_eos) = b;
     } else if (!strcmp(key, "stop")) {
         size_t n = 0;
         ok = get_ids(v, CTL_MAX_STOP, q->stop_ids, &n);
@@ -205,7 +210,8 @@ static int take_param(struct preq *q, json_object *id, const char *key, json_obj
     if (!ok)
         say_error(id, "BAD_PARAMS", "\"%s\": %s", key,
                   !strcmp(key, "stop") ? "an array of at most 16 token ids"
-                  : !strcmp(key, "logprobs") || !strcmp(key, "ignore_eos") ? "true or false"
+                  : !strcmp(key, "logprobs") || !strcmp(key, "ignore_eos") ||
+                    !strcmp(key, "speculate") ? "true or false"
                   : !strcmp(key, "max_new") ? "an integer >= 1"
                   : !strcmp(key, "priority") ? "a 32-bit integer"
                   : !strcmp(key, "top_k") || !strcmp(key, "seed") ? "an integer >= 0"
@@ -760,7 +766,7 @@ static void pipe_usage(FILE *f)
         "   | \"text\":S [,\"system\":S] | \"raw\":S | \"ids\":[T,...],\n"
         "   \"max_new\":N, \"temperature\":T, \"top_k\":K, \"top_p\":P, \"min_p\":P,\n"
         "   \"repetition_penalty\":R, \"seed\":S, \"stop\":[T,...], \"stop_text\":[S,...],\n"
-        "   \"logprobs\":B, \"ignore_eos\":B, \"priority\":N,\n"
+        "   \"logprobs\":B, \"ignore_eos\":B, \"speculate\":B, \"priority\":N,\n"
         "   \"grammar\":S | \"json_schema\":{...}|S | \"regex\":S | \"json_object\":B,\n"
         "   \"tools\":[TOOL,...], \"tool_choice\":\"auto|required|none\"}\n"
         "  ID: a string or an integer, unique among the requests still running;\n"

@@ -46,6 +46,9 @@ int ctl_status(int argc, char **argv)
         json_object_object_add(o, "pages_used", json_object_new_int64(s.pages_used));
         json_object_object_add(o, "pages_cached", json_object_new_int64(s.pages_cached));
         json_object_object_add(o, "prefix_cache", json_object_new_string(s.prefix_cache));
+        json_object_object_add(o, "speculate", json_object_new_string(s.speculate));
+        json_object_object_add(o, "draft_tokens", json_object_new_uint64(s.draft_tokens));
+        json_object_object_add(o, "draft_accepted", json_object_new_uint64(s.draft_accepted));
         json_object_object_add(o, "page_size", json_object_new_int64(s.page_size));
         json_object_object_add(o, "clients", json_object_new_int64(s.clients));
         json_object_object_add(o, "requests_running", json_object_new_int64(s.requests_running));
@@ -118,6 +121,12 @@ int ctl_status(int argc, char **argv)
         printf("%s\n", shown ? (s.own_uid ? " (sent to your uid's clients since start)"
                                            : " (sent to clients since start)")
                              : s.own_uid ? "none sent to your uid's clients" : "none sent to clients");
+        printf("speculate: %s", s.speculate);
+        if (s.draft_tokens)
+            printf("; %llu tokens drafted, %llu accepted (%.0f %%)",
+                   (unsigned long long)s.draft_tokens, (unsigned long long)s.draft_accepted,
+                   100.0 * (double)s.draft_accepted / (double)s.draft_tokens);
+        printf("\n");
         printf("uptime:    %.1f s%s\n", s.uptime_s, s.draining ? " (draining)" : "");
         if (s.step_stalled)
             printf("engine:    STALLED: a step has run %.1f s, past its bound; the watchdog "

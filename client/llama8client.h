@@ -87,6 +87,8 @@ struct l8c_params {
     uint32_t n_stop_ids;
     bool logprobs;
     bool ignore_eos;
+    bool no_speculate;          /* no speculative decoding: the same tokens, the
+                                   speed of one token a step */
     int32_t priority;           /* higher first among waiting requests; above 0
                                    only for root and the daemon's user */
     /* The constraint (enum l8c_constraint) and its UTF-8 text, at most
@@ -224,6 +226,11 @@ struct l8c_status {
     /* Who shares the prefix cache's pages: "user" (requests of one uid),
      * "shared" (every client) or "off". */
     char prefix_cache[8];
+    /* Speculative decoding: "ngram" or "off" (config speculate), and the
+     * tokens drafted since start and of them accepted (0 for a user other
+     * than root and the daemon's: they would tell what others send). */
+    char speculate[8];
+    uint64_t draft_tokens, draft_accepted;
     /* Errors the daemon sent to clients since it started (ERROR events and
      * Error datagrams, every client's), by code (enum l8_err); codes this
      * library does not know are not counted. */

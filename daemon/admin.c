@@ -64,6 +64,9 @@ void l8d_admin_status(struct l8d_session *s)
     o.model_name = d->model_name;
     o.backend = (char *)l8_backend_name(d->conf.backend);
     o.prefix_cache = (char *)l8d_prefix_cache_name(d->conf.prefix_cache);
+    o.speculate = (char *)l8d_speculate_name(d->conf.speculate);
+    o.draft_tokens = st.drafted;
+    o.draft_accepted = st.accepted;
     o.spin_us = d->conf.spin_us;
     o.log_level = (char *)l8_log_level_name(d->conf.log_level);
     o.config_reloads = d->reloads;
@@ -116,6 +119,7 @@ void l8d_admin_status(struct l8d_session *s)
         o.steps = o.gap_steps = o.decode_steps = o.decode_rows = o.fed_tokens = 0;
         o.step_time_s = o.gap_time_s = o.decode_time_s = 0;
         o.preemptions = 0;
+        o.draft_tokens = o.draft_accepted = 0;
     }
     Llama8__DaemonMessage m = LLAMA8__DAEMON_MESSAGE__INIT;
     m.msg_case = LLAMA8__DAEMON_MESSAGE__MSG_STATUS;

@@ -15,7 +15,7 @@
 #include "scheduler.h"
 
 enum kind { K_STR, K_U32, K_U64, K_INT, K_NUMERICS, K_BACKEND, K_LEVEL, K_BOOL, K_PREFIX_CACHE, K_SPIN,
-            K_GEMV };
+            K_GEMV, K_SPECULATE };
 
 struct key {
     const char *name;
@@ -64,6 +64,8 @@ static const struct key keys[] = {
     { "tokenizer", K_STR, F(tokenizer), "PATH the tokenizer.json whose token bytes constrained decoding works with (default MODEL/tokenizer.json; without one, requests with a constraint are refused)", RESTART },
     { "grammar_cache", K_U32, F(grammar_cache), "N compiled constraints (grammars, schemas, regular expressions) kept for requests that send the same text again", RESTART },
     { "prefix_cache", K_PREFIX_CACHE, F(prefix_cache), "user|shared|off who shares cached prompt pages (user: requests of one uid, so no client learns what another sent)", RESTART },
+    { "speculate", K_SPECULATE, F(speculate), "ngram|off speculative decoding: each decode step also verifies drafts taken from the request's own prompt and reply (ngram), with the same tokens as without (default ngram; a request may turn it off)", RESTART },
+    { "draft_max", K_U32, F(draft_max), "N most drafted tokens a request verifies in one step (1-16)", RESTART },
     { "no_warmup", K_BOOL, F(no_warmup), "BOOL skip the warm-up step", RESTART },
 };
 #define N_KEYS (sizeof(keys) / sizeof(keys[0]))
@@ -106,6 +108,13 @@ void l8d_conf_defaults(struct l8d_conf *c)
     c->cuda_graphs = true;
     c->cuda_pdl = true;
     c->log_level = L8_LOG_INFO;
+    c->speculate = L8D_SPECULATE_NGRAM;
+    c->draft_max = 8;
+}
+
+const char *l8d_speculate_name(enum l8d_speculate m)
+{
+    return m == L8D_SPECULATE_NGRAM ? "ngram" : "off";
 }
 
 const char *l8d_prefix_cache_name(enum l8d_prefix_cache m)
@@ -221,6 +230,13 @@ int l8d_conf_set(struct l8d_conf *c, const char *key, const char *value,
         if (l8_log_parse_level(value, (enum l8_log_level *)p) < 0)
             goto bad;
         return 0;
+    case K_SPECULATE:
+        for (int m = L8D_SPECULATE_OFF; m <= L8D_SPECULATE_NGRAM; m++)
+            if (!strcmp(value, l8d_speculate_name(m))) {
+                *(enum l8d_speculate *)p = m;
+                return 0;
+            }
+        goto bad;
     }
 bad:
     snprintf(err, L8D_ERRLEN, "%s: bad value '%s' (%s)", key, value, k->help);
@@ -273,6 +289,9 @@ static void format_value(const struct l8d_conf *c, const struct key *k, char *bu
         break;
     case K_LEVEL:
         snprintf(buf, cap, "%s", l8_log_level_name(*(const enum l8_log_level *)p));
+        break;
+    case K_SPECULATE:
+        snprintf(buf, cap, "%s", l8d_speculate_name(*(const enum l8d_speculate *)p));
         break;
     }
 }
@@ -474,6 +493,10 @@ int l8d_conf_from_args(struct l8d_conf *c, int argc, char **argv, char err[L8D_E
     }
     if (c->max_batch > L8_SCHED_MAX_SEQS) {
         snprintf(err, L8D_ERRLEN, "max_batch must be at most %u", L8_SCHED_MAX_SEQS);
+        return -EINVAL;
+    }
+    if (c->draft_max < 1 || c->draft_max > L8D_DRAFT_MAX) {
+        snprintf(err, L8D_ERRLEN, "draft_max must be in [1, %u]", L8D_DRAFT_MAX);
         return -EINVAL;
     }
     if ((uint64_t)c->max_clients + c->admin_clients > L8D_MAX_CONNECTIONS) {

@@ -26,6 +26,14 @@ enum l8d_prefix_cache {
     L8D_PREFIX_CACHE_OFF,      /* nobody: every prompt is computed whole */
 };
 
+/* Speculative decoding (scheduler.h). */
+enum l8d_speculate {
+    L8D_SPECULATE_OFF,
+    L8D_SPECULATE_NGRAM,       /* drafts from the request's own tokens (the default) */
+};
+/* draft_max's bound: a verification row is at most this many drafts + 1. */
+#define L8D_DRAFT_MAX 16u
+
 struct l8d_conf {
     char model[4096];          /* checkpoint directory (required) */
     char socket[108];          /* listening socket path (unless socket-activated) */
@@ -72,6 +80,8 @@ struct l8d_conf {
     bool cuda_graphs;          /* decode steps as CUDA graphs (false: eager) */
     bool cuda_pdl;             /* programmatic dependent launch on sm_90+ */
     enum l8d_prefix_cache prefix_cache;
+    enum l8d_speculate speculate;
+    uint32_t draft_max;        /* drafted tokens a request verifies per step */
     enum l8_log_level log_level;
     bool no_warmup;            /* skip the warm-up step (tests) */
 };
@@ -79,6 +89,8 @@ struct l8d_conf {
 void l8d_conf_defaults(struct l8d_conf *c);
 /* "user", "shared" or "off": the configuration's spelling. */
 const char *l8d_prefix_cache_name(enum l8d_prefix_cache m);
+/* "off" or "ngram". */
+const char *l8d_speculate_name(enum l8d_speculate m);
 /* Apply a configuration file's text. path only names it in messages.
  * -EINVAL with "path:line: ..." in err for an unknown key or bad value. */
 int l8d_conf_parse_text(struct l8d_conf *c, const char *text, const char *path,

@@ -274,19 +274,36 @@ void l8d_constraints_attach(struct l8d_constraints *c, struct l8_sched *sched)
 void l8d_constraints_masks(void *ud, struct l8_seq *seqs, uint32_t n)
 {
     struct l8d_constraints *c = ud;
+    const size_t W = l8g_mask_words(l8g_vocab_size(c->vocab));
     for (uint32_t i = 0; i < n; i++) {
-        struct l8_sched_slot *sl = &c->slots[i];
-        struct req_constraint *rc = sl->constraint;
-        if (!rc || !seqs[i].allowed)
+        struct req_constraint *rc = c->slots[i].constraint;
+        struct l8_seq *q = &seqs[i];
+        if (!rc || !q->allowed)
             continue;
-        long k = l8g_matcher_mask(rc->m, (uint32_t *)seqs[i].allowed);
-        if (k <= 0) {
-            /* nothing fits (or no memory for the mask): the request ends;
-             * the engine still needs a mask to sample with */
-            sl->constraint_end = true;
-            memset((uint32_t *)seqs[i].allowed, 0xff, l8g_mask_words(l8g_vocab_size(
-                       c->vocab)) * sizeof(uint32_t));
+        /* Position j's mask is the state's after drafts 1..j, taken ahead
+         * and given back: past a draft that the mask before it refuses (or
+         * where nothing fits, or no memory) the sample cannot be kept, and
+         * the engine is given every id to sample from. */
+        uint32_t *mask = (uint32_t *)q->allowed;
+        const uint32_t *drafts = q->tokens + q->n_tokens - q->n_draft;
+        const struct l8g_mark at = l8g_matcher_mark(rc->m);
+        uint32_t j = 0;
+        for (;; j++) {
+            uint32_t *w = mask + j * W;
+            if (l8g_matcher_mask(rc->m, w) <= 0) {
+                memset(w, 0xff, W * sizeof *w);
+                break;
+            }
+            if (j == q->n_draft)
+                break;
+            const uint32_t d = drafts[j];
+            if (!(w[d / 32] >> (d % 32) & 1) || l8g_matcher_accept(rc->m, d) < 0 ||
+                l8g_matcher_done(rc->m))
+                break;
         }
+        for (uint32_t x = j + 1; x <= q->n_draft; x++)
+            memset(mask + x * W, 0xff, W * sizeof *mask);
+        l8g_matcher_rewind(rc->m, at);
     }
 }
 
@@ -298,14 +315,28 @@ void l8d_constraints_after(void *ud, struct l8_seq *seqs, uint32_t n, int status
     for (uint32_t i = 0; i < n; i++) {
         struct l8_sched_slot *sl = &c->slots[i];
         struct req_constraint *rc = sl->constraint;
-        if (!rc || sl->constraint_end || !seqs[i].allowed)
+        const struct l8_seq *q = &seqs[i];
+        if (!rc || !q->allowed)
             continue;
-        /* A sampled token outside the mask can only be one whose every
-         * allowed logit was -inf: nothing fits then either. */
-        if (l8g_matcher_accept(rc->m, seqs[i].token_out) < 0)
-            sl->constraint_end = true;
-        else if (l8g_matcher_done(rc->m))
-            sl->constraint_done = true;     /* an end id: the reply is whole */
+        /* The samples the scheduler keeps (its rule: up to the first that
+         * differs from the draft after it), taken in order. A sample the
+         * constraint refuses can only come from a mask of every id: nothing
+         * fitted there. */
+        const uint32_t k = q->n_draft, *drafts = q->tokens + q->n_tokens - k;
+        for (uint32_t j = 0;; j++) {
+            const uint32_t tok = k ? q->verify_out[j].token : q->token_out;
+            sl->constraint_at = j;
+            if (l8g_matcher_accept(rc->m, tok) < 0) {
+                sl->constraint_end = true;
+                break;
+            }
+            if (l8g_matcher_done(rc->m)) {
+                sl->constraint_done = true;     /* an end id: the reply is whole */
+                break;
+            }
+            if (j == k || tok != drafts[j])
+                break;
+        }
     }
 }
 

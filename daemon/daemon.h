@@ -41,6 +41,7 @@ struct l8d_req {
     uint32_t prompt_tokens;  /* for the STARTED event */
     uint32_t cached_tokens;  /* of them, from the prefix cache (STARTED) */
     uint64_t t_submit_ns, t_first_ns;  /* taken; its first token (0: none yet) */
+    uint32_t drafted, accepted;        /* speculative decoding, at its end */
     bool live;
     bool ignore_eos;
 };

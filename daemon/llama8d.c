@@ -361,6 +361,8 @@ static int setup(struct l8d *d, int argc, char **argv)
         .on_event = l8d_on_sched_event, .held = l8d_req_held,
         .free_constraint = l8d_constraint_free, .ctx = d,
         .no_prefix_cache = d->conf.prefix_cache == L8D_PREFIX_CACHE_OFF,
+        .draft_max = d->conf.speculate == L8D_SPECULATE_NGRAM ? d->conf.draft_max : 0,
+        .verify_rows = l8_engine_verify_rows(d->engine),
     };
     if ((rc = l8_sched_new(&so, &d->sched)) < 0) {
         log_err("creating the scheduler: %s", strerror(-rc));
@@ -371,6 +373,10 @@ static int setup(struct l8d *d, int argc, char **argv)
     log_info("KV pool: %u pages of %u positions; context %u, batch %u, step budget %u tokens; "
              "prefix cache: %s", so.n_pages, so.page_size, d->max_ctx, so.max_seqs,
              so.max_step_tokens, l8d_prefix_cache_name(d->conf.prefix_cache));
+    if (so.draft_max)
+        log_info("speculative decoding: ngram, up to %u drafts a request, at most %u in a step",
+                 so.draft_max, so.verify_rows < so.max_step_tokens / 4 ? so.verify_rows
+                                                                     : so.max_step_tokens / 4);
 
     if (!d->conf.no_warmup) {
         sd_notify(0, "STATUS=warming up");

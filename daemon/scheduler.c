@@ -9,6 +9,8 @@
 #include <string.h>
 
 #include "kvpool.h"
+#include "draft_len.h"
+#include "ngram.h"
 
 struct req {
     struct req *prev, *next;    /* in s->waiting, s->running or s->doomed */
@@ -41,6 +43,12 @@ struct req {
     uint32_t fed;               /* tokens fed in the step in flight */
     void *constraint;           /* NULL, or its constraint and its mask */
     uint32_t *mask;             /* [vocab / 32 rounded up] */
+    /* Speculative decoding (NULL ng: off for this request). */
+    struct l8_ngram *ng;        /* index over tokens[0, l8_ngram_len) */
+    struct l8_draft_len dl;     /* how many to draft next */
+    uint32_t n_draft;           /* drafted in the step in flight */
+    struct l8_sample_out *vout; /* [draft_max + 1] the step's samples */
+    uint32_t drafted, accepted;
 };
 
 enum { LIST_WAITING, LIST_RUNNING, LIST_DOOMED, LIST_COUNT };
@@ -72,6 +80,7 @@ struct l8_sched {
                                    for a turn (preempt_for_fair_share) */
     /* stats */
     uint64_t preemptions, tokens_generated, prompt_tokens, cached_tokens, steps;
+    uint64_t drafted, accepted;
 };
 
 static uint32_t div_up(uint64_t a, uint32_t b) { return (uint32_t)((a + b - 1) / b); }
@@ -165,6 +174,8 @@ static void req_free(struct l8_sched *s, struct req *r)
     if (r->constraint)
         s->o.free_constraint(s->o.ctx, r->constraint);
     free(r->mask);
+    l8_ngram_free(r->ng);
+    free(r->vout);
     free(r->tokens);
     free(r->pages);
     free(r);
@@ -324,7 +335,7 @@ int l8_sched_new(const struct l8_sched_opts *o, struct l8_sched **out)
 {
     if (!o || !o->n_pages || !o->page_size || !o->max_step_tokens || !o->max_seqs ||
         !o->max_ctx || !o->vocab || o->max_step_tokens < o->max_seqs || !o->on_event ||
-        o->max_seqs > L8_SCHED_MAX_SEQS)
+        o->max_seqs > L8_SCHED_MAX_SEQS || o->draft_max > L8_SCHED_DRAFT_MAX)
         return -EINVAL;
     struct l8_sched *s = calloc(1, sizeof(*s));
     if (!s)
@@ -449,12 +460,23 @@ int l8_sched_submit(struct l8_sched *s, const struct l8_sched_req *q,
     r->cap_pages = div_up(total, s->o.page_size);
     r->tokens = malloc(r->cap_tokens * sizeof(uint32_t));
     r->pages = malloc(r->cap_pages * sizeof(uint32_t));
-    if (q->constraint)
-        r->mask = calloc((s->o.vocab + 31) / 32, sizeof(uint32_t));
-    if (!r->tokens || !r->pages || (q->constraint && !r->mask)) {
+    const bool spec = q->speculate && s->o.draft_max && q->max_new_tokens > 1;
+    if (q->constraint)      /* a mask for each position a step samples at */
+        r->mask = calloc((size_t)(s->o.vocab + 31) / 32 * (spec ? s->o.draft_max + 1 : 1),
+                         sizeof(uint32_t));
+    if (spec) {
+        if (l8_ngram_new(r->cap_tokens, &r->ng) < 0)
+            r->ng = NULL;
+        r->vout = malloc((s->o.draft_max + 1) * sizeof *r->vout);
+        l8_draft_len_init(&r->dl, s->o.draft_max);
+    }
+    if (!r->tokens || !r->pages || (q->constraint && !r->mask) ||
+        (spec && (!r->ng || !r->vout))) {
         free(r->tokens);
         free(r->pages);
         free(r->mask);
+        l8_ngram_free(r->ng);
+        free(r->vout);
         free(r);
         return -ENOMEM;
     }
@@ -526,13 +548,19 @@ uint32_t l8_sched_cancel_owner(struct l8_sched *s, uint64_t owner)
 
 /* ---- steps ----------------------------------------------------------------- */
 
-static void add_seq(struct l8_sched *s, struct req *r, uint32_t take, uint32_t *budget)
+/* r's next take tokens (the last k of them drafts, after r's known ones)
+ * as the step's next sequence. */
+static void add_seq(struct l8_sched *s, struct req *r, uint32_t take, uint32_t k,
+                    uint32_t *budget)
 {
     uint32_t i = s->n_step++;
     struct l8_seq *q = &s->seqs[i];
     memset(q, 0, sizeof(*q));
     q->tokens = r->tokens + r->n_computed;
-    q->n_tokens = take;
+    q->n_tokens = take + k;
+    q->n_draft = k;
+    q->verify_out = k ? r->vout : NULL;
+    r->n_draft = k;
     q->pos = r->n_computed;
     q->pages = r->pages;
     q->n_pages = r->n_pages;
@@ -540,9 +568,10 @@ static void add_seq(struct l8_sched *s, struct req *r, uint32_t take, uint32_t *
     q->sample = r->n_computed + take == r->n_tokens;
     q->sampling = &r->sampling;
     /* Repetition penalty sees the prompt and everything generated: all
-     * tokens up to the last one fed (as llama8-run passes them). */
+     * tokens up to the last one fed (as llama8-run passes them); with
+     * drafts, the engine cuts each position's history at it. */
     q->history = r->tokens;
-    q->n_history = r->n_computed + take;
+    q->n_history = r->n_computed + take + k;
     q->sample_index = r->n_generated;
     struct l8_sched_slot *sl = &s->slots[i];
     sl->owner = r->owner;
@@ -555,13 +584,44 @@ static void add_seq(struct l8_sched *s, struct req *r, uint32_t take, uint32_t *
     sl->cached_tokens = sl->first ? r->n_computed : 0;
     sl->constraint = q->sample ? r->constraint : NULL;
     sl->constraint_end = sl->constraint_done = false;
+    sl->constraint_at = 0;
     if (sl->constraint)
         q->allowed = r->mask;
     s->step_req[i] = r;
     r->started = true;
     r->in_flight = true;
-    r->fed = take;
-    *budget -= take;
+    r->fed = take + k;
+    *budget -= take + k;
+}
+
+/* Speculative decoding: up to `room` drafts for r's decode row, written
+ * after its known tokens, from the longest repeat of its latest tokens
+ * among its earlier ones (ngram.h); as many as r's recent acceptance
+ * says (l8_draft_len), never more than it may still generate less one
+ * (the sample after the last draft), and only into pages the pool can
+ * spare without taking the headroom of the running requests. */
+static uint32_t draft(struct l8_sched *s, struct req *r, uint32_t room)
+{
+    uint32_t k = r->ng ? r->dl.k : 0, left = r->max_new - r->n_generated - 1;
+    k = k < left ? k : left;
+    k = k < room ? k : room;
+    if (!k)
+        return 0;
+    const uint32_t have = l8_ngram_len(r->ng);
+    if (l8_ngram_push(r->ng, r->tokens + have, r->n_tokens - have) < 0)
+        return 0;               /* cannot happen: sized for every token */
+    k = l8_ngram_propose(r->ng, l8_ngram_tokens(r->ng), l8_ngram_len(r->ng), 1, k,
+                         r->tokens + r->n_tokens);
+    const uint32_t ps = s->o.page_size, spare_from = s->lists[LIST_RUNNING].n;
+    while (k && (uint64_t)r->n_pages * ps < r->n_computed + 1 + k) {
+        uint32_t pg;
+        if (l8_kvpool_available(s->pool) <= spare_from || l8_kvpool_alloc(s->pool, &pg) < 0) {
+            k = (uint32_t)((uint64_t)r->n_pages * ps - r->n_computed - 1);
+            break;
+        }
+        r->pages[r->n_pages++] = pg;
+    }
+    return k;
 }
 
 /* Admit r: take its cached prefix, then pages for the rest of its known
@@ -613,14 +673,28 @@ int l8_sched_build_step(struct l8_sched *s, struct l8_seq **seqs, uint32_t *n)
     preempt_for_fair_share(s);
 
     /* 1. Decodes, oldest first: they never wait behind prefill, so the
-     * per-token latency of running streams stays one step. */
+     * per-token latency of running streams stays one step. Their drafts
+     * share what is left of the rows under which the engine's logits stay
+     * those of single steps (verify_rows) and a quarter of the budget, so
+     * prefill goes on beside them. */
+    uint32_t rows = 0;
+    for (struct req *r = s->lists[LIST_RUNNING].head; r; r = r->next)
+        rows += r->n_tokens - r->n_computed == 1 && !held(s, r);
+    uint32_t spec_room = 0;
+    if (s->o.draft_max) {
+        const uint32_t cap = s->o.verify_rows < s->o.max_step_tokens / 4
+                             ? s->o.verify_rows : s->o.max_step_tokens / 4;
+        spec_room = cap > rows ? cap - rows : 0;
+    }
     for (struct req *r = s->lists[LIST_RUNNING].head, *next; r; r = next) {
         next = r->next;
         if (r->n_tokens - r->n_computed != 1 || held(s, r))
             continue;
         if (!grow_pages(s, r, r->n_computed + 1))
             break;              /* r was the youngest: nothing follows */
-        add_seq(s, r, 1, &budget);
+        uint32_t k = draft(s, r, spec_room);
+        spec_room -= k;
+        add_seq(s, r, 1, k, &budget);
         /* grow_pages may have preempted the old `next` */
         next = r->next;
     }
@@ -631,7 +705,7 @@ int l8_sched_build_step(struct l8_sched *s, struct l8_seq **seqs, uint32_t *n)
         uint32_t left = r->n_tokens - r->n_computed;
         if (left <= 1 || r->in_flight || held(s, r))
             continue;
-        add_seq(s, r, left < budget ? left : budget, &budget);
+        add_seq(s, r, left < budget ? left : budget, 0, &budget);
     }
     /* 3. Admit while budget, slots and pages last, in next_admission()'s
      * order. The one it picks is never skipped for a later one that would
@@ -646,7 +720,7 @@ int l8_sched_build_step(struct l8_sched *s, struct l8_seq **seqs, uint32_t *n)
         r->yielded = false;
         (*owner_slot(s, r->owner, true))++;
         uint32_t left = r->n_tokens - r->n_computed;
-        add_seq(s, r, left < budget ? left : budget, &budget);
+        add_seq(s, r, left < budget ? left : budget, 0, &budget);
     }
 
     for (uint32_t i = 0; i < s->n_step; i++)
@@ -672,6 +746,7 @@ static void emit(struct l8_sched *s, struct req *r, enum l8_sched_ev_kind kind,
     struct l8_sched_event ev = {
         .kind = kind, .owner = r->owner, .id = r->id, .user = r->user,
         .token = token, .index = index, .reason = reason, .error = error,
+        .drafted = r->drafted, .accepted = r->accepted,
     };
     if (kind == L8_SCHED_EV_TOKEN && r->logprobs) {
         ev.logprob = logprob;
@@ -705,6 +780,74 @@ static bool is_stop(const struct req *r, uint32_t tok)
     return false;
 }
 
+/* One sampled token for r, appended and sent; true when it ends r (a stop
+ * id, or max_new_tokens reached), whose DONE is then sent too. */
+static bool deliver(struct l8_sched *s, struct req *r, uint32_t tok, float logprob)
+{
+    r->tokens[r->n_tokens++] = tok;
+    uint32_t index = r->n_generated++;
+    s->tokens_generated++;
+    emit(s, r, L8_SCHED_EV_TOKEN, tok, index, logprob, L8_SCHED_DONE_NONE, 0);
+    enum l8_sched_done_reason why = L8_SCHED_DONE_NONE;
+    if (is_stop(r, tok))
+        why = L8_SCHED_DONE_STOP;
+    else if (r->n_generated >= r->max_new)
+        why = L8_SCHED_DONE_LENGTH;
+    if (why == L8_SCHED_DONE_NONE || r->cancelled)
+        return false;
+    emit(s, r, L8_SCHED_EV_DONE, tok, r->n_generated, 0, why, 0);
+    return true;
+}
+
+/* r's sequence of the step done: its K/V written, and when it sampled,
+ * the samples delivered. With drafts each position's sample is the token
+ * plain decoding would have drawn there, so the drafts are accepted up to
+ * the first that differs from the sample before it, and that sample
+ * follows them; the K/V of the rejected positions lies past n_computed, to
+ * be overwritten, and the pages only they used go back. A constraint that
+ * ended at a position (the slot's constraint_at) ends the request there:
+ * its sample is not delivered, unless it is the language's end and one of
+ * the request's stop ids. Returns whether r is finished. */
+static bool took(struct l8_sched *s, struct req *r, const struct l8_seq *q,
+                 const struct l8_sched_slot *sl)
+{
+    const uint32_t k = q->n_draft;
+    uint32_t drafts[L8_SCHED_DRAFT_MAX];
+    memcpy(drafts, r->tokens + r->n_tokens, k * sizeof *drafts);   /* deliver overwrites */
+    r->n_computed += r->fed - k;        /* the known tokens; then each accepted draft */
+    uint32_t a = 0;
+    bool finished = false;
+    for (uint32_t j = 0; q->sample && !finished && !r->cancelled; j++) {
+        const uint32_t tok = k ? r->vout[j].token : q->token_out;
+        const float lp = k ? r->vout[j].logprob : q->logprob_out;
+        if (sl->constraint && j == sl->constraint_at &&
+            (sl->constraint_end || (sl->constraint_done && !is_stop(r, tok)))) {
+            emit(s, r, L8_SCHED_EV_DONE, L8_SCHED_NO_TOKEN, r->n_generated, 0,
+                 L8_SCHED_DONE_GRAMMAR, 0);
+            finished = true;
+            break;
+        }
+        finished = deliver(s, r, tok, lp);
+        if (j == k || tok != drafts[j])
+            break;
+        a++;
+        r->n_computed++;                /* drafts[j] is the token delivered: its K/V holds */
+    }
+    if (r->ng && q->sample && !sl->prefill)
+        l8_draft_len_update(&r->dl, k, a);
+    r->drafted += k;
+    r->accepted += a;
+    s->drafted += k;
+    s->accepted += a;
+    link_pages(s, r);
+    if (k) {
+        const uint32_t keep = div_up((uint64_t)r->n_computed + 1, s->o.page_size);
+        while (r->n_pages > keep)
+            l8_kvpool_unref(s->pool, r->pages[--r->n_pages]);
+    }
+    return finished;
+}
+
 int l8_sched_step_done(struct l8_sched *s, struct l8_seq *seqs, uint32_t n, int status)
 {
     if (!s->in_flight || seqs != s->seqs || n != s->n_step)
@@ -723,32 +866,7 @@ int l8_sched_step_done(struct l8_sched *s, struct l8_seq *seqs, uint32_t n, int 
                  L8_SCHED_DONE_NONE, status);
             finished = true;
         } else {
-            r->n_computed += r->fed;
-            link_pages(s, r);
-            if (q->sample && (s->slots[i].constraint_end ||
-                              (s->slots[i].constraint_done && !is_stop(r, q->token_out)))) {
-                /* nothing fits the constraint: the token is not delivered */
-                if (!r->cancelled)
-                    emit(s, r, L8_SCHED_EV_DONE, L8_SCHED_NO_TOKEN, r->n_generated, 0,
-                         L8_SCHED_DONE_GRAMMAR, 0);
-                finished = true;
-            } else if (q->sample) {
-                uint32_t tok = q->token_out;
-                r->tokens[r->n_tokens++] = tok;
-                uint32_t index = r->n_generated++;
-                s->tokens_generated++;
-                emit(s, r, L8_SCHED_EV_TOKEN, tok, index, q->logprob_out,
-                     L8_SCHED_DONE_NONE, 0);
-                enum l8_sched_done_reason why = L8_SCHED_DONE_NONE;
-                if (is_stop(r, tok))
-                    why = L8_SCHED_DONE_STOP;
-                else if (r->n_generated >= r->max_new)
-                    why = L8_SCHED_DONE_LENGTH;
-                if (why != L8_SCHED_DONE_NONE && !r->cancelled) {
-                    emit(s, r, L8_SCHED_EV_DONE, tok, r->n_generated, 0, why, 0);
-                    finished = true;
-                }
-            }
+            finished = took(s, r, q, &s->slots[i]);
         }
         r->in_flight = false;
         r->fed = 0;
@@ -778,6 +896,8 @@ void l8_sched_get_stats(const struct l8_sched *s, struct l8_sched_stats *out)
     out->prompt_tokens = s->prompt_tokens;
     out->cached_tokens = s->cached_tokens;
     out->steps = s->steps;
+    out->drafted = s->drafted;
+    out->accepted = s->accepted;
     out->step_in_flight = s->in_flight;
 }
 

@@ -65,9 +65,24 @@
  * and its slot at the constraint; whoever runs the step (llama8d's engine
  * thread) fills the mask before and takes the token after, and sets
  * slot.constraint_end when the constraint admits no token, constraint_done
- * when the token was its end: the request then ends with DONE_GRAMMAR, the
- * step's token not delivered (unless, done, it is one of the request's stop
- * ids: then it ends as at any stop id).
+ * when the token was its end (and constraint_at, at which sample): the
+ * request then ends with DONE_GRAMMAR, that token not delivered (unless,
+ * done, it is one of the request's stop ids: then it ends as at any stop
+ * id).
+ *
+ * Speculative decoding (opts.draft_max, a request's speculate): a decode
+ * row may carry drafted tokens after its last one, taken from the longest
+ * earlier repeat of the request's latest tokens (speculate/ngram.h), as
+ * many as its recent acceptance says. The engine samples at every position
+ * as plain decoding would (l8_seq.n_draft); the drafts are accepted up to
+ * the first that differs from the sample before it, and that sample
+ * follows them: the same tokens, and TOKEN events, as without speculation,
+ * several a step. Drafts take no page the running requests' headroom
+ * needs, at most a quarter of max_step_tokens and what is left of
+ * opts.verify_rows after the decode rows. A constrained request's mask
+ * buffer then holds a mask for each position (the j-th at l8_seq.allowed + j * vocab / 32):
+ * the step's runner fills them following the drafts, and says at which
+ * sample the constraint ended (slot.constraint_at).
  *
  * Memory: a request's token array, page table and mask are allocated once
  * at submit, sized for prompt + max_new_tokens; nothing is allocated per
@@ -87,6 +102,7 @@ struct l8_sched_event;
                                           takes turns with another owner's */
 #define L8_SCHED_NO_TOKEN      UINT32_MAX
 #define L8_SCHED_DEFAULT_MAX_REQUESTS 4096
+#define L8_SCHED_DRAFT_MAX     16      /* drafts one decode row verifies at most */
 
 /* Submit refusals: negative values outside the errno range, so one int
  * carries either. The ipc layer maps each to a protocol error code. */
@@ -138,6 +154,11 @@ struct l8_sched_opts {
     void (*free_constraint)(void *ctx, void *constraint);
     void *ctx;
     bool no_prefix_cache;     /* never register or look up pages */
+    /* Speculative decoding: drafts a decode row verifies at most (0: off,
+     * up to L8_SCHED_DRAFT_MAX), and the most rows a step with drafts may
+     * have (= l8_engine_verify_rows()). */
+    uint32_t draft_max;
+    uint32_t verify_rows;
 };
 
 /* A request as submitted. Everything is copied; pointers need not live
@@ -158,6 +179,8 @@ struct l8_sched_req {
     bool logprobs;           /* fill event logprobs */
     void *constraint;        /* NULL, or the request's constraint: the
                                 scheduler's once the submit succeeds */
+    bool speculate;          /* may draft (opts.draft_max): the tokens are
+                                the same */
 };
 
 enum l8_sched_ev_kind {
@@ -186,6 +209,8 @@ struct l8_sched_event {
     bool has_logprob;
     enum l8_sched_done_reason reason; /* DONE */
     int error;               /* ERROR: the engine's negative errno */
+    uint32_t drafted, accepted; /* the request's drafted tokens so far, and of
+                                   them accepted (speculative decoding) */
 };
 
 /* Per sequence of the last built step, parallel to its l8_seq array. */
@@ -202,6 +227,8 @@ struct l8_sched_slot {
     bool constraint_end;     /* set by the step's runner: nothing fits */
     bool constraint_done;    /* set by the step's runner: the token ended the
                                 constraint's language (an end id) */
+    uint32_t constraint_at;  /* set with either: at which of the sequence's
+                                samples (0 .. n_draft; 0 without drafts) */
 };
 
 struct l8_sched_stats {
@@ -212,6 +239,7 @@ struct l8_sched_stats {
     uint64_t prompt_tokens;     /* prompt positions computed (incl. recompute) */
     uint64_t cached_tokens;     /* prompt positions taken from the prefix cache */
     uint64_t steps;
+    uint64_t drafted, accepted; /* draft tokens verified, and of them accepted */
     bool step_in_flight;
 };
 

@@ -533,15 +533,17 @@ static void req_release(struct l8d_session *s, struct l8d_req *r, const char *ho
     s->requests_done++;
     if (!l8_log_enabled(L8_LOG_INFO))
         return;
-    char first[96] = "";
+    char first[96] = "", spec[64] = "";
+    if (r->drafted)
+        snprintf(spec, sizeof(spec), "; %u drafted, %u accepted", r->drafted, r->accepted);
     if (r->generated)
         snprintf(first, sizeof(first), "; first token after %.1f ms, then %.1f tokens/s",
                  (double)(r->t_first_ns - r->t_submit_ns) / 1e6,
                  r->generated > 1 && t_ns > r->t_first_ns
                      ? (double)(r->generated - 1) * 1e9 / (double)(t_ns - r->t_first_ns) : 0.0);
     log_info("client %llu request %llu %s: %u prompt tokens (%u from the prefix cache), "
-             "%u generated%s", (unsigned long long)s->id, (unsigned long long)r->id, how,
-             r->prompt_tokens, r->cached_tokens, r->generated, first);
+             "%u generated%s%s", (unsigned long long)s->id, (unsigned long long)r->id, how,
+             r->prompt_tokens, r->cached_tokens, r->generated, first, spec);
 }
 
 void l8d_session_on_sched_event(struct l8d *d, const struct l8_sched_event *e, uint64_t t_ns)
@@ -552,6 +554,8 @@ void l8d_session_on_sched_event(struct l8d *d, const struct l8_sched_event *e, u
     struct l8d_session *s = r->s;
     struct l8_event ev = { .request_id = e->id, .t_ns = t_ns, .token = e->token,
                            .index = e->index, .logprob = e->has_logprob ? e->logprob : NAN };
+    r->drafted = e->drafted;
+    r->accepted = e->accepted;
     switch (e->kind) {
     case L8_SCHED_EV_TOKEN:
         ev.kind = L8_EV_TOKEN;
@@ -711,6 +715,7 @@ static void on_generate(struct l8d_session *s, const Llama8__GenerateRequest *g)
         .priority = g->priority, .logprobs = g->logprobs,
         .cache_scope = d->conf.prefix_cache == L8D_PREFIX_CACHE_USER ? (uint32_t)s->uid : 0,
         .constraint = constraint,
+        .speculate = !g->no_speculate,
         .sampling = {
             .temperature = sp ? sp->temperature : 0.0f,
             .top_k = sp ? sp->top_k : 0,

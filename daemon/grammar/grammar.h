@@ -140,6 +140,13 @@ long l8g_matcher_mask(struct l8g_matcher *m, uint32_t *words);
  * complete and makes the matcher done. */
 int l8g_matcher_accept(struct l8g_matcher *m, uint32_t id);
 
+/* Where the matcher stands, to take tokens ahead and come back (the
+ * masks after speculative decoding's drafts): the states a matcher has
+ * reached stay valid for its life, so a mark is two words. */
+struct l8g_mark { uint32_t state; bool done; };
+struct l8g_mark l8g_matcher_mark(const struct l8g_matcher *m);
+void l8g_matcher_rewind(struct l8g_matcher *m, struct l8g_mark mark);
+
 /* Whether the output so far is in the language (an end id is allowed). */
 bool l8g_matcher_can_end(const struct l8g_matcher *m);
 bool l8g_matcher_done(const struct l8g_matcher *m);

@@ -802,6 +802,17 @@ void l8g_matcher_free(struct l8g_matcher *m)
     free(m);
 }
 
+struct l8g_mark l8g_matcher_mark(const struct l8g_matcher *m)
+{
+    return (struct l8g_mark){ m->cur, m->done };
+}
+
+void l8g_matcher_rewind(struct l8g_matcher *m, struct l8g_mark mark)
+{
+    m->cur = mark.state;
+    m->done = mark.done;
+}
+
 bool l8g_matcher_can_end(const struct l8g_matcher *m)
 {
     return !m->done && (m->A.s[m->cur].flags & F_COMPLETE);

@@ -33,8 +33,23 @@ struct exec {
 };
 #define EMPTY UINT32_MAX
 
+/* The "model": a hash of every token so far, the seed and the index; or,
+ * with exec_window, of the last exec_window tokens and the seed only, into
+ * a small alphabet: a model that repeats itself, for speculative decoding
+ * to find drafts in. */
+static uint32_t exec_window;
+
 static uint32_t next_token(const uint32_t *toks, uint32_t n, uint64_t seed, uint64_t index)
 {
+    if (exec_window) {
+        uint64_t h = 1469598103934665603ULL ^ seed;
+        for (uint32_t i = n > exec_window ? n - exec_window : 0; i < n; i++) {
+            h ^= toks[i];
+            h *= 1099511628211ULL;
+        }
+        h ^= h >> 29;
+        return (uint32_t)(h % 23);
+    }
     uint64_t h = 1469598103934665603ULL ^ seed ^ (index * 0x9e3779b97f4a7c15ULL);
     for (uint32_t i = 0; i < n; i++) {
         h ^= toks[i];
@@ -82,8 +97,17 @@ static int exec_step(struct exec *x, const struct l8_sched *s, struct l8_seq *se
         uint32_t end = q->pos + q->n_tokens, buf[MAX_TOK];
         for (uint32_t p = 0; p < end; p++)
             buf[p] = x->kv[q->pages[p / ps] * ps + p % ps];
-        q->token_out = next_token(buf, end, q->sampling->seed, q->sample_index);
-        q->logprob_out = -(float)(q->token_out % 7) - 0.5f;
+        /* with drafts: a sample at each of the last n_draft + 1 positions,
+         * each from the tokens up to it, as the single steps would */
+        for (uint32_t j = 0; j <= q->n_draft; j++) {
+            uint32_t upto = end - q->n_draft + j;
+            uint32_t t = next_token(buf, upto, q->sampling->seed, q->sample_index + j);
+            float lp = -(float)(t % 7) - 0.5f;
+            if (q->n_draft)
+                q->verify_out[j] = (struct l8_sample_out){ t, lp };
+            else
+                q->token_out = t, q->logprob_out = lp;
+        }
     }
     return 0;
 }
@@ -177,6 +201,7 @@ static bool held(void *ctx, void *user)
 }
 
 static bool no_prefix_cache;   /* the next world_init's opts.no_prefix_cache */
+static uint32_t draft_max;     /* the next world_init's opts.draft_max */
 
 /* A stand-in for llama8d's constraint: the step after which it admits
  * nothing (end), or whose token is its end (done), and how often the
@@ -200,6 +225,7 @@ static int world_init(struct world *w, uint32_t n_pages, uint32_t ps, uint32_t b
         .max_seqs = max_seqs, .max_ctx = max_ctx, .vocab = VOCAB,
         .on_event = on_event, .held = held, .free_constraint = free_fake, .ctx = w,
         .no_prefix_cache = no_prefix_cache,
+        .draft_max = draft_max, .verify_rows = UINT32_MAX,
     };
     w->x.n_pages = n_pages;
     w->x.page_size = ps;
@@ -283,6 +309,7 @@ static struct l8_sched_req req(uint64_t owner, uint64_t id, const uint32_t *prom
         .sampling = { .temperature = 0, .top_k = 0, .top_p = 1, .min_p = 0,
                       .repetition_penalty = 1, .seed = 0 },
         .max_new_tokens = max_new,
+        .speculate = true,      /* drafts only where the world's draft_max is set */
     };
     return r;
 }
@@ -1328,7 +1355,7 @@ static uint32_t rnd(uint32_t n)
     return (uint32_t)(rand_state >> 33) % n;
 }
 
-static struct { uint64_t done, errors, preemptions, cached; } rand_totals;
+static struct { uint64_t done, errors, preemptions, cached, drafted, accepted; } rand_totals;
 
 struct rand_req {
     uint32_t prompt[40], n, max_new, scope;
@@ -1446,6 +1473,8 @@ static int random_run(uint64_t seed)
     CHECK_EQ(st.pages_used, 0);
     rand_totals.preemptions += st.preemptions;
     rand_totals.cached += st.cached_tokens;
+    rand_totals.drafted += st.drafted;
+    rand_totals.accepted += st.accepted;
     for (uint32_t i = 0; i < next; i++) {
         if (!q[i].submitted)
             continue;
@@ -1480,6 +1509,95 @@ static void test_random(void)
           rand_totals.cached > 0);
 }
 
+/* Speculative decoding. One request of a model that repeats itself: the
+ * stream of its solo run, with fewer steps than tokens, drafts accepted,
+ * the pool's pages all back at the end; the same with no room for drafts
+ * under verify_rows (then none). Then the random workloads again, their
+ * model repeating and draft_max random: every stream still its solo run
+ * through preemption, cancels, holds and engine errors. */
+static void test_speculation(void)
+{
+    exec_window = 3;
+    uint32_t p[24];
+    fill(p, 24, 5);
+    for (uint32_t i = 12; i < 24; i++)
+        p[i] = p[i - 12];       /* the prompt repeats itself too */
+    struct world w;
+    draft_max = 8;
+    CHECK_EQ(world_init(&w, 64, 4, 64, 4, 400), 0);
+    struct l8_sched_req r = req(1, 1, p, 24, 200);
+    r.sampling.seed = 9;
+    CHECK_EQ(l8_sched_submit(w.s, &r, NULL), 0);
+    uint32_t steps = run_all(&w, 64, 4);
+    check_stream(&w, 1, 1, p, 24, 200, NULL, 0, 9, __LINE__);
+    struct l8_sched_stats st;
+    l8_sched_get_stats(w.s, &st);
+    printf("speculation: 200 tokens in %u steps, %llu drafted, %llu accepted\n", steps,
+           (unsigned long long)st.drafted, (unsigned long long)st.accepted);
+    CHECK(st.accepted > 100 && st.drafted >= st.accepted && steps < 100);
+    CHECK_EQ(st.pages_used, 0);
+    world_fini(&w);
+
+    /* Under a stop id, and with max_new one more than the drafts reach. */
+    CHECK_EQ(world_init(&w, 64, 4, 64, 4, 400), 0);
+    uint32_t want[MAX_TOK], nw = solo(p, 24, 200, NULL, 0, 9, want);
+    CHECK(nw == 200);
+    uint32_t stop = want[57];
+    r = req(1, 2, p, 24, 200);
+    r.sampling.seed = 9;
+    r.stop_ids = &stop;
+    r.n_stop = 1;
+    CHECK_EQ(l8_sched_submit(w.s, &r, NULL), 0);
+    r = req(1, 3, p, 24, 31);
+    r.sampling.seed = 9;
+    CHECK_EQ(l8_sched_submit(w.s, &r, NULL), 0);
+    run_all(&w, 64, 4);
+    check_stream(&w, 1, 2, p, 24, 200, &stop, 1, 9, __LINE__);
+    check_stream(&w, 1, 3, p, 24, 31, NULL, 0, 9, __LINE__);
+    world_fini(&w);
+
+    /* No room: verify_rows of 1 leaves none beside the decode row. */
+    struct l8_sched_opts o = {
+        .n_pages = 64, .page_size = 4, .max_step_tokens = 64, .max_seqs = 4, .max_ctx = 400,
+        .vocab = VOCAB, .on_event = on_event, .ctx = &w, .draft_max = 8, .verify_rows = 1,
+    };
+    memset(&w, 0, sizeof w);
+    w.x = (struct exec){ 64, 4, malloc(64 * 4 * sizeof(uint32_t)) };
+    CHECK_EQ(l8_sched_new(&o, &w.s), 0);
+    r = req(1, 4, p, 24, 50);
+    CHECK_EQ(l8_sched_submit(w.s, &r, NULL), 0);
+    run_all(&w, 64, 4);
+    check_stream(&w, 1, 4, p, 24, 50, NULL, 0, 0, __LINE__);
+    l8_sched_get_stats(w.s, &st);
+    CHECK_EQ(st.drafted, 0);
+    world_fini(&w);
+
+    /* Off for the request: none either. */
+    CHECK_EQ(world_init(&w, 64, 4, 64, 4, 400), 0);
+    r = req(1, 5, p, 24, 50);
+    r.speculate = false;
+    CHECK_EQ(l8_sched_submit(w.s, &r, NULL), 0);
+    run_all(&w, 64, 4);
+    check_stream(&w, 1, 5, p, 24, 50, NULL, 0, 0, __LINE__);
+    l8_sched_get_stats(w.s, &st);
+    CHECK_EQ(st.drafted, 0);
+    world_fini(&w);
+
+    memset(&rand_totals, 0, sizeof rand_totals);
+    int bad = 0;
+    for (uint64_t seed = 1; seed <= 1000 && bad < 3; seed++) {
+        draft_max = 1 + (uint32_t)(seed % 8);
+        bad += random_run(seed);
+    }
+    printf("random, speculating: %llu streams done, %llu preemptions, %llu drafted, %llu "
+           "accepted\n", (unsigned long long)rand_totals.done,
+           (unsigned long long)rand_totals.preemptions, (unsigned long long)rand_totals.drafted,
+           (unsigned long long)rand_totals.accepted);
+    CHECK(rand_totals.done > 500 && rand_totals.preemptions > 0 && rand_totals.accepted > 1000);
+    draft_max = 0;
+    exec_window = 0;
+}
+
 int main(void)
 {
     test_constraints();
@@ -1499,6 +1617,7 @@ int main(void)
     test_cancel_owner();
     test_engine_error();
     test_stress();
+    test_speculation();
     if (t_failures) {
         fprintf(stderr, "test_sched: %d failures\n", t_failures);
         return 1;
