@@ -202,6 +202,7 @@ static bool held(void *ctx, void *user)
 
 static bool no_prefix_cache;   /* the next world_init's opts.no_prefix_cache */
 static uint32_t draft_max;     /* the next world_init's opts.draft_max */
+static uint64_t drafted_under_constraint;
 
 /* A stand-in for llama8d's constraint: the step after which it admits
  * nothing (end), or whose token is its end (done), and how often the
@@ -685,9 +686,14 @@ static void test_stop_and_logprobs(void)
  * step's token, constraint_done too unless the token is a stop id; each
  * constraint is freed once, when its request ends or is cancelled; the
  * unconstrained stream is untouched. */
-static void test_constraints(void)
+/* spec: the same under speculative decoding, the model repeating itself
+ * so that the constrained requests draft (their ends then fall inside a
+ * step's samples: slot.constraint_at). */
+static void test_constraints(bool spec)
 {
     struct world w;
+    draft_max = spec ? 8 : 0;
+    exec_window = spec ? 2 : 0;
     CHECK_EQ(world_init(&w, 64, 4, 32, 8, 128), 0);
     uint32_t p[6], want[12];
     fill(p, 6, 9);
@@ -722,12 +728,23 @@ static void test_constraints(void)
                   (void *)fc, (const void *)seqs[i].allowed);
         }
         int rc = exec_step(&w.x, w.s, seqs, n);
+        /* as llama8d's constraints do: the samples in order, up to the
+         * first that differs from the draft after it */
         for (uint32_t i = 0; i < n; i++) {
             struct fake_constraint *fc = sl[i].constraint;
-            if (!fc)
-                continue;
-            sl[i].constraint_end = seqs[i].sample_index == fc->end_at;
-            sl[i].constraint_done = seqs[i].sample_index == fc->done_at;
+            const struct l8_seq *q = &seqs[i];
+            const uint32_t k = q->n_draft;
+            drafted_under_constraint += fc ? k : 0;
+            for (uint32_t j = 0; fc; j++) {
+                const uint64_t idx = q->sample_index + j;
+                const uint32_t tok = k ? q->verify_out[j].token : q->token_out;
+                sl[i].constraint_at = j;
+                sl[i].constraint_end = idx == fc->end_at;
+                sl[i].constraint_done = idx == fc->done_at;
+                if (sl[i].constraint_end || sl[i].constraint_done || j == k ||
+                    tok != q->tokens[q->n_tokens - k + j])
+                    break;
+            }
         }
         CHECK_EQ(l8_sched_step_done(w.s, seqs, n, rc), 0);
         if (++steps == cancel_after)
@@ -744,6 +761,9 @@ static void test_constraints(void)
     for (int i = 0; i < 4; i++)
         CHECK(c[i].freed == 1, "constraint %d freed %d times", i, c[i].freed);
     world_fini(&w);
+    draft_max = exec_window = 0;
+    if (spec)
+        CHECK(drafted_under_constraint > 0);
 
     /* without free_constraint, a constraint is refused */
     struct l8_sched_opts o = { .n_pages = 8, .page_size = 4, .max_step_tokens = 8,
@@ -1517,7 +1537,7 @@ static void test_random(void)
  * through preemption, cancels, holds and engine errors. */
 static void test_speculation(void)
 {
-    exec_window = 3;
+    exec_window = 2;
     uint32_t p[24];
     fill(p, 24, 5);
     for (uint32_t i = 12; i < 24; i++)
@@ -1600,7 +1620,8 @@ static void test_speculation(void)
 
 int main(void)
 {
-    test_constraints();
+    test_constraints(false);
+    test_constraints(true);
     test_validation();
     test_prefix_sharing();
     test_prefix_scopes();
