@@ -1,6 +1,7 @@
 /* test_ipc_streams: 32 client processes x 4 requests of mixed lengths on
  * the real llama8d (CPU engine); every stream must equal what llama8-run
- * computes in-process for the same request, greedy and seeded.
+ * computes in-process for the same request, greedy and seeded. The daemon
+ * speculates (its default), llama8-run does not: the streams are the same.
  * argv: llama8d llama8-run model-dir */
 #include "ipc_helper.h"
 
@@ -36,6 +37,9 @@ static void make_spec(struct spec *s, int c, int r, uint32_t vocab, int32_t bos)
     s->seed = h >> 8;
     for (uint32_t i = 0; i < s->n_prompt; i++)
         s->prompt[i] = (uint32_t)(mix(h + i + 1) % vocab);
+    if (r == 2)     /* a prompt that repeats itself: speculation drafts from it */
+        for (uint32_t i = s->n_prompt / 2; i < s->n_prompt; i++)
+            s->prompt[i] = s->prompt[i - s->n_prompt / 2];
     if (bos >= 0)
         s->prompt[0] = (uint32_t)bos;
 }
@@ -195,12 +199,21 @@ int main(int argc, char **argv)
           (unsigned long long)s.decode_steps);
     CHECK(s.decode_time_s > 0 && s.decode_time_s < s.step_time_s, "decode time %.6f of %.6f",
           s.decode_time_s, s.step_time_s);
-    const uint64_t fed = s.prompt_tokens + s.tokens_generated - s.requests_done;
+    /* (and every rejected draft is fed once for nothing) */
+    const uint64_t fed = s.prompt_tokens + s.tokens_generated - s.requests_done +
+                         s.draft_tokens - s.draft_accepted;
     CHECK(s.preemptions ? s.fed_tokens <= fed : s.fed_tokens == fed,
           "fed %llu tokens: %llu prompt + %llu generated - %llu requests, %llu preemptions",
           (unsigned long long)s.fed_tokens, (unsigned long long)s.prompt_tokens,
           (unsigned long long)s.tokens_generated, (unsigned long long)s.requests_done,
           (unsigned long long)s.preemptions);
+    /* Speculation (on by default) drafted, so the streams above came from
+     * verification steps too. */
+    CHECK(!strcmp(s.speculate, "ngram") && s.draft_tokens > 0 &&
+          s.draft_accepted <= s.draft_tokens, "speculate %s: %llu drafted, %llu accepted",
+          s.speculate, (unsigned long long)s.draft_tokens, (unsigned long long)s.draft_accepted);
+    printf("speculation: %llu drafted, %llu accepted\n", (unsigned long long)s.draft_tokens,
+           (unsigned long long)s.draft_accepted);
     l8c_close(probe);
     int rc = tdaemon_stop(&d);
     CHECK(rc == 0, "llama8d exit %d", rc);

@@ -8,7 +8,9 @@
  * recomputed. Each stream must equal the same request run alone on the
  * engine without the scheduler: one prefill step, then one decode step
  * per token. The CPU engine is bitwise batch-invariant (engine_cpu.c), so
- * equality is exact.
+ * equality is exact. Twice: plainly, and speculating (up to 8 drafts a
+ * decode row, one job's prompt repeating itself for drafts to be found),
+ * the engine verifying them: the streams are the same.
  * usage: test_sched_engine MODEL_DIR */
 #include <errno.h>
 #include <stdio.h>
@@ -84,6 +86,81 @@ static int run_alone(struct l8_engine *e, struct job *j)
     return 0;
 }
 
+/* The jobs through the scheduler on e, drafting up to draft_max tokens a
+ * decode row (0: no speculation): every stream equal to its run alone. */
+static void run_sched(struct l8_engine *e, uint32_t vocab, uint32_t draft_max)
+{
+    struct l8_sched *s = NULL;
+    for (int i = 0; i < N_REQ; i++) {
+        jobs[i].n_got = 0;
+        jobs[i].done = jobs[i].reason = 0;
+    }
+    struct l8_sched_opts so = { .n_pages = l8_engine_n_pages(e), .page_size = PAGE,
+                                .max_step_tokens = 64, .max_seqs = 6, .max_ctx = 512,
+                                .vocab = vocab, .on_event = on_event, .draft_max = draft_max,
+                                .verify_rows = l8_engine_verify_rows(e) };
+    CHECK(l8_sched_new(&so, &s) == 0);
+    if (!s)
+        return;
+    for (int i = 0; i < N_REQ; i++) {
+        struct l8_sched_req r = {
+            .owner = (uint64_t)i % 4, .id = (uint64_t)i, .prompt = jobs[i].prompt,
+            .n_prompt = jobs[i].n_prompt, .sampling = jobs[i].sp,
+            .max_new_tokens = jobs[i].max_new,
+            .stop_ids = &jobs[i].stop, .n_stop = jobs[i].stop != L8_SCHED_NO_TOKEN,
+            .speculate = true,
+        };
+        CHECK(l8_sched_submit(s, &r, NULL) == 0);
+    }
+    uint32_t steps = 0, max_tokens = 0;
+    for (;;) {
+        struct l8_seq *seqs;
+        uint32_t n, total = 0;
+        CHECK(l8_sched_build_step(s, &seqs, &n) == 0);
+        if (n == 0)
+            break;
+        for (uint32_t i = 0; i < n; i++)
+            total += seqs[i].n_tokens;
+        CHECK(total <= 64);
+        if (total > max_tokens)
+            max_tokens = total;
+        int rc = l8_engine_step(e, seqs, n);
+        CHECK(rc == 0);
+        CHECK(l8_sched_step_done(s, seqs, n, rc) == 0);
+        CHECK(l8_kvpool_check(l8_sched_pool(s)) == 0);
+        if (++steps > 5000 || t_failures)
+            break;
+    }
+    CHECK(l8_sched_idle(s));
+    for (int i = 0; i < N_REQ; i++) {
+        struct job *j = &jobs[i];
+        bool same = j->n_got == j->n_want && !memcmp(j->got, j->want, j->n_want * sizeof(uint32_t));
+        int want_reason = j->n_want < j->max_new ? L8_SCHED_DONE_STOP : L8_SCHED_DONE_LENGTH;
+        if (!same || j->done != 1 || j->reason != want_reason) {
+            fprintf(stderr, "job %d (prompt %u, %s): %u tokens, alone %u; done %d reason %d\n", i,
+                    j->n_prompt, j->sp.temperature > 0 ? "seeded" : "greedy", j->n_got,
+                    j->n_want, j->done, j->reason);
+            t_failures++;
+        }
+    }
+    struct l8_sched_stats st;
+    l8_sched_get_stats(s, &st);
+    printf("draft_max %u: %u steps (at most %u tokens), %llu tokens generated, %llu "
+           "preemptions, %llu prompt positions computed, %llu taken from the prefix cache, "
+           "%llu drafted, %llu accepted\n", draft_max,
+           steps, max_tokens, (unsigned long long)st.tokens_generated,
+           (unsigned long long)st.preemptions, (unsigned long long)st.prompt_tokens,
+           (unsigned long long)st.cached_tokens, (unsigned long long)st.drafted,
+           (unsigned long long)st.accepted);
+    /* The scenario must exercise what it claims to. */
+    CHECK(st.preemptions > 0);
+    CHECK(st.cached_tokens > 0);
+    CHECK(jobs[4].n_want < jobs[4].max_new);   /* it did stop */
+    CHECK(st.pages_used == 0);
+    CHECK(draft_max ? st.drafted > 0 : st.drafted == 0);
+    l8_sched_free(s);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -93,7 +170,6 @@ int main(int argc, char **argv)
     char err[L8_ERRLEN] = "";
     struct l8_model *m = NULL;
     struct l8_engine *e = NULL;
-    struct l8_sched *s = NULL;
     if (l8_model_load(argv[1], 1, &m, err) < 0) {
         fprintf(stderr, "load %s: %s\n", argv[1], err);
         return 1;
@@ -150,68 +226,21 @@ int main(int argc, char **argv)
             jobs[i].stop = jobs[i].want[3];
             run_alone(e, &jobs[i]);
         }
-    }
-
-    struct l8_sched_opts so = { .n_pages = l8_engine_n_pages(e), .page_size = PAGE,
-                                .max_step_tokens = 64, .max_seqs = 6, .max_ctx = 512,
-                                .vocab = vocab, .on_event = on_event };
-    CHECK(l8_sched_new(&so, &s) == 0);
-    if (!s)
-        goto out;
-    for (int i = 0; i < N_REQ; i++) {
-        struct l8_sched_req r = {
-            .owner = (uint64_t)i % 4, .id = (uint64_t)i, .prompt = jobs[i].prompt,
-            .n_prompt = jobs[i].n_prompt, .sampling = jobs[i].sp,
-            .max_new_tokens = jobs[i].max_new,
-            .stop_ids = &jobs[i].stop, .n_stop = jobs[i].stop != L8_SCHED_NO_TOKEN,
-        };
-        CHECK(l8_sched_submit(s, &r, NULL) == 0);
-    }
-    uint32_t steps = 0, max_tokens = 0;
-    for (;;) {
-        struct l8_seq *seqs;
-        uint32_t n, total = 0;
-        CHECK(l8_sched_build_step(s, &seqs, &n) == 0);
-        if (n == 0)
-            break;
-        for (uint32_t i = 0; i < n; i++)
-            total += seqs[i].n_tokens;
-        CHECK(total <= 64);
-        if (total > max_tokens)
-            max_tokens = total;
-        int rc = l8_engine_step(e, seqs, n);
-        CHECK(rc == 0);
-        CHECK(l8_sched_step_done(s, seqs, n, rc) == 0);
-        CHECK(l8_kvpool_check(l8_sched_pool(s)) == 0);
-        if (++steps > 5000 || t_failures)
-            break;
-    }
-    CHECK(l8_sched_idle(s));
-    for (int i = 0; i < N_REQ; i++) {
-        struct job *j = &jobs[i];
-        bool same = j->n_got == j->n_want && !memcmp(j->got, j->want, j->n_want * sizeof(uint32_t));
-        int want_reason = j->n_want < j->max_new ? L8_SCHED_DONE_STOP : L8_SCHED_DONE_LENGTH;
-        if (!same || j->done != 1 || j->reason != want_reason) {
-            fprintf(stderr, "job %d (prompt %u, %s): %u tokens, alone %u; done %d reason %d\n", i,
-                    j->n_prompt, j->sp.temperature > 0 ? "seeded" : "greedy", j->n_got,
-                    j->n_want, j->done, j->reason);
-            t_failures++;
+        if (i == 10) {
+            /* for speculation to find drafts: job 1's prompt, its reply and
+             * its prompt again, the reply likely to follow once more */
+            struct job *j = &jobs[i], *o = &jobs[1];
+            j->n_prompt = 0;
+            memcpy(j->prompt, o->prompt, o->n_prompt * 4);
+            memcpy(j->prompt + o->n_prompt, o->want, o->n_want * 4);
+            memcpy(j->prompt + o->n_prompt + o->n_want, o->prompt, o->n_prompt * 4);
+            j->n_prompt = 2 * o->n_prompt + o->n_want;
+            run_alone(e, j);
         }
     }
-    struct l8_sched_stats st;
-    l8_sched_get_stats(s, &st);
-    printf("%u steps (at most %u tokens), %llu tokens generated, %llu preemptions, "
-           "%llu prompt positions computed, %llu taken from the prefix cache\n",
-           steps, max_tokens, (unsigned long long)st.tokens_generated,
-           (unsigned long long)st.preemptions, (unsigned long long)st.prompt_tokens,
-           (unsigned long long)st.cached_tokens);
-    /* The scenario must exercise what it claims to. */
-    CHECK(st.preemptions > 0);
-    CHECK(st.cached_tokens > 0);
-    CHECK(jobs[4].n_want < jobs[4].max_new);   /* it did stop */
-    CHECK(st.pages_used == 0);
-out:
-    l8_sched_free(s);
+
+    run_sched(e, vocab, 0);
+    run_sched(e, vocab, 8);
     l8_engine_destroy(e);
     l8_model_free(m);
     if (t_failures) {
