@@ -12,6 +12,7 @@
  *     grammar's message naming the option, the file and where;
  *   - llama8ctl pipe with "regex", "json_schema", "grammar" keys: replies,
  *     a bad regex's reason in its error event, two constraints refused;
+ *   - speculative decoding under constraints: the same replies as without;
  *   - tools: generate --tools --tool-choice required (greedy and seeds: a
  *     valid call of one tool, its tool_call event before done, the text
  *     line), a tool result through --messages ("tool_calls", "tool",
@@ -246,6 +247,60 @@ static void test_library(void)
     REQUIRE(collect(c, id, &r), "a plain request's events");
     CHECK(!r.error && r.n >= 1, "plain request after the refusals: error %d, %u tokens", r.error,
           r.n);
+    l8c_close(c);
+}
+
+/* Speculative decoding under a constraint: each request run with and
+ * without it gives the same tokens and the same end (greedy and seeds), and
+ * drafts were verified under the constraints (the daemon's counts grew:
+ * the regex makes the reply repeat, so the drafts are found and kept). */
+static void test_speculation(void)
+{
+    struct l8c_client *c;
+    char err[L8C_ERRLEN];
+    REQUIRE(l8c_connect(dmn.sock, "test_ctl_constraints", &c, err) == 0, "connect: %s", err);
+    static const struct { int kind; const char *text; } cons[] = {
+        { L8C_CONSTRAINT_REGEX, "(ab |cd ){1,60}x" },
+        { L8C_CONSTRAINT_REGEX, "[a-c]{3}( [a-c]{3}){0,40}" },
+        { L8C_CONSTRAINT_JSON, NULL },
+        { L8C_CONSTRAINT_JSON_SCHEMA, "{\"type\":\"array\",\"items\":{\"enum\":[\"red\","
+                                      "\"green\",\"blue\"]},\"maxItems\":30}" },
+        { L8C_CONSTRAINT_GBNF, "root ::= (\"yes, \" | \"no, \")+ \"done\"\n" },
+    };
+    struct l8c_status st0, st1;
+    REQUIRE(l8c_status(c, &st0, 10000) == 0, "status");
+    uint32_t same = 0, runs = 0;
+    for (size_t i = 0; i < sizeof cons / sizeof cons[0]; i++)
+        for (uint64_t seed = 0; seed < 3; seed++) {
+            struct reply r[2];
+            for (int off = 0; off < 2; off++) {
+                struct l8c_params p;
+                l8c_params_init(&p);
+                p.max_new_tokens = 80;
+                p.constraint = cons[i].kind;
+                p.constraint_text = cons[i].text;
+                p.constraint_len = cons[i].text ? strlen(cons[i].text) : 0;
+                p.temperature = seed ? 0.9f : 0.0f;
+                p.seed = seed;
+                p.no_speculate = off;
+                uint64_t id;
+                REQUIRE(l8c_submit(c, prompt, N_PROMPT, &p, &id) == 0, "submit");
+                REQUIRE(collect(c, id, &r[off]), "constraint %zu seed %llu: events", i,
+                        (unsigned long long)seed);
+            }
+            runs++;
+            bool eq = r[0].n == r[1].n && !memcmp(r[0].ids, r[1].ids, r[0].n * 4) &&
+                      r[0].reason == r[1].reason && !r[0].error && !r[1].error;
+            same += eq;
+            CHECK(eq, "constraint %zu seed %llu: %u tokens (reason %d) speculating, %u (reason "
+                  "%d) not: '%s' vs '%s'", i, (unsigned long long)seed, r[0].n, r[0].reason,
+                  r[1].n, r[1].reason, r[0].text, r[1].text);
+        }
+    REQUIRE(l8c_status(c, &st1, 10000) == 0, "status");
+    printf("speculation under constraints: %u of %u replies the same; %llu drafted, %llu "
+           "accepted\n", same, runs, (unsigned long long)(st1.draft_tokens - st0.draft_tokens),
+           (unsigned long long)(st1.draft_accepted - st0.draft_accepted));
+    CHECK(st1.draft_accepted - st0.draft_accepted > 20, "too few drafts kept under constraints");
     l8c_close(c);
 }
 
@@ -868,6 +923,7 @@ int main(int argc, char **argv)
 
     tdaemon_start(&dmn, bin_d, model, NULL);
     test_library();
+    test_speculation();
     test_generate();
     test_pipe();
     test_tools();
