@@ -43,8 +43,9 @@ struct req {
     uint32_t fed;               /* tokens fed in the step in flight */
     void *constraint;           /* NULL, or its constraint and its mask */
     uint32_t *mask;             /* [vocab / 32 rounded up] */
-    /* Speculative decoding (NULL ng: off for this request). */
-    struct l8_ngram *ng;        /* index over tokens[0, l8_ngram_len) */
+    /* Speculative decoding (NULL vout: off for this request). */
+    struct l8_ngram *ng;        /* index over tokens[0, l8_ngram_len), made at
+                                   the first decode, freed at a preemption */
     struct l8_draft_len dl;     /* how many to draft next */
     uint32_t n_draft;           /* drafted in the step in flight */
     struct l8_sample_out *vout; /* [draft_max + 1] the step's samples */
@@ -250,6 +251,8 @@ static void preempt(struct l8_sched *s, struct req *r)
     /* Its registered pages stay in the prefix cache (LRU), so the
      * recompute may find most of them again. */
     release_pages(s, r);
+    l8_ngram_free(r->ng);       /* made again at its next decode */
+    r->ng = NULL;
     list_remove(s, r);
     list_insert_sorted(s, LIST_WAITING, r);
     s->preemptions++;
@@ -465,17 +468,13 @@ int l8_sched_submit(struct l8_sched *s, const struct l8_sched_req *q,
         r->mask = calloc((size_t)(s->o.vocab + 31) / 32 * (spec ? s->o.draft_max + 1 : 1),
                          sizeof(uint32_t));
     if (spec) {
-        if (l8_ngram_new(r->cap_tokens, &r->ng) < 0)
-            r->ng = NULL;
         r->vout = malloc((s->o.draft_max + 1) * sizeof *r->vout);
         l8_draft_len_init(&r->dl, s->o.draft_max);
     }
-    if (!r->tokens || !r->pages || (q->constraint && !r->mask) ||
-        (spec && (!r->ng || !r->vout))) {
+    if (!r->tokens || !r->pages || (q->constraint && !r->mask) || (spec && !r->vout)) {
         free(r->tokens);
         free(r->pages);
         free(r->mask);
-        l8_ngram_free(r->ng);
         free(r->vout);
         free(r);
         return -ENOMEM;
@@ -602,14 +601,21 @@ static void add_seq(struct l8_sched *s, struct req *r, uint32_t take, uint32_t k
  * spare without taking the headroom of the running requests. */
 static uint32_t draft(struct l8_sched *s, struct req *r, uint32_t room)
 {
-    uint32_t k = r->ng ? r->dl.k : 0, left = r->max_new - r->n_generated - 1;
+    uint32_t k = r->vout ? r->dl.k : 0, left = r->max_new - r->n_generated - 1;
     k = k < left ? k : left;
     k = k < room ? k : room;
     if (!k)
         return 0;
+    if (!r->ng && l8_ngram_new(r->cap_tokens < L8_SCHED_NGRAM_CAP ? r->cap_tokens
+                                                                  : L8_SCHED_NGRAM_CAP,
+                               &r->ng) < 0)
+        return 0;               /* no memory: no drafts this step */
     const uint32_t have = l8_ngram_len(r->ng);
-    if (l8_ngram_push(r->ng, r->tokens + have, r->n_tokens - have) < 0)
-        return 0;               /* cannot happen: sized for every token */
+    if (l8_ngram_push(r->ng, r->tokens + have, r->n_tokens - have) < 0) {
+        free(r->vout);          /* past the index's bound: the request drafts no more */
+        r->vout = NULL;
+        return 0;
+    }
     k = l8_ngram_propose(r->ng, l8_ngram_tokens(r->ng), l8_ngram_len(r->ng), 1, k,
                          r->tokens + r->n_tokens);
     const uint32_t ps = s->o.page_size, spare_from = s->lists[LIST_RUNNING].n;
@@ -833,7 +839,7 @@ static bool took(struct l8_sched *s, struct req *r, const struct l8_seq *q,
         a++;
         r->n_computed++;                /* drafts[j] is the token delivered: its K/V holds */
     }
-    if (r->ng && q->sample && !sl->prefill)
+    if (r->vout && q->sample && !sl->prefill)
         l8_draft_len_update(&r->dl, k, a);
     r->drafted += k;
     r->accepted += a;

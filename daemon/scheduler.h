@@ -85,8 +85,9 @@
  * sample the constraint ended (slot.constraint_at).
  *
  * Memory: a request's token array, page table and mask are allocated once
- * at submit, sized for prompt + max_new_tokens; nothing is allocated per
- * token. */
+ * at submit, sized for prompt + max_new_tokens; a speculating request's
+ * draft index (~47 bytes a token, at most L8_SCHED_NGRAM_CAP tokens) when
+ * it first decodes, given back when it is preempted; nothing per token. */
 #pragma once
 #include <stdbool.h>
 #include <stdint.h>
@@ -103,6 +104,8 @@ struct l8_sched_event;
 #define L8_SCHED_NO_TOKEN      UINT32_MAX
 #define L8_SCHED_DEFAULT_MAX_REQUESTS 4096
 #define L8_SCHED_DRAFT_MAX     16      /* drafts one decode row verifies at most */
+#define L8_SCHED_NGRAM_CAP     32768u  /* tokens a request's draft index holds (~1.5 MB;
+                                          a longer request drafts no more past them) */
 
 /* Submit refusals: negative values outside the errno range, so one int
  * carries either. The ipc layer maps each to a protocol error code. */
