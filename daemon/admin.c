@@ -64,7 +64,7 @@ void l8d_admin_status(struct l8d_session *s)
     o.model_name = d->model_name;
     o.backend = (char *)l8_backend_name(d->conf.backend);
     o.prefix_cache = (char *)l8d_prefix_cache_name(d->conf.prefix_cache);
-    o.speculate = (char *)l8d_speculate_name(d->conf.speculate);
+    o.speculate = (char *)(d->speculate ? "ngram" : "off");
     o.draft_tokens = st.drafted;
     o.draft_accepted = st.accepted;
     o.spin_us = d->conf.spin_us;

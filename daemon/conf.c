@@ -64,7 +64,7 @@ static const struct key keys[] = {
     { "tokenizer", K_STR, F(tokenizer), "PATH the tokenizer.json whose token bytes constrained decoding works with (default MODEL/tokenizer.json; without one, requests with a constraint are refused)", RESTART },
     { "grammar_cache", K_U32, F(grammar_cache), "N compiled constraints (grammars, schemas, regular expressions) kept for requests that send the same text again", RESTART },
     { "prefix_cache", K_PREFIX_CACHE, F(prefix_cache), "user|shared|off who shares cached prompt pages (user: requests of one uid, so no client learns what another sent)", RESTART },
-    { "speculate", K_SPECULATE, F(speculate), "ngram|off speculative decoding: each decode step also verifies drafts taken from the request's own prompt and reply (ngram), with the same tokens as without (default ngram; a request may turn it off)", RESTART },
+    { "speculate", K_SPECULATE, F(speculate), "auto|ngram|off speculative decoding: each decode step also verifies drafts taken from the request's own prompt and reply (ngram), the tokens the same as without (auto: ngram where the warm-up measures a step verifying 4 drafts at most 2x a one-token step, as on a GPU, else off; a request may turn it off)", RESTART },
     { "draft_max", K_U32, F(draft_max), "N most drafted tokens a request verifies in one step (1-16)", RESTART },
     { "no_warmup", K_BOOL, F(no_warmup), "BOOL skip the warm-up step", RESTART },
 };
@@ -108,13 +108,13 @@ void l8d_conf_defaults(struct l8d_conf *c)
     c->cuda_graphs = true;
     c->cuda_pdl = true;
     c->log_level = L8_LOG_INFO;
-    c->speculate = L8D_SPECULATE_NGRAM;
+    c->speculate = L8D_SPECULATE_AUTO;
     c->draft_max = 8;
 }
 
 const char *l8d_speculate_name(enum l8d_speculate m)
 {
-    return m == L8D_SPECULATE_NGRAM ? "ngram" : "off";
+    return m == L8D_SPECULATE_NGRAM ? "ngram" : m == L8D_SPECULATE_AUTO ? "auto" : "off";
 }
 
 const char *l8d_prefix_cache_name(enum l8d_prefix_cache m)
@@ -231,7 +231,7 @@ int l8d_conf_set(struct l8d_conf *c, const char *key, const char *value,
             goto bad;
         return 0;
     case K_SPECULATE:
-        for (int m = L8D_SPECULATE_OFF; m <= L8D_SPECULATE_NGRAM; m++)
+        for (int m = L8D_SPECULATE_OFF; m <= L8D_SPECULATE_AUTO; m++)
             if (!strcmp(value, l8d_speculate_name(m))) {
                 *(enum l8d_speculate *)p = m;
                 return 0;

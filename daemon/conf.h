@@ -29,7 +29,9 @@ enum l8d_prefix_cache {
 /* Speculative decoding (scheduler.h). */
 enum l8d_speculate {
     L8D_SPECULATE_OFF,
-    L8D_SPECULATE_NGRAM,       /* drafts from the request's own tokens (the default) */
+    L8D_SPECULATE_NGRAM,       /* drafts from the request's own tokens */
+    L8D_SPECULATE_AUTO,        /* ngram where a verification step costs little
+                                  (measured at the warm-up), else off: the default */
 };
 /* draft_max's bound: a verification row is at most this many drafts + 1. */
 #define L8D_DRAFT_MAX 16u
@@ -89,7 +91,7 @@ struct l8d_conf {
 void l8d_conf_defaults(struct l8d_conf *c);
 /* "user", "shared" or "off": the configuration's spelling. */
 const char *l8d_prefix_cache_name(enum l8d_prefix_cache m);
-/* "off" or "ngram". */
+/* "off", "ngram" or "auto". */
 const char *l8d_speculate_name(enum l8d_speculate m);
 /* Apply a configuration file's text. path only names it in messages.
  * -EINVAL with "path:line: ..." in err for an unknown key or bad value. */

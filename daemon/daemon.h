@@ -113,6 +113,7 @@ struct l8d {
     struct l8_model *model;
     struct l8_engine *engine;
     struct l8_sched *sched;
+    bool speculate;          /* the scheduler drafts (config speculate, auto resolved) */
     struct l8d_engine_thread *et;
     struct io_uring ring;
     enum l8d_state state;

@@ -218,6 +218,47 @@ out:
     return rc;
 }
 
+/* speculate = auto: on where a step that verifies drafts costs little more
+ * than a plain one, which is where the engine is bound by reading its
+ * weights (the GPU); measured here with 4 drafts (at least two runs each,
+ * the fastest), it pays when it costs at most twice a one-token step (then
+ * half the drafts accepted break even), and is left off otherwise (on the
+ * 2-core CPU here a 3-row step costs 2.2 one-row steps: prompt lookup pays
+ * only where nearly every draft is kept, and a user who expects that sets
+ * speculate = ngram). */
+#define SPEC_MEASURE_DRAFTS 4u
+static int measure_speculation(struct l8d *d)
+{
+    if (d->conf.speculate != L8D_SPECULATE_AUTO)
+        return 0;
+    const uint32_t K = SPEC_MEASURE_DRAFTS, ps = l8_engine_page_size(d->engine);
+    uint32_t tok[SPEC_MEASURE_DRAFTS + 1] = { 0 }, page[2] = { 0, 1 };
+    struct l8_sample_out out[SPEC_MEASURE_DRAFTS + 1];
+    struct l8_sampling greedy = { .temperature = 0, .top_p = 1, .repetition_penalty = 1 };
+    if (l8_engine_n_pages(d->engine) < 2 || K + 1 > ps * 2)
+        return 0;
+    uint64_t best[2] = { UINT64_MAX, UINT64_MAX };
+    for (int run = 0; run < 3; run++)
+        for (int v = 0; v < 2; v++) {
+            struct l8_seq q = { .tokens = tok, .n_tokens = v ? K + 1 : 1, .pos = 1,
+                                .pages = page, .n_pages = 2, .sample = true,
+                                .sampling = &greedy, .history = tok, .n_history = v ? K + 1 : 1,
+                                .n_draft = v ? K : 0, .verify_out = v ? out : NULL };
+            uint64_t t0 = l8d_now_ns();
+            int rc = l8_engine_step(d->engine, &q, 1);
+            if (rc < 0)
+                return rc;
+            uint64_t t = l8d_now_ns() - t0;
+            best[v] = t < best[v] ? t : best[v];
+        }
+    const double ratio = (double)best[1] / (double)best[0];
+    d->speculate = ratio <= 2.0;
+    log_info("speculative decoding: %s (speculate = auto: a step verifying %u drafts takes "
+             "%.2f ms, %.2fx a one-token step's %.2f ms)", d->speculate ? "ngram" : "off", K,
+             (double)best[1] / 1e6, ratio, (double)best[0] / 1e6);
+    return 0;
+}
+
 /* The soft limit is often 1024, too few for max_clients 256 and the rest:
  * raise it to the hard limit (nothing here uses select()). */
 static void raise_nofile(void)
@@ -354,30 +395,7 @@ static int setup(struct l8d *d, int argc, char **argv)
     if (!d->prompt_buf || !d->msg_buf || !d->constraint_buf)
         return -ENOMEM;
 
-    struct l8_sched_opts so = {
-        .n_pages = l8_engine_n_pages(d->engine), .page_size = l8_engine_page_size(d->engine),
-        .max_step_tokens = d->conf.max_step_tokens, .max_seqs = d->conf.max_batch,
-        .max_ctx = d->max_ctx, .vocab = d->vocab, .max_requests = d->conf.max_requests,
-        .on_event = l8d_on_sched_event, .held = l8d_req_held,
-        .free_constraint = l8d_constraint_free, .ctx = d,
-        .no_prefix_cache = d->conf.prefix_cache == L8D_PREFIX_CACHE_OFF,
-        .draft_max = d->conf.speculate == L8D_SPECULATE_NGRAM ? d->conf.draft_max : 0,
-        .verify_rows = l8_engine_verify_rows(d->engine),
-    };
-    if ((rc = l8_sched_new(&so, &d->sched)) < 0) {
-        log_err("creating the scheduler: %s", strerror(-rc));
-        return rc;
-    }
-    if ((rc = start_constraints(d)) < 0)
-        return rc;
-    log_info("KV pool: %u pages of %u positions; context %u, batch %u, step budget %u tokens; "
-             "prefix cache: %s", so.n_pages, so.page_size, d->max_ctx, so.max_seqs,
-             so.max_step_tokens, l8d_prefix_cache_name(d->conf.prefix_cache));
-    if (so.draft_max)
-        log_info("speculative decoding: ngram, up to %u drafts a request, at most %u in a step",
-                 so.draft_max, so.verify_rows < so.max_step_tokens / 4 ? so.verify_rows
-                                                                     : so.max_step_tokens / 4);
-
+    d->speculate = d->conf.speculate == L8D_SPECULATE_NGRAM;   /* auto: measured below */
     if (!d->conf.no_warmup) {
         sd_notify(0, "STATUS=warming up");
         uint64_t tw = l8d_now_ns();
@@ -398,11 +416,11 @@ static int setup(struct l8d *d, int argc, char **argv)
             }
             log_info("decode graphs for batches up to %u: %.1f ms", d->conf.max_batch,
                      (double)(l8d_now_ns() - tw) / 1e6);
-            uint32_t n = so.max_step_tokens;
+            uint32_t n = d->conf.max_step_tokens;
             if (n > d->max_ctx)
                 n = d->max_ctx;
-            if (n > so.n_pages * so.page_size)
-                n = so.n_pages * so.page_size;
+            if (n > l8_engine_n_pages(d->engine) * l8_engine_page_size(d->engine))
+                n = l8_engine_n_pages(d->engine) * l8_engine_page_size(d->engine);
             tw = l8d_now_ns();
             if ((rc = warm_up(d, n)) < 0) {
                 log_err("warm-up prefill of %u tokens failed: %s", n, strerror(-rc));
@@ -411,7 +429,38 @@ static int setup(struct l8d *d, int argc, char **argv)
             log_info("warm-up prefill of %u tokens: %.1f ms", n,
                      (double)(l8d_now_ns() - tw) / 1e6);
         }
+        if ((rc = measure_speculation(d)) < 0) {
+            log_err("measuring a verification step failed: %s", strerror(-rc));
+            return rc;
+        }
     }
+    if (d->conf.speculate == L8D_SPECULATE_AUTO && d->conf.no_warmup)
+        log_info("speculative decoding: off (speculate = auto, and no warm-up to measure "
+                 "whether it pays)");
+    struct l8_sched_opts so = {
+        .n_pages = l8_engine_n_pages(d->engine), .page_size = l8_engine_page_size(d->engine),
+        .max_step_tokens = d->conf.max_step_tokens, .max_seqs = d->conf.max_batch,
+        .max_ctx = d->max_ctx, .vocab = d->vocab, .max_requests = d->conf.max_requests,
+        .on_event = l8d_on_sched_event, .held = l8d_req_held,
+        .free_constraint = l8d_constraint_free, .ctx = d,
+        .no_prefix_cache = d->conf.prefix_cache == L8D_PREFIX_CACHE_OFF,
+        .draft_max = d->speculate ? d->conf.draft_max : 0,
+        .verify_rows = l8_engine_verify_rows(d->engine),
+    };
+    if ((rc = l8_sched_new(&so, &d->sched)) < 0) {
+        log_err("creating the scheduler: %s", strerror(-rc));
+        return rc;
+    }
+    if ((rc = start_constraints(d)) < 0)
+        return rc;
+    log_info("KV pool: %u pages of %u positions; context %u, batch %u, step budget %u tokens; "
+             "prefix cache: %s", so.n_pages, so.page_size, d->max_ctx, so.max_seqs,
+             so.max_step_tokens, l8d_prefix_cache_name(d->conf.prefix_cache));
+    if (so.draft_max)
+        log_info("speculative decoding: ngram, up to %u drafts a request, at most %u in a step",
+                 so.draft_max, so.verify_rows < so.max_step_tokens / 4 ? so.verify_rows
+                                                                     : so.max_step_tokens / 4);
+
     l8d_resolve_spin(d);
     if (d->conf.spin_us)
         log_info("the loop and the engine thread spin up to %u us for each other", d->conf.spin_us);

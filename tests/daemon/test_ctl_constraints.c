@@ -921,7 +921,8 @@ int main(int argc, char **argv)
     buf_free(&e);
     REQUIRE(l8tok_load(argv[4], &tok) == 0, "tokenizer %s", argv[4]);
 
-    tdaemon_start(&dmn, bin_d, model, NULL);
+    const char *extra[] = { "--speculate", "ngram", NULL };   /* test_speculation's */
+    tdaemon_start(&dmn, bin_d, model, extra);
     test_library();
     test_speculation();
     test_generate();

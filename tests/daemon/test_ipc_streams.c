@@ -1,7 +1,7 @@
 /* test_ipc_streams: 32 client processes x 4 requests of mixed lengths on
  * the real llama8d (CPU engine); every stream must equal what llama8-run
  * computes in-process for the same request, greedy and seeded. The daemon
- * speculates (its default), llama8-run does not: the streams are the same.
+ * speculates (--speculate ngram), llama8-run does not: the same streams.
  * argv: llama8d llama8-run model-dir */
 #include "ipc_helper.h"
 
@@ -158,7 +158,7 @@ int main(int argc, char **argv)
      * flag and the rest (a spin cut short by a completion, or outlasted by
      * a step) from its eventfd: both ways must deliver the same tokens. */
     const char *extra[] = { "--max-batch", "16", "--max-step-tokens", "256",
-                            "--spin-us", "20000", NULL };
+                            "--spin-us", "20000", "--speculate", "ngram", NULL };
     tdaemon_start(&d, argv[1], model, extra);
     struct l8c_client *probe;
     char err[L8C_ERRLEN];
@@ -207,8 +207,8 @@ int main(int argc, char **argv)
           (unsigned long long)s.fed_tokens, (unsigned long long)s.prompt_tokens,
           (unsigned long long)s.tokens_generated, (unsigned long long)s.requests_done,
           (unsigned long long)s.preemptions);
-    /* Speculation (on by default) drafted, so the streams above came from
-     * verification steps too. */
+    /* Speculation drafted, so the streams above came from verification
+     * steps too. */
     CHECK(!strcmp(s.speculate, "ngram") && s.draft_tokens > 0 &&
           s.draft_accepted <= s.draft_tokens, "speculate %s: %llu drafted, %llu accepted",
           s.speculate, (unsigned long long)s.draft_tokens, (unsigned long long)s.draft_accepted);
