@@ -47,6 +47,10 @@ struct attn_item {
     uint32_t tok0;      /* step-global index of the sequence's first token */
 };
 
+/* A sample the step owes: sample j (0 .. n_draft) of sequence seq, from
+ * the logits lm_head writes at dest[row] of the current batch. */
+struct pending_sample { uint32_t seq, j, row; };
+
 /* A decode row's attention for one KV head, split over threads. */
 struct split_item {
     uint32_t seq, g;    /* sequence (index into the step's seqs), KV head */
@@ -100,6 +104,7 @@ struct cpu {
     float *split_acc;           /* [SPLIT_MAX_ITEMS][gqa, head_dim] */
     float *logit_scratch;       /* [max_seqs, vocab] for sample-only rows */
     float **dest;               /* [T] lm_head destinations */
+    struct pending_sample *pend;/* [T] the samples of lm_head's batch */
     struct l8_sampler *sampler;
     /* The step being run (read by the parallel callbacks). */
     struct l8_seq *seqs;
@@ -127,7 +132,7 @@ static void cpu_destroy(void *impl)
     free(e->x); free(e->xn); free(e->tmp); free(e->q); free(e->k); free(e->v);
     free(e->att); free(e->gate); free(e->up); free(e->xq); free(e->xd); free(e->xs);
     free(e->rcos); free(e->rsin); free(e->tok_seq); free(e->tok_pos); free(e->tok_id);
-    free(e->items); free(e->logit_scratch); free(e->dest);
+    free(e->items); free(e->logit_scratch); free(e->dest); free(e->pend);
     free(e->split_w); free(e->split_cmax); free(e->split_mx); free(e->split_sum);
     free(e->split_acc);
     for (int i = 0; i < nt; i++) {
@@ -230,9 +235,11 @@ static int cpu_create(const struct l8_model *m, const struct l8_engine_opts *o,
     e->items = xalloc(work, T * c->n_kv_heads * sizeof(struct attn_item));
     e->logit_scratch = xalloc(work, (size_t)e->max_seqs * c->vocab * sizeof(float));
     e->dest = xalloc(work, T * sizeof(float *));
+    e->pend = xalloc(work, T * sizeof(*e->pend));
     if (!e->x || !e->xn || !e->tmp || !e->q || !e->k || !e->v || !e->att || !e->gate
         || !e->up || !e->xq || !e->xd || !e->xs || !e->rcos || !e->rsin || !e->tok_seq
-        || !e->tok_pos || !e->tok_id || !e->items || !e->logit_scratch || !e->dest)
+        || !e->tok_pos || !e->tok_id || !e->items || !e->logit_scratch || !e->dest
+        || !e->pend)
         goto nomem;
 
     size_t per_tok = (size_t)e->gqa * e->ctx_cap;
@@ -529,6 +536,48 @@ static void project(struct cpu *e, const struct l8_qweight *W, const float *x, u
     project_multi(e, &W, 1, x, T, &y);
 }
 
+/* The rows of lm_head's current batch (e->xn, e->dest), the samples they
+ * owe (e->pend), and the masks' wait (engine.h), NULL once called. */
+struct logit_batch {
+    uint32_t n_rows, n_scratch, n_pend;
+    l8_masks_wait_fn *wait;
+    void *wait_ud;
+};
+
+/* Sample j of q from its logits, as the decode step it stands for draws
+ * it: the history up to that step, its Philox counter and its mask. */
+static void sample_one(struct cpu *e, struct l8_seq *q, uint32_t j, const float *logits,
+                       struct logit_batch *b)
+{
+    const uint32_t *mask = q->allowed ? q->allowed + (size_t)j * ((e->c->vocab + 31) / 32) : NULL;
+    if (mask && b->wait) {
+        b->wait(b->wait_ud);
+        b->wait = NULL;
+    }
+    float lp;
+    const uint32_t id = l8_sample(e->sampler, logits, q->sampling, q->history,
+                                  q->n_history - q->n_draft + j, mask, q->sample_index + j, &lp);
+    if (q->n_draft) {
+        q->verify_out[j] = (struct l8_sample_out){ id, lp };
+    } else {
+        q->token_out = id;
+        q->logprob_out = lp;
+    }
+}
+
+/* lm_head over the batch's rows, then the samples they owe; the batch
+ * starts empty again. */
+static void logit_batch_run(struct cpu *e, struct logit_batch *b)
+{
+    if (b->n_rows)
+        l8_cpu_dense_matmul(e->tp, &e->ws, &e->m->lm_head, e->xn, b->n_rows, e->dest);
+    for (uint32_t i = 0; i < b->n_pend; i++) {
+        const struct pending_sample *p = &e->pend[i];
+        sample_one(e, &e->seqs[p->seq], p->j, e->dest[p->row], b);
+    }
+    b->n_rows = b->n_scratch = b->n_pend = 0;
+}
+
 static int cpu_step(void *impl, struct l8_seq *seqs, uint32_t n_seqs,
                     l8_masks_wait_fn *wait, void *wait_ud)
 {
@@ -612,49 +661,37 @@ static int cpu_step(void *impl, struct l8_seq *seqs, uint32_t n_seqs,
         l8_tp_for(e->tp, T, 0, add_chunk, &aj);
     }
 
-    /* Final norm and lm_head only for the rows whose logits are needed. */
-    uint32_t R = 0, tok = 0;
+    /* Final norm and lm_head only for the rows whose logits are needed, in
+     * batches that fill the scratch's rows (those only sampling needs: a
+     * verification samples at n_draft + 1 rows of its sequence), each
+     * batch's samples drawn after its logits. A row's logits are bitwise
+     * the same whatever rows share its batch. */
+    struct logit_batch b = { .wait = wait, .wait_ud = wait_ud };
+    uint32_t tok = 0;
     for (uint32_t s = 0; s < n_seqs; s++) {
         struct l8_seq *q = &seqs[s];
+        const uint32_t first_sample = q->n_tokens - 1 - q->n_draft;
         for (uint32_t t = 0; t < q->n_tokens; t++, tok++) {
             float *d = NULL;
-            bool last = t + 1 == q->n_tokens;
+            const bool sampled = q->sample && t >= first_sample;
             if (q->logits == L8_LOGITS_ALL)
                 d = q->logits_out + (size_t)t * c->vocab;
-            else if (q->logits == L8_LOGITS_LAST && last)
+            else if (q->logits == L8_LOGITS_LAST && t + 1 == q->n_tokens)
                 d = q->logits_out;
-            else if (q->sample && last)
-                d = e->logit_scratch + (size_t)s * c->vocab;
+            else if (sampled)
+                d = e->logit_scratch + (size_t)b.n_scratch++ * c->vocab;
             if (!d)
                 continue;
             l8_cpu_rmsnorm(e->x + (size_t)tok * H, m->final_norm, H, c->rms_eps,
-                           e->xn + (size_t)R * H);
-            e->dest[R++] = d;
+                           e->xn + (size_t)b.n_rows * H);
+            if (sampled)
+                e->pend[b.n_pend++] = (struct pending_sample){ s, t - first_sample, b.n_rows };
+            e->dest[b.n_rows++] = d;
+            if (b.n_scratch == e->max_seqs)
+                logit_batch_run(e, &b);
         }
     }
-    if (R)
-        l8_cpu_dense_matmul(e->tp, &e->ws, &m->lm_head, e->xn, R, e->dest);
-
-    if (wait)
-        for (uint32_t s = 0; s < n_seqs; s++)
-            if (seqs[s].sample && seqs[s].allowed) {
-                wait(wait_ud);
-                break;
-            }
-    for (uint32_t s = 0; s < n_seqs; s++) {
-        struct l8_seq *q = &seqs[s];
-        if (!q->sample)
-            continue;
-        const float *row;
-        if (q->logits == L8_LOGITS_ALL)
-            row = q->logits_out + (size_t)(q->n_tokens - 1) * c->vocab;
-        else if (q->logits == L8_LOGITS_LAST)
-            row = q->logits_out;
-        else
-            row = e->logit_scratch + (size_t)s * c->vocab;
-        q->token_out = l8_sample(e->sampler, row, q->sampling, q->history, q->n_history,
-                                 q->allowed, q->sample_index, &q->logprob_out);
-    }
+    logit_batch_run(e, &b);
     e->seqs = NULL;
     return 0;
 }

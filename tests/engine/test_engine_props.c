@@ -14,6 +14,10 @@
  *    computes masks while the step runs) is the one sampled with, the
  *    unmasked sequence beside it samples as alone, and a step without
  *    masks never waits;
+ *  - speculative verification (spec_check.h): each of the k + 1 samples of
+ *    a step with k = 1 .. 8 drafts is bitwise the token and logprob of its
+ *    single decode step, greedy and sampled, masked, alone and batched,
+ *    in a chunk with the earlier tokens; malformed ones fail with -EINVAL;
  *  - malformed steps fail with -EINVAL and write no KV page;
  *  - l8_engine_memory: the model's weights, the pool's pages, scratch, and
  *    no device.
@@ -30,6 +34,7 @@
 #include "engine.h"
 #include "model.h"
 #include "reference.h"
+#include "spec_check.h"
 
 #define PS 16u
 #define NPAGES 64u
@@ -386,6 +391,31 @@ static void long_decode(enum l8_numerics num)
     free(tok); free(ref); free(x); free(junk);
 }
 
+static void verification(enum l8_numerics num)
+{
+    const char *nn = num == L8_NUMERICS_EXACT ? "exact" : "fp8";
+    const struct l8_sampling configs[3] = {
+        { .temperature = 0, .top_p = 1, .repetition_penalty = 1 },
+        { .temperature = 0.9f, .top_k = 50, .top_p = 0.95f, .min_p = 0.01f,
+          .repetition_penalty = 1.1f, .seed = 42 },
+        { .temperature = 1.2f, .top_p = 0.9f, .repetition_penalty = 1.3f, .seed = 5 } };
+    const char *names[3] = { "greedy", "top-k/top-p/min-p, penalty", "top-p, penalty" };
+    struct l8_engine *e = mk(num, PS, 0);
+    CHECK(l8_engine_verify_rows(e) == UINT32_MAX, "%s: verify_rows %u", nn,
+          l8_engine_verify_rows(e));
+    struct sc_env v = { .e = e, .V = V, .prompt = ta, .n_prompt = LA, .pages = { pa, pc, pb },
+                        .n_pages = 16, .other = tb };
+    CHECK(sc_env_init(&v), "%s: out of memory", nn);
+    for (int i = 0; i < 3; i++) {
+        char what[64];
+        snprintf(what, sizeof what, "%s, %s", nn, names[i]);
+        sc_run(&v, &configs[i], what);
+    }
+    sc_invalid(&v, &configs[1]);
+    sc_env_done(&v);
+    l8_engine_destroy(e);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -413,6 +443,8 @@ int main(int argc, char **argv)
     long_decode(L8_NUMERICS_FP8);
     masks_late(L8_NUMERICS_EXACT);
     masks_late(L8_NUMERICS_FP8);
+    verification(L8_NUMERICS_EXACT);
+    verification(L8_NUMERICS_FP8);
     l8_model_free(m);
     printf("%s\n", t_failures ? "FAILED" : "ok");
     return t_failures ? 1 : 0;
