@@ -9,7 +9,8 @@
 #   wrong (accepted up to there), oracle of wrong tokens only (all
 #   rejected), --batch 3 (each copy its own drafts), --warmup, a stop
 #   token inside the accepted drafts; and --logits-out's file byte for
-#   byte, oracle against plain.
+#   byte, oracle against plain. Then greedy for 100 tokens, where prompt
+#   lookup in the sequence itself finds drafts that hold.
 # usage: test_run_spec.sh LLAMA8_RUN MODEL_DIR
 set -eu
 RUN=$1 MODEL=$2
@@ -79,6 +80,17 @@ $want"
     run --logits-out "$tmp/oracle.st" --speculate oracle "$tmp/plain" >/dev/null
     cmp -s "$tmp/plain.st" "$tmp/oracle.st" || fail "$what: --logits-out differs with --speculate oracle"
 done
+done
+
+# prompt lookup in the sequence itself with drafts accepted: the greedy
+# tiny model repeats a few short runs of its own within 100 tokens
+run() { "$RUN" --model "$MODEL" --tokens "$PROMPT" --max-new 100 --ignore-eos "$@" 2>/dev/null; }
+want=$(run)
+for spec in "ngram" "ngram --draft-fixed --draft-max 8"; do
+    [ "$(run --speculate $spec)" = "$want" ] || fail "100 tokens, --speculate $spec"
+    set -- $(run --speculate $spec --json | field drafted accepted)
+    [ "$2" -gt 0 ] || fail "100 tokens, --speculate $spec: drafted $1, accepted $2"
+    echo "100 tokens, --speculate $spec: same tokens, $2 of $1 drafts accepted"
 done
 
 # usage errors
