@@ -490,8 +490,8 @@ static uint32_t draft(const struct opts *o, struct run *r, uint32_t b, uint32_t 
     if (r->source) {
         /* the other sequence only for a longer match: it writes the
          * drafts only when it has one */
-        const uint32_t ds = l8_ngram_propose(r->source, all, n, m >= o->draft_min_n ? m + 1
-                                             : o->draft_min_n, room, all + n, NULL);
+        const uint32_t ds = l8_ngram_propose(r->source, all, n, m ? m + 1 : o->draft_min_n,
+                                             room, all + n, NULL);
         if (ds)
             d = ds;
     }
@@ -580,6 +580,7 @@ static int generate(struct l8_engine *e, const struct opts *o, struct run *r,
         tm->seq_steps += n;
         for (uint32_t i = 0; i < n; i++) {
             const uint32_t b = r->who[i], nd = r->seqs[i].n_draft, before = r->n_gen[b];
+            uint32_t a = 0;   /* drafts accepted */
             if (!nd) {
                 after_sample(o, r, b, r->seqs[i].token_out);
             } else {
@@ -588,7 +589,6 @@ static int generate(struct l8_engine *e, const struct opts *o, struct run *r,
                  * differs is the next token (it overwrites the draft) */
                 const uint32_t *all = r->all + (size_t)b * r->total;
                 const struct l8_sample_out *v = r->vout + (size_t)b * (r->K + 1);
-                uint32_t a = 0;
                 for (uint32_t j = 0; j <= nd && !r->stopped[b]; j++) {
                     const bool held = j < nd && v[j].token == all[S + r->n_gen[b]];
                     after_sample(o, r, b, v[j].token);
@@ -599,11 +599,9 @@ static int generate(struct l8_engine *e, const struct opts *o, struct run *r,
                 tm->drafted += nd;
                 tm->accepted += a;
                 tm->draft_steps++;
-                if (r->dlen)
-                    l8_draft_len_update(&r->dlen[b], nd, a);
             }
-            if (r->dlen && !nd)
-                l8_draft_len_update(&r->dlen[b], 0, 0);
+            if (r->dlen)
+                l8_draft_len_update(&r->dlen[b], nd, a);
             tm->decode_tokens += r->n_gen[b] - before;
         }
     }
