@@ -136,9 +136,11 @@ int l8_ngram_push(struct l8_ngram *g, const uint32_t *tokens, uint32_t n)
 }
 
 uint32_t l8_ngram_propose(const struct l8_ngram *g, const uint32_t *query, uint32_t n_query,
-                          uint32_t min_n, uint32_t k, uint32_t *draft)
+                          uint32_t min_n, uint32_t k, uint32_t *draft, uint32_t *n_match)
 {
     const uint32_t n_max = n_query < L8_NGRAM_MAX_N ? n_query : L8_NGRAM_MAX_N;
+    if (n_match)
+        *n_match = 0;
     if (min_n == 0)
         min_n = 1;
     if (k == 0 || n_max < min_n)
@@ -162,6 +164,8 @@ uint32_t l8_ngram_propose(const struct l8_ngram *g, const uint32_t *query, uint3
         if (same(g->tok + g->len - n, key, n))
             for (; j < k; j++)
                 draft[j] = draft[j - period];
+        if (n_match)
+            *n_match = n;
         return j;
     }
     return 0;

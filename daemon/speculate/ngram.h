@@ -54,6 +54,8 @@ uint64_t l8_ngram_probes(const struct l8_ngram *g);
 /* Up to k draft tokens into draft[k]: what followed the most recent
  * occurrence in g of the longest suffix of query[n_query] of length
  * min_n..L8_NGRAM_MAX_N (min_n 0 is taken as 1). Returns how many were
- * written: 0 when no suffix of length >= min_n occurs. Reads g only. */
+ * written: 0 when no suffix of length >= min_n occurs. n_match (NULL: not
+ * wanted) gets the matched suffix's length, 0 for none: of two sources, the
+ * longer match is the better evidence. Reads g only. */
 uint32_t l8_ngram_propose(const struct l8_ngram *g, const uint32_t *query, uint32_t n_query,
-                          uint32_t min_n, uint32_t k, uint32_t *draft);
+                          uint32_t min_n, uint32_t k, uint32_t *draft, uint32_t *n_match);

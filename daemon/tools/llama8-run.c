@@ -3,7 +3,20 @@
  *   llama8-run --model DIR --tokens 1,2,3 [--max-new N] [--backend cpu|cuda]
  *              [--numerics exact|fp8] [sampling options] [--logits-out F]
  *              [--batch B] [--json] [--gemv-max-m N] [--no-graphs] [--no-pdl]
- *              [--profile-file F]
+ *              [--profile-file F] [--speculate off|ngram|oracle FILE]
+ *              [--draft-max K] [--draft-fixed] [--draft-min-n N] [--draft-source F]
+ *
+ * --speculate: each decode step feeds the last token and up to K drafted
+ * ones, and the engine samples at every position as single steps would
+ * (l8_seq.n_draft); the drafts up to the first that differs from its
+ * position's sample are accepted, that sample is the next token. So the
+ * tokens are those of a run without it; only the number of steps changes.
+ * ngram drafts by prompt lookup (speculate/ngram.h) in the copy's own
+ * sequence, and in --draft-source's when that matches a longer suffix;
+ * oracle drafts the next tokens of a file of expected generated tokens
+ * (a plain run's output: the engine's ceiling; wrong tokens: the cost of
+ * rejections). The draft length adapts (speculate/draft_len.h) unless
+ * --draft-fixed.
  *
  * --logits-out FILE.safetensors writes (all little-endian, row-major):
  *   "prompt_logits"  F32 [S, vocab]  logits after every prompt position
@@ -25,9 +38,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "draft_len.h"
 #include "engine.h"
 #include "mono_clock.h"
 #include "model.h"
+#include "ngram.h"
 #include "read_file.h"
 #include "safetensors.h"
 #include "l8_build.h"
@@ -37,9 +52,18 @@
 #define MAX_BATCH 1024u
 /* A whole context of ids as text is about 1 MB. */
 #define RUN_TOKENS_FILE_MAX (64u << 20)
+#define DEFAULT_DRAFT_MAX 4u
+#define MAX_DRAFT 64u
+
+enum speculate { SPEC_OFF, SPEC_NGRAM, SPEC_ORACLE };
+static const char *const spec_name[] = { "off", "ngram", "oracle" };
 
 struct opts {
     const char *model, *tokens, *tokens_file, *logits_out, *tune_file, *profile_file;
+    const char *oracle_file, *draft_source;
+    enum speculate spec;
+    uint32_t draft_max, draft_min_n;
+    bool draft_fixed;
     enum l8_backend backend;
     enum l8_numerics numerics;
     uint32_t max_new, chunk, page_size, batch, gemv_max_m;
@@ -101,6 +125,18 @@ static void usage(FILE *f)
 "  --profile-file FILE      cuda: the step profile: the GPU time of each phase of\n"
 "                           prefill and decode steps, on stderr and as JSON in\n"
 "                           FILE (decode graphs off)\n"
+"  --speculate MODE         speculative decoding, the same tokens in fewer steps:\n"
+"                           off (default); ngram: drafts by prompt lookup in the\n"
+"                           sequence so far; oracle FILE: drafts the next tokens\n"
+"                           of FILE, ids of the expected generated tokens (e.g.\n"
+"                           a plain run's output)\n"
+"  --draft-max K            most drafted tokens a step (default 4, at most 64)\n"
+"  --draft-fixed            draft K tokens every step (default: the length adapts\n"
+"                           to how many were accepted)\n"
+"  --draft-min-n N          ngram: shortest suffix looked up, 1..8 (default 1)\n"
+"  --draft-source FILE      ngram: another sequence's ids (the document an edit\n"
+"                           repeats), drafted from when it matches a longer\n"
+"                           suffix than the sequence itself\n"
 "  --json                   print one JSON object instead (tokens, stop_reason,\n"
 "                           load_s, prefill_ms, decode_tokens_per_s, ...)\n"
 "  --help                   this text\n"
@@ -170,12 +206,46 @@ static long parse_ids(const char *s, uint32_t **out)
     return (long)n;
 }
 
+/* The ids of a token file (what) into *out; the count, or -1 after saying
+ * why (a usage error). */
+static long read_ids(const char *what, const char *path, uint32_t **out)
+{
+    char *txt, err[512];
+    if (l8_read_file(path, RUN_TOKENS_FILE_MAX, &txt, NULL, err, sizeof err)) {
+        fprintf(stderr, "llama8-run: %s %s\n", what, err);
+        return -1;
+    }
+    long n = parse_ids(txt, out);
+    free(txt);
+    if (n <= 0) {
+        fprintf(stderr, "llama8-run: %s %s: no valid token ids\n", what, path);
+        if (n == 0)
+            free(*out);
+        *out = NULL;
+        return -1;
+    }
+    return n;
+}
+
+/* 0, or -1 after naming the first id of ids[n] (what) not below V. */
+static int check_ids(const char *what, const uint32_t *ids, long n, uint32_t V)
+{
+    for (long i = 0; i < n; i++)
+        if (ids[i] >= V) {
+            fprintf(stderr, "llama8-run: %s: token id %u at index %ld is not below the"
+                    " vocabulary size %u\n", what, ids[i], i, V);
+            return -1;
+        }
+    return 0;
+}
+
 static int parse_args(int argc, char **argv, struct opts *o)
 {
     enum { O_MODEL = 256, O_TOKENS, O_TOKENS_FILE, O_MAX_NEW, O_BACKEND, O_NUMERICS,
            O_TEMP, O_TOPK, O_TOPP, O_MINP, O_REP, O_SEED, O_STOP, O_IGNORE_EOS, O_CHUNK,
            O_PAGE, O_THREADS, O_LOGITS, O_JSON, O_WARMUP, O_TUNE, O_BATCH, O_GEMV, O_NO_GRAPHS,
-           O_NO_PDL, O_PROFILE, O_HELP };
+           O_NO_PDL, O_PROFILE, O_SPECULATE, O_DRAFT_MAX, O_DRAFT_FIXED, O_DRAFT_MIN_N,
+           O_DRAFT_SOURCE, O_HELP };
     static const struct option lo[] = {
         { "model", required_argument, 0, O_MODEL },
         { "tokens", required_argument, 0, O_TOKENS },
@@ -203,17 +273,25 @@ static int parse_args(int argc, char **argv, struct opts *o)
         { "no-graphs", no_argument, 0, O_NO_GRAPHS },
         { "no-pdl", no_argument, 0, O_NO_PDL },
         { "profile-file", required_argument, 0, O_PROFILE },
+        { "speculate", required_argument, 0, O_SPECULATE },
+        { "draft-max", required_argument, 0, O_DRAFT_MAX },
+        { "draft-fixed", no_argument, 0, O_DRAFT_FIXED },
+        { "draft-min-n", required_argument, 0, O_DRAFT_MIN_N },
+        { "draft-source", required_argument, 0, O_DRAFT_SOURCE },
         { "help", no_argument, 0, O_HELP },
         { 0, 0, 0, 0 },
     };
     *o = (struct opts){ .backend = L8_BACKEND_CPU, .numerics = L8_NUMERICS_EXACT,
                         .max_new = 16, .page_size = DEFAULT_PAGE_SIZE, .batch = 1,
+                        .draft_max = DEFAULT_DRAFT_MAX, .draft_min_n = 1,
                         .sp = { .temperature = 0.0f, .top_k = 0, .top_p = 1.0f,
                                 .min_p = 0.0f, .repetition_penalty = 1.0f, .seed = 0 } };
     int c;
     uint32_t u;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+    /* "+": no permuting, so that --speculate oracle may take the next
+     * argument as its file (there are no operands anyway) */
+    while ((c = getopt_long(argc, argv, "+", lo, NULL)) != -1) {
         const char *a = optarg;
         int bad = 0;
         switch (c) {
@@ -270,6 +348,23 @@ static int parse_args(int argc, char **argv, struct opts *o)
         case O_NO_GRAPHS: o->no_graphs = true; break;
         case O_NO_PDL: o->no_pdl = true; break;
         case O_PROFILE: o->profile_file = a; break;
+        case O_SPECULATE:
+            if (!strcmp(a, "off")) o->spec = SPEC_OFF;
+            else if (!strcmp(a, "ngram")) o->spec = SPEC_NGRAM;
+            else if (!strcmp(a, "oracle") && optind < argc) {
+                o->spec = SPEC_ORACLE;
+                o->oracle_file = argv[optind++];
+            } else bad = 1;
+            break;
+        case O_DRAFT_MAX:
+            bad = parse_u32(a, &o->draft_max) || o->draft_max == 0 || o->draft_max > MAX_DRAFT;
+            break;
+        case O_DRAFT_FIXED: o->draft_fixed = true; break;
+        case O_DRAFT_MIN_N:
+            bad = parse_u32(a, &o->draft_min_n) || o->draft_min_n == 0
+                  || o->draft_min_n > L8_NGRAM_MAX_N;
+            break;
+        case O_DRAFT_SOURCE: o->draft_source = a; break;
         case O_HELP: usage(stdout); exit(0);
         default:
             fprintf(stderr, "llama8-run: unknown or incomplete option %s\n", argv[optind - 1]);
@@ -290,6 +385,10 @@ static int parse_args(int argc, char **argv, struct opts *o)
     }
     if (!o->tokens == !o->tokens_file) {
         fprintf(stderr, "llama8-run: give exactly one of --tokens and --tokens-file\n");
+        return -EINVAL;
+    }
+    if (o->draft_source && o->spec != SPEC_NGRAM) {
+        fprintf(stderr, "llama8-run: --draft-source is for --speculate ngram\n");
         return -EINVAL;
     }
     if (o->logits_out && o->batch > 1) {
@@ -345,12 +444,22 @@ struct run {
     struct l8_seq *seqs; /* [B] a decode step's sequences */
     uint32_t *who;       /* [B] the sequence of each of them */
     struct l8_sampling *sp; /* [B] the options, seed + b: copies diverge */
+    /* speculation (--speculate; K = 0 without) */
+    uint32_t K, rows;    /* most drafts a sequence, most rows a decode step */
+    struct l8_sample_out *vout;  /* [B][K + 1] a verification's samples */
+    struct l8_draft_len *dlen;   /* [B] the adaptive lengths; NULL: K each step */
+    struct l8_ngram **idx;       /* [B] ngram: each copy's sequence so far */
+    struct l8_ngram *source;     /* ngram: --draft-source's, or NULL */
+    const uint32_t *oracle;      /* [n_oracle] oracle: the expected tokens */
+    uint32_t n_oracle;
 };
 
 struct timing {
     double prefill_s, decode_s;
     uint32_t decode_steps;
     uint64_t decode_tokens;
+    uint64_t seq_steps;          /* a sequence's part of a decode step */
+    uint64_t drafted, accepted, draft_steps; /* draft_steps: seq_steps with drafts */
 };
 
 static void after_sample(const struct opts *o, struct run *r, uint32_t b, uint32_t tok)
@@ -360,9 +469,39 @@ static void after_sample(const struct opts *o, struct run *r, uint32_t b, uint32
         r->stopped[b] |= tok == o->stop[i];
 }
 
+/* Up to room drafts for copy b, written where they would go in its
+ * sequence (after its n tokens so far); returns how many. */
+static uint32_t draft(const struct opts *o, struct run *r, uint32_t b, uint32_t room)
+{
+    uint32_t *all = r->all + (size_t)b * r->total;
+    const uint32_t n = r->S + r->n_gen[b];
+    if (o->spec == SPEC_ORACLE) {
+        const uint32_t g = r->n_gen[b], left = g < r->n_oracle ? r->n_oracle - g : 0;
+        const uint32_t d = left < room ? left : room;
+        memcpy(all + n, r->oracle + g, sizeof(uint32_t) * d);
+        return d;
+    }
+    /* the index catches up with the tokens accepted since it last drafted
+     * (cannot fail: it holds total tokens) */
+    struct l8_ngram *own = r->idx[b];
+    const uint32_t len = l8_ngram_len(own);
+    l8_ngram_push(own, all + len, n - len);
+    uint32_t m, d = l8_ngram_propose(own, all, n, o->draft_min_n, room, all + n, &m);
+    if (r->source) {
+        /* the other sequence only for a longer match: it writes the
+         * drafts only when it has one */
+        const uint32_t ds = l8_ngram_propose(r->source, all, n, m ? m + 1 : o->draft_min_n,
+                                             room, all + n, NULL);
+        if (ds)
+            d = ds;
+    }
+    return d;
+}
+
 /* Every prompt in chunks, one sequence a step (the last chunk samples its
  * first token), then up to max_decode decode steps of every sequence still
- * generating. plog / glog (batch 1 only): the logits to keep, or NULL. */
+ * generating, each with drafts when speculating. plog / glog (batch 1
+ * only): the logits to keep, or NULL. */
 static int generate(struct l8_engine *e, const struct opts *o, struct run *r,
                     uint32_t max_decode, float *plog, float *glog, struct timing *tm)
 {
@@ -370,6 +509,12 @@ static int generate(struct l8_engine *e, const struct opts *o, struct run *r,
     *tm = (struct timing){ 0 };
     memset(r->n_gen, 0, sizeof(uint32_t) * r->B);
     memset(r->stopped, 0, sizeof(bool) * r->B);
+    for (uint32_t b = 0; b < r->B; b++) {
+        if (r->dlen)
+            l8_draft_len_init(&r->dlen[b], r->K);
+        if (r->idx)
+            l8_ngram_reset(r->idx[b]);
+    }
     double t0 = l8_mono_s();
     for (uint32_t b = 0; b < r->B; b++) {
         uint32_t *all = r->all + (size_t)b * r->total;
@@ -399,22 +544,32 @@ static int generate(struct l8_engine *e, const struct opts *o, struct run *r,
     tm->prefill_s = t1 - t0;
     while (tm->decode_steps < max_decode) {
         uint32_t n = 0;
-        for (uint32_t b = 0; b < r->B; b++) {
-            if (r->stopped[b] || !r->n_gen[b] || r->n_gen[b] >= o->max_new)
-                continue;
-            const uint32_t *all = r->all + (size_t)b * r->total;
-            uint32_t p = S + r->n_gen[b] - 1;
-            r->who[n] = b;
-            r->seqs[n++] = (struct l8_seq){
-                .tokens = all + p, .n_tokens = 1, .pos = p,
-                .pages = r->pages + (size_t)b * r->n_pages, .n_pages = r->n_pages,
-                .logits = glog ? L8_LOGITS_LAST : L8_LOGITS_NONE,
-                .logits_out = glog ? glog + (size_t)r->n_gen[b] * V : NULL,
-                .sample = true, .sampling = &r->sp[b], .history = all, .n_history = p + 1,
-                .sample_index = r->n_gen[b] };
-        }
+        for (uint32_t b = 0; b < r->B; b++)
+            if (!r->stopped[b] && r->n_gen[b] && r->n_gen[b] < o->max_new)
+                r->who[n++] = b;
         if (!n)
             break;
+        /* the rows beyond one a sequence go to drafts, first come first
+         * served; none past max_new */
+        uint32_t extra = r->rows > n ? r->rows - n : 0;
+        for (uint32_t i = 0; i < n; i++) {
+            const uint32_t b = r->who[i], *all = r->all + (size_t)b * r->total;
+            const uint32_t p = S + r->n_gen[b] - 1, left = o->max_new - r->n_gen[b] - 1;
+            uint32_t room = r->dlen ? r->dlen[b].k : r->K, nd = 0;
+            room = room < left ? room : left;
+            room = room < extra ? room : extra;
+            if (room)
+                nd = draft(o, r, b, room);
+            extra -= nd;
+            r->seqs[i] = (struct l8_seq){
+                .tokens = all + p, .n_tokens = 1 + nd, .pos = p,
+                .pages = r->pages + (size_t)b * r->n_pages, .n_pages = r->n_pages,
+                .logits = !glog ? L8_LOGITS_NONE : nd ? L8_LOGITS_ALL : L8_LOGITS_LAST,
+                .logits_out = glog ? glog + (size_t)r->n_gen[b] * V : NULL,
+                .sample = true, .sampling = &r->sp[b], .history = all,
+                .n_history = p + 1 + nd, .sample_index = r->n_gen[b],
+                .n_draft = nd, .verify_out = nd ? r->vout + (size_t)b * (r->K + 1) : NULL };
+        }
         int rc = l8_engine_step(e, r->seqs, n);
         if (rc < 0) {
             fprintf(stderr, "llama8-run: decode step at position %u failed: %s\n",
@@ -422,9 +577,33 @@ static int generate(struct l8_engine *e, const struct opts *o, struct run *r,
             return rc;
         }
         tm->decode_steps++;
-        tm->decode_tokens += n;
-        for (uint32_t i = 0; i < n; i++)
-            after_sample(o, r, r->who[i], r->seqs[i].token_out);
+        tm->seq_steps += n;
+        for (uint32_t i = 0; i < n; i++) {
+            const uint32_t b = r->who[i], nd = r->seqs[i].n_draft, before = r->n_gen[b];
+            uint32_t a = 0;   /* drafts accepted */
+            if (!nd) {
+                after_sample(o, r, b, r->seqs[i].token_out);
+            } else {
+                /* sample j follows draft j - 1: the drafts hold while each
+                 * equals its position's sample, and the first sample that
+                 * differs is the next token (it overwrites the draft) */
+                const uint32_t *all = r->all + (size_t)b * r->total;
+                const struct l8_sample_out *v = r->vout + (size_t)b * (r->K + 1);
+                for (uint32_t j = 0; j <= nd && !r->stopped[b]; j++) {
+                    const bool held = j < nd && v[j].token == all[S + r->n_gen[b]];
+                    after_sample(o, r, b, v[j].token);
+                    if (!held)
+                        break;
+                    a++;
+                }
+                tm->drafted += nd;
+                tm->accepted += a;
+                tm->draft_steps++;
+            }
+            if (r->dlen)
+                l8_draft_len_update(&r->dlen[b], nd, a);
+            tm->decode_tokens += r->n_gen[b] - before;
+        }
     }
     tm->decode_s = l8_mono_s() - t1;
     return 0;
@@ -437,24 +616,24 @@ int main(int argc, char **argv)
         fprintf(stderr, "Try 'llama8-run --help'.\n");
         return 2;
     }
-    uint32_t *prompt = NULL;
-    long S;
+    uint32_t *prompt = NULL, *oracle = NULL, *source = NULL;
+    long S, n_oracle = 0, n_source = 0;
     if (o.tokens_file) {
-        char *txt, err[512];
-        if (l8_read_file(o.tokens_file, RUN_TOKENS_FILE_MAX, &txt, NULL, err, sizeof err)) {
-            fprintf(stderr, "llama8-run: --tokens-file %s\n", err);
-            return 2;
-        }
-        S = parse_ids(txt, &prompt);
-        free(txt);
+        S = read_ids("--tokens-file", o.tokens_file, &prompt);
     } else {
         S = parse_ids(o.tokens, &prompt);
+        if (S <= 0) {
+            fprintf(stderr, "llama8-run: --tokens: no valid token ids\n");
+            if (S == 0)
+                free(prompt);
+        }
     }
-    if (S <= 0) {
-        fprintf(stderr, "llama8-run: %s: no valid token ids\n",
-                o.tokens_file ? o.tokens_file : "--tokens");
-        if (S == 0)
-            free(prompt);
+    if (S <= 0)
+        return 2;
+    if ((o.oracle_file && (n_oracle = read_ids("--speculate oracle", o.oracle_file, &oracle)) < 0)
+        || (o.draft_source && (n_source = read_ids("--draft-source", o.draft_source, &source)) < 0)) {
+        free(prompt);
+        free(oracle);
         return 2;
     }
 
@@ -473,13 +652,11 @@ int main(int argc, char **argv)
         goto out;
     }
     const uint32_t V = m->cfg.vocab;
-    for (long i = 0; i < S; i++)
-        if (prompt[i] >= V) {
-            fprintf(stderr, "llama8-run: token id %u at index %ld is not below the vocabulary"
-                    " size %u\n", prompt[i], i, V);
-            rc = 2;
-            goto out;
-        }
+    if (check_ids("the prompt", prompt, S, V) || check_ids("--speculate oracle", oracle, n_oracle, V)
+        || check_ids("--draft-source", source, n_source, V)) {
+        rc = 2;
+        goto out;
+    }
     const uint64_t total = (uint64_t)S + o.max_new;
     if (total > m->cfg.max_pos) {
         fprintf(stderr, "llama8-run: %ld prompt + %u new tokens exceed the model's %u positions\n",
@@ -495,9 +672,11 @@ int main(int argc, char **argv)
     const uint32_t chunk = o.chunk && o.chunk < (uint32_t)S ? o.chunk : (uint32_t)S;
     const uint32_t B = o.batch;
     const uint32_t n_pages = (uint32_t)((total + o.page_size - 1) / o.page_size);
+    const uint32_t K = o.spec == SPEC_OFF ? 0 : o.draft_max, decode_rows = B * (1 + K);
     struct l8_engine_opts eo = { .numerics = o.numerics, .page_size = o.page_size,
                                  .n_pages = n_pages * B,
-                                 .max_step_tokens = chunk > B ? chunk : B, .max_seqs = B,
+                                 .max_step_tokens = chunk > decode_rows ? chunk : decode_rows,
+                                 .max_seqs = B,
                                  .nthreads = o.threads, .tune_file = o.tune_file,
                                  .gemv_fixed = o.gemv_fixed, .gemv_max_m = o.gemv_max_m,
                                  .no_graphs = o.no_graphs, .no_pdl = o.no_pdl,
@@ -509,8 +688,13 @@ int main(int argc, char **argv)
     }
     const double load_s = l8_mono_s() - t0;
 
+    /* a verification's samples are those of single steps only up to
+     * verify_rows rows a step */
+    const uint32_t verify_rows = l8_engine_verify_rows(e);
     run = (struct run){ .B = B, .S = (uint32_t)S, .total = (uint32_t)total,
-                        .n_pages = n_pages, .chunk = chunk, .V = V };
+                        .n_pages = n_pages, .chunk = chunk, .V = V, .K = K,
+                        .rows = decode_rows < verify_rows ? decode_rows : verify_rows,
+                        .oracle = oracle, .n_oracle = (uint32_t)n_oracle };
     run.all = malloc(sizeof(uint32_t) * total * B);
     run.pages = malloc(sizeof(uint32_t) * n_pages * B);
     run.n_gen = calloc(B, sizeof(uint32_t));
@@ -520,6 +704,22 @@ int main(int argc, char **argv)
     run.sp = calloc(B, sizeof(struct l8_sampling));
     if (!run.all || !run.pages || !run.n_gen || !run.stopped || !run.seqs || !run.who || !run.sp)
         goto oom;
+    if (K) {
+        if (!(run.vout = calloc((size_t)B * (K + 1), sizeof(struct l8_sample_out))))
+            goto oom;
+        if (!o.draft_fixed && !(run.dlen = calloc(B, sizeof(struct l8_draft_len))))
+            goto oom;
+    }
+    if (o.spec == SPEC_NGRAM) {
+        if (!(run.idx = calloc(B, sizeof(struct l8_ngram *))))
+            goto oom;
+        for (uint32_t b = 0; b < B; b++)
+            if (l8_ngram_new((uint32_t)total, &run.idx[b]) < 0)
+                goto oom;
+        if (source && (l8_ngram_new((uint32_t)n_source, &run.source) < 0
+                       || l8_ngram_push(run.source, source, (uint32_t)n_source) < 0))
+            goto oom;
+    }
     for (uint32_t b = 0; b < B; b++) {
         memcpy(run.all + (size_t)b * total, prompt, sizeof(uint32_t) * (size_t)S);
         run.sp[b] = o.sp;
@@ -551,6 +751,11 @@ int main(int argc, char **argv)
     const double prefill_s = tm.prefill_s, decode_s = tm.decode_s;
     const uint32_t decode_steps = tm.decode_steps;
     const double dec_tps = tm.decode_tokens && decode_s > 0 ? tm.decode_tokens / decode_s : 0.0;
+    /* accepted of drafted; accepted a sequence's step that drafted; tokens
+     * a sequence's decode step (1 without speculation) */
+    const double acc_rate = tm.drafted ? (double)tm.accepted / tm.drafted : 0.0;
+    const double mean_acc = tm.draft_steps ? (double)tm.accepted / tm.draft_steps : 0.0;
+    const double tok_step = tm.seq_steps ? (double)tm.decode_tokens / tm.seq_steps : 0.0;
 
     if (o.logits_out && write_logits(o.logits_out, &o, m, plog, (uint32_t)S, glog, n_gen, all) < 0)
         goto out;
@@ -576,6 +781,14 @@ int main(int argc, char **argv)
         json_object_object_add(jo, "batch", json_object_new_int64(B));
         json_object_object_add(jo, "decode_steps", json_object_new_int64(decode_steps));
         json_object_object_add(jo, "decode_tokens_per_s", json_object_new_double(dec_tps));
+        json_object_object_add(jo, "speculate", json_object_new_string(spec_name[o.spec]));
+        json_object_object_add(jo, "draft_max", json_object_new_int64(K));
+        json_object_object_add(jo, "drafted", json_object_new_int64((int64_t)tm.drafted));
+        json_object_object_add(jo, "accepted", json_object_new_int64((int64_t)tm.accepted));
+        json_object_object_add(jo, "draft_steps", json_object_new_int64((int64_t)tm.draft_steps));
+        json_object_object_add(jo, "acceptance_rate", json_object_new_double(acc_rate));
+        json_object_object_add(jo, "mean_accepted", json_object_new_double(mean_acc));
+        json_object_object_add(jo, "tokens_per_step", json_object_new_double(tok_step));
         const struct l8_engine_mem *mem = l8_engine_memory(e);
         json_object_object_add(jo, "mem_weights_mib", json_object_new_double(mib(mem->weights)));
         json_object_object_add(jo, "mem_kv_pool_mib", json_object_new_double(mib(mem->kv_pool)));
@@ -594,6 +807,11 @@ int main(int argc, char **argv)
                 "decode %u steps %.1f tokens/s, stop: %s\n", load_s, B, S, prefill_s * 1e3,
                 prefill_s > 0 ? (double)B * S / prefill_s : 0.0, decode_steps, dec_tps,
                 stopped ? "stop token" : "length");
+        if (K)
+            fprintf(stderr, "speculate %s: %llu drafted in %llu steps, %llu accepted (%.1f%%),"
+                    " %.2f accepted a step that drafted, %.2f tokens a step\n", spec_name[o.spec],
+                    (unsigned long long)tm.drafted, (unsigned long long)tm.draft_steps,
+                    (unsigned long long)tm.accepted, 100.0 * acc_rate, mean_acc, tok_step);
     }
     if (fflush(stdout) != 0) {
         fprintf(stderr, "llama8-run: writing output: %s\n", strerror(errno));
@@ -614,7 +832,15 @@ out:
     free(run.seqs);
     free(run.who);
     free(run.sp);
+    free(run.vout);
+    free(run.dlen);
+    for (uint32_t b = 0; run.idx && b < run.B; b++)
+        l8_ngram_free(run.idx[b]);
+    free(run.idx);
+    l8_ngram_free(run.source);
     free(prompt);
+    free(oracle);
+    free(source);
     l8_engine_destroy(e);
     l8_model_free(m);
     return rc;
