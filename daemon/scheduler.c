@@ -616,8 +616,9 @@ static uint32_t draft(struct l8_sched *s, struct req *r, uint32_t room)
         r->vout = NULL;
         return 0;
     }
+    uint32_t n_match;
     k = l8_ngram_propose(r->ng, l8_ngram_tokens(r->ng), l8_ngram_len(r->ng), 1, k,
-                         r->tokens + r->n_tokens);
+                         r->tokens + r->n_tokens, &n_match);
     const uint32_t ps = s->o.page_size, spare_from = s->lists[LIST_RUNNING].n;
     while (k && (uint64_t)r->n_pages * ps < r->n_computed + 1 + k) {
         uint32_t pg;

@@ -110,6 +110,24 @@ int main(void)
               strstr(err, "gemv_max_m: bad value 'x'"),
           "--gemv-max-m x: %s", err);
 
+    /* speculate: auto unless told; draft_max 8, within [1, 16]. */
+    l8d_conf_defaults(&c);
+    CHECK(c.speculate == L8D_SPECULATE_AUTO && c.draft_max == 8, "speculate default %d, %u",
+          (int)c.speculate, c.draft_max);
+    char *argvs[] = { "llama8d", "--config", "/dev/null", "--model", "/m", "--speculate",
+                      "ngram", "--draft-max", "16", NULL };
+    CHECK(l8d_conf_from_args(&c, 9, argvs, err) == 0 && c.speculate == L8D_SPECULATE_NGRAM &&
+              c.draft_max == 16, "--speculate ngram --draft-max 16: %s", err);
+    CHECK(l8d_conf_parse_text(&c, "speculate = eagle\n", "x.conf", err) == -EINVAL &&
+              strstr(err, "x.conf:1: speculate: bad value 'eagle' (auto|ngram|off"),
+          "speculate eagle: %s", err);
+    char *argvd[] = { "llama8d", "--config", "/dev/null", "--model", "/m", "--draft-max", "17",
+                      NULL };
+    CHECK(l8d_conf_from_args(&c, 7, argvd, err) == -EINVAL &&
+              strstr(err, "draft_max must be in [1, 16]"), "--draft-max 17: %s", err);
+    argvd[6] = "0";
+    CHECK(l8d_conf_from_args(&c, 7, argvd, err) == -EINVAL, "--draft-max 0: %s", err);
+
     /* tune_file: systemd's CacheDirectory= (the first of a list) by default,
      * nowhere without it, and an empty value means nowhere. */
     setenv("CACHE_DIRECTORY", "/var/cache/llama8d:/var/cache/other", 1);
