@@ -6,7 +6,10 @@
  * that share the KV head are processed together, so each K/V element is
  * loaded once for all of them (GQA), and a long sequence is divided into
  * splits processed by separate blocks whose partial (max, sum, acc) are
- * combined afterwards (flash-decoding). Within a block, positions go in
+ * combined afterwards (flash-decoding). Up to L8K_ATTN_ROW_PLANS rows each
+ * row is split from its own length as it would be alone (its bits then do
+ * not depend on the batch: a verification row equals its decode step's);
+ * more rows share one plan. Within a block, positions go in
  * chunks of D, with the online softmax across chunks: one position per
  * thread to score; for V, D / (16 bytes) threads share a position's row,
  * one 16-byte load each, so the block's threads form groups that take
@@ -26,6 +29,30 @@
  * sooner (v1.1 had 256: 24 blocks for a 640-token context; now 40). */
 #define ATTN_MIN_SPLIT 128
 #define ATTN_MAX_SPLITS 64
+
+/* Row r's positions: kv_len[r], bounded by max_kv_len. */
+__device__ __forceinline__ uint32_t row_kv(const int32_t *kv_len, uint32_t r,
+                                           uint32_t max_kv_len)
+{
+    return min((uint32_t)max(kv_len[r], 0), max_kv_len);
+}
+
+/* A row's own split count (launch_rows' row_cap): splits of at least
+ * ATTN_MIN_SPLIT positions, at most row_cap of them. */
+__device__ __forceinline__ uint32_t row_splits(uint32_t kvl, uint32_t row_cap)
+{
+    const uint32_t by_len = (kvl + ATTN_MIN_SPLIT - 1) / ATTN_MIN_SPLIT;
+    return by_len < 1 ? 1 : by_len < row_cap ? by_len : row_cap;
+}
+
+/* Positions per split of n over len: a multiple of the chunk the kernel
+ * steps by. */
+__host__ __device__ __forceinline__ uint32_t split_span(uint32_t len, uint32_t n,
+                                                        uint32_t chunk)
+{
+    const uint32_t per = (len + n - 1) / n, span = (per + chunk - 1) / chunk * chunk;
+    return span ? span : chunk;
+}
 
 template <typename KV> struct kv_vec;
 template <> struct kv_vec<float> { static constexpr int n = 4; };
@@ -51,15 +78,17 @@ __device__ __forceinline__ void kv_decode16(uint4 a, float (&f)[kv_vec<KV>::n])
  * position's row over VT threads and positions over PG groups (bf16,
  * D = 128: 16 threads a row, 8 groups, each thread 16 positions of a
  * chunk, one load deep); v1 had one thread per dimension and 2-byte loads,
- * 128 positions in series (8 round trips of 16 loads). */
+ * 128 positions in series (8 round trips of 16 loads). v1.4: row_cap > 0
+ * (few rows): a row takes row_splits of its own length, each split_span of
+ * it long, in place of n_splits and span; blocks past them return. */
 template <typename KV, int D>
 static __global__ __launch_bounds__(D) void attn_kernel(
     const float *__restrict__ q, uint32_t ldq, const KV *__restrict__ kb,
     const KV *__restrict__ vb, uint32_t page_size, const int32_t *__restrict__ page_table,
     uint32_t pt_stride, const int32_t *__restrict__ row_seq, const int32_t *__restrict__ kv_len,
     const int32_t *__restrict__ rows, uint32_t nh, uint32_t nkv, float softmax_scale,
-    uint32_t max_kv_len, uint32_t span, float *__restrict__ work, float *__restrict__ out,
-    uint32_t ldo)
+    uint32_t max_kv_len, uint32_t span, uint32_t row_cap, float *__restrict__ work,
+    float *__restrict__ out, uint32_t ldo)
 {
     constexpr int CH = D;
     constexpr int VEC = kv_vec<KV>::n;
@@ -74,13 +103,17 @@ static __global__ __launch_bounds__(D) void attn_kernel(
     l8k_pdl_wait();
     l8k_pdl_allow();
     const uint32_t h = blockIdx.x, r = rows ? (uint32_t)rows[blockIdx.y] : blockIdx.y;
-    const uint32_t split = blockIdx.z, nsplit = gridDim.z;
+    const uint32_t split = blockIdx.z;
     const uint32_t G = nh / nkv, t = threadIdx.x;
     const uint32_t lane = t & 31, warp = t >> 5, nwarps = D / 32;
     const uint32_t vd = (t % VT) * VEC, pg = t / VT;  /* V: dimensions vd.., group pg */
-    uint32_t kvl = (uint32_t)max(kv_len[r], 0);
-    if (kvl > max_kv_len)
-        kvl = max_kv_len;
+    const uint32_t kvl = row_kv(kv_len, r, max_kv_len);
+    const uint32_t nsplit = row_cap ? row_splits(kvl, row_cap) : gridDim.z;
+    if (row_cap) {
+        if (split >= nsplit)   /* past this row's own splits (the whole block) */
+            return;
+        span = split_span(kvl, nsplit, CH);
+    }
     const uint32_t start = split * span;
     const uint32_t end = min(start + span, kvl);
     const int32_t *pt = page_table + (size_t)max(row_seq[r], 0) * pt_stride;
@@ -203,7 +236,7 @@ static __global__ __launch_bounds__(D) void attn_kernel(
             const float l = l_s[g];
             out[(size_t)r * ldo + (size_t)(h * G + g) * D + t] = l > 0.0f ? a / l : 0.0f;
         } else {
-            float *w = work + (((size_t)blockIdx.y * nh + h * G + g) * nsplit + split) * (D + 2);
+            float *w = work + (((size_t)blockIdx.y * nh + h * G + g) * gridDim.z + split) * (D + 2);
             w[t] = a;
             if (t == 0) {
                 w[D] = m_s[g];
@@ -240,18 +273,24 @@ __device__ __forceinline__ float combine_splits(const float *w, uint32_t nsplit,
     return den > 0.0f ? num / den : 0.0f;
 }
 
-/* Grid (nh, R), block D: combine the splits of one (row, head). */
+/* Grid (nh, R), block D: combine the splits of one (row, head); nsplit
+ * each (row, head) has room for, row_cap as attn_kernel's. */
 template <int D>
 static __global__ void attn_combine_kernel(const float *__restrict__ work, uint32_t nsplit,
-                                           const int32_t *__restrict__ rows, uint32_t nh,
+                                           const int32_t *__restrict__ rows,
+                                           const int32_t *__restrict__ kv_len,
+                                           uint32_t max_kv_len, uint32_t row_cap, uint32_t nh,
                                            float *__restrict__ out, uint32_t ldo)
 {
     l8k_pdl_wait();
     l8k_pdl_allow();
     const uint32_t hq = blockIdx.x, t = threadIdx.x;
     const uint32_t r = rows ? (uint32_t)rows[blockIdx.y] : blockIdx.y;
+    const uint32_t n = row_cap ? row_splits(row_kv(kv_len, r, max_kv_len), row_cap) : nsplit;
+    if (n == 1)   /* a row of one split wrote its output itself */
+        return;
     const float *w = work + ((size_t)blockIdx.y * nh + hq) * nsplit * (D + 2);
-    out[(size_t)r * ldo + (size_t)hq * D + t] = combine_splits<D, false>(w, nsplit, t);
+    out[(size_t)r * ldo + (size_t)hq * D + t] = combine_splits<D, false>(w, n, t);
 }
 
 /* ---- prefill: tiles of a chunk's tokens on the tensor cores -------------
@@ -507,24 +546,20 @@ static __global__ void attn_tile_combine_kernel(const float *__restrict__ work, 
 
 /* Blocks per split plan: enough for 2 blocks per SM, not more than the
  * length makes worth it. */
-static uint32_t pick_splits(uint32_t base, uint32_t max_kv_len, uint32_t min_split)
+static uint32_t split_cap(uint32_t base)
 {
     uint32_t target = 2u * (uint32_t)l8k_sm_count();
-    uint32_t by_len = (max_kv_len + min_split - 1) / min_split;
     uint32_t n = base >= target ? 1 : (target + base - 1) / base;
-    if (n > by_len)
-        n = by_len;
-    if (n > ATTN_MAX_SPLITS)
-        n = ATTN_MAX_SPLITS;
-    return n ? n : 1;
+    return n < ATTN_MAX_SPLITS ? n : ATTN_MAX_SPLITS;
 }
 
-/* Positions per split: a multiple of the chunk the kernel steps by. */
-static uint32_t split_span(uint32_t max_kv_len, uint32_t nsplit, uint32_t chunk)
+static uint32_t pick_splits(uint32_t base, uint32_t max_kv_len, uint32_t min_split)
 {
-    uint32_t per = (max_kv_len + nsplit - 1) / nsplit;
-    uint32_t span = (per + chunk - 1) / chunk * chunk;
-    return span ? span : chunk;
+    uint32_t by_len = (max_kv_len + min_split - 1) / min_split;
+    uint32_t n = split_cap(base);
+    if (n > by_len)
+        n = by_len;
+    return n ? n : 1;
 }
 
 /* Tokens per tile: 64 / G, 0 for a head layout the tile kernel does not take. */
@@ -553,8 +588,9 @@ extern "C" uint32_t l8k_attention_tiles(uint32_t nh, uint32_t nkv, uint32_t row0
 extern "C" size_t l8k_attention_work_floats(uint32_t R, uint32_t nh, uint32_t D,
                                             uint32_t max_kv_len)
 {
-    /* Rows: the worst case over nkv (nkv = 1 gives the most splits). */
-    uint32_t n = pick_splits(R, max_kv_len, ATTN_MIN_SPLIT);
+    /* Rows: the worst case over nkv (nkv = 1 gives the most splits); up to
+     * L8K_ATTN_ROW_PLANS rows, each row's plan is that of a row alone. */
+    uint32_t n = pick_splits(R <= L8K_ATTN_ROW_PLANS ? 1 : R, max_kv_len, ATTN_MIN_SPLIT);
     size_t rows = n > 1 ? (size_t)R * nh * n * (D + 2) : 0;
     /* Tiles: splits only while tiles x nkv < target, and then tiles x nkv x
      * splits < 2 target. */
@@ -570,18 +606,24 @@ static int launch_rows(const float *q, uint32_t ldq, const void *k_base, const v
                        uint32_t R, uint32_t nh, uint32_t nkv, float scale, uint32_t max_kv_len,
                        float *work, float *out, uint32_t ldo, cudaStream_t st)
 {
-    uint32_t nsplit = pick_splits(R * nkv, max_kv_len, ATTN_MIN_SPLIT);
+    /* Few rows: each row splits as it would alone (row_cap: a lone row's
+     * most splits), so its result is its own whatever the other rows and
+     * max_kv_len (l8_kernels.h); the grid has room for the longest's. More
+     * rows share one plan: fewer, longer splits as the rows fill the GPU. */
+    const uint32_t row_cap = R <= L8K_ATTN_ROW_PLANS ? split_cap(nkv) : 0;
+    uint32_t nsplit = pick_splits(row_cap ? nkv : R * nkv, max_kv_len, ATTN_MIN_SPLIT);
     if (nsplit > 1 && !work)
         return -EINVAL;
     uint32_t span = split_span(max_kv_len, nsplit, D);
     int rc = l8k_launch("attn_kernel", attn_kernel<KV, D>, dim3(nkv, R, nsplit), dim3(D), st, q,
                         ldq, (const KV *)k_base, (const KV *)v_base, page_size, page_table,
-                        pt_stride, row_seq, kv_len, rows, nh, nkv, scale, max_kv_len, span, work,
-                        out, ldo);
+                        pt_stride, row_seq, kv_len, rows, nh, nkv, scale, max_kv_len, span,
+                        row_cap, work, out, ldo);
     if (rc || nsplit == 1)
         return rc;
     return l8k_launch("attn_combine_kernel", attn_combine_kernel<D>, dim3(nh, R), dim3(D), st,
-                      (const float *)work, nsplit, rows, nh, out, ldo);
+                      (const float *)work, nsplit, rows, kv_len, max_kv_len, row_cap, nh, out,
+                      ldo);
 }
 
 extern "C" int l8k_attention(const float *q, uint32_t ldq, const void *k_base, const void *v_base,

@@ -169,10 +169,15 @@ int l8k_rope_kv(float *qkv, uint32_t ldq, const int32_t *pos, const float *inv_f
  *   query heads of a KV head, so each K/V element is loaded once for them);
  *   out [*, ldo] f32, head h at cols [h*D, (h+1)*D).
  * Rows with kv_len 0 write zeros. Sequences longer than a split's span are
- * split across blocks (flash-decoding) and combined; n_splits is chosen from
- * max_kv_len, which must bound every kv_len[r] (checked on the device: rows
- * beyond it are truncated, never read out of bounds). work holds
- * l8k_attention_work_floats() floats. D in {64, 128}; nh/nkv <= 8. */
+ * split across blocks (flash-decoding) and combined. With R <=
+ * L8K_ATTN_ROW_PLANS each row is split as it would be alone, from its own
+ * kv_len: its output is bitwise the same whatever R, the other rows and
+ * max_kv_len (what lets a verification row stand for a decode step); more
+ * rows share one plan chosen from R and max_kv_len. max_kv_len must bound
+ * every kv_len[r] (checked on the device: rows beyond it are truncated,
+ * never read out of bounds). work holds l8k_attention_work_floats()
+ * floats. D in {64, 128}; nh/nkv <= 8. */
+#define L8K_ATTN_ROW_PLANS 16u
 size_t l8k_attention_work_floats(uint32_t R, uint32_t nh, uint32_t D, uint32_t max_kv_len);
 int l8k_attention(const float *q, uint32_t ldq, const void *k_base, const void *v_base,
                   enum l8k_dtype kv_dt, uint32_t page_size, const int32_t *page_table,

@@ -137,6 +137,7 @@ struct cuda_engine {
     float *h_logits;              /* [logit_chunk, vocab] pinned */
     struct l8k_sample_req *h_req; /* [logit_chunk] pinned */
     uint32_t *req_seq;            /* [logit_chunk] the sequence of each h_req */
+    uint32_t *req_j;              /* [logit_chunk] and which of its samples (l8_seq.n_draft) */
     uint32_t *h_mask;             /* [logit_chunk, (vocab + 31) / 32] pinned */
     int32_t *h_tok;               /* [logit_chunk] pinned */
     float *h_lp;                  /* [logit_chunk] pinned */
@@ -743,7 +744,8 @@ static int alloc_activations(struct cuda_engine *e, struct create_acct *a, char 
     e->rm_first = malloc((size_t)e->max_seqs * sizeof *e->rm_first);
     e->rm_cnt = malloc((size_t)e->max_seqs * sizeof *e->rm_cnt);
     e->req_seq = malloc((size_t)e->logit_chunk * sizeof *e->req_seq);
-    if (!e->rows || !e->rm_first || !e->rm_cnt || !e->req_seq) {
+    e->req_j = malloc((size_t)e->logit_chunk * sizeof *e->req_j);
+    if (!e->rows || !e->rm_first || !e->rm_cnt || !e->req_seq || !e->req_j) {
         snprintf(err, L8_ERRLEN, "out of memory");
         return -ENOMEM;
     }
@@ -961,6 +963,7 @@ static void cuda_destroy(void *impl)
     free(e->rm_first);
     free(e->rm_cnt);
     free(e->req_seq);
+    free(e->req_j);
     free(e);
 }
 
@@ -1015,6 +1018,14 @@ static enum l8k_dtype in_dt(const struct cuda_engine *e)
 static void *in_buf(const struct cuda_engine *e)
 {
     return e->num == L8_NUMERICS_EXACT ? (void *)e->act : (void *)e->xq;
+}
+
+/* The rows of q that attention takes as decode rows (the row kernel),
+ * after the prefill tokens before them: a decode step's one, or a
+ * verification's last n_draft + 1, each standing for a decode step. */
+static uint32_t decode_rows(const struct l8_seq *q)
+{
+    return q->n_draft ? q->n_draft + 1 : q->n_tokens == 1;
 }
 
 /* sampler.c applies a repetition penalty only when it is positive and not 1. */
@@ -1158,7 +1169,8 @@ static int fwd_logits(struct cuda_engine *e, const struct fwd *f, uint32_t r0, u
 }
 
 /* Which logit rows each sequence owns: rows [first[s], first[s] + cnt[s]),
- * in step order; its sample row (when sampling) is the last of them. */
+ * in step order; its sample rows (when sampling) are the last n_draft + 1
+ * of them. */
 struct rowmap {
     int32_t *first;   /* [n_seqs] */
     uint32_t *cnt;    /* [n_seqs] */
@@ -1214,22 +1226,29 @@ static int sample_and_copy(struct cuda_engine *e, struct l8_seq *seqs, uint32_t 
             int64_t end = last + 1 < (int64_t)(r0 + nr) ? last + 1 : (int64_t)(r0 + nr);
             hi = end > hi ? end : hi;
         }
-        if (q->sample && rm->cnt[s] && last >= r0 && last < (int64_t)(r0 + nr)) {
-            struct l8k_sample_req *rq = &e->h_req[ns++];
+        /* Sample j from row last - n_draft + j, as the decode step it
+         * stands for: the history up to it, its counter and its mask. */
+        for (uint32_t j = 0; q->sample && rm->cnt[s] && j <= q->n_draft; j++) {
+            const int64_t row = last - q->n_draft + j;
+            if (row < (int64_t)r0 || row >= (int64_t)(r0 + nr))
+                continue;
+            struct l8k_sample_req *rq = &e->h_req[ns];
             const struct l8_sampling *sp = q->sampling;
             rq->temperature = sp->temperature;
             rq->top_k = sp->top_k;
             rq->top_p = sp->top_p;
             rq->min_p = sp->min_p;
             rq->rep_penalty = sp->repetition_penalty;
-            rq->u = sp->temperature > 0.0f ? l8_philox_uniform(sp->seed, q->sample_index) : 0.0f;
-            rq->logits_row = (int32_t)(last - r0);
+            rq->u = sp->temperature > 0.0f ? l8_philox_uniform(sp->seed, q->sample_index + j)
+                                           : 0.0f;
+            rq->logits_row = (int32_t)(row - r0);
             rq->hist_off = (int32_t)hoff;
-            rq->n_hist = pen ? (int32_t)q->n_history : 0;
+            rq->n_hist = pen ? (int32_t)(q->n_history - q->n_draft + j) : 0;
             rq->mask_row = q->allowed ? (int32_t)nm : -1;
             if (q->allowed)
-                memcpy(e->h_mask + (size_t)nm++ * W, q->allowed, (size_t)W * 4);
-            e->req_seq[ns - 1] = s;
+                memcpy(e->h_mask + (size_t)nm++ * W, q->allowed + (size_t)j * W, (size_t)W * 4);
+            e->req_seq[ns] = s;
+            e->req_j[ns++] = j;
         }
         if (pen)
             hoff += q->n_history;
@@ -1256,8 +1275,13 @@ static int sample_and_copy(struct cuda_engine *e, struct l8_seq *seqs, uint32_t 
         return -EIO;
     for (uint32_t i = 0; i < ns; i++) {
         struct l8_seq *q = &seqs[e->req_seq[i]];
-        q->token_out = (uint32_t)e->h_tok[i];
-        q->logprob_out = e->h_lp[i];
+        if (q->n_draft) {
+            q->verify_out[e->req_j[i]] =
+                (struct l8_sample_out){ (uint32_t)e->h_tok[i], e->h_lp[i] };
+        } else {
+            q->token_out = (uint32_t)e->h_tok[i];
+            q->logprob_out = e->h_lp[i];
+        }
     }
     if (!want)
         return 0;
@@ -1265,13 +1289,15 @@ static int sample_and_copy(struct cuda_engine *e, struct l8_seq *seqs, uint32_t 
         struct l8_seq *q = &seqs[s];
         if (q->logits == L8_LOGITS_NONE || !rm->cnt[s])
             continue;
-        /* LAST: one row, written at logits_out; ALL: row i of the sequence
-         * at logits_out + i * V. */
-        for (uint32_t i = 0; i < rm->cnt[s]; i++) {
+        /* LAST: its last row (the others are a verification's sample
+         * rows), written at logits_out; ALL: row i of the sequence at
+         * logits_out + i * V. */
+        const bool all = q->logits == L8_LOGITS_ALL;
+        for (uint32_t i = all ? 0 : rm->cnt[s] - 1; i < rm->cnt[s]; i++) {
             uint32_t r = (uint32_t)rm->first[s] + i;
             if (r < r0 || r >= r0 + nr)
                 continue;
-            memcpy(q->logits_out + (size_t)i * V, e->h_logits + (size_t)(r - r0) * V,
+            memcpy(q->logits_out + (all ? (size_t)i * V : 0), e->h_logits + (size_t)(r - r0) * V,
                    (size_t)V * 4);
         }
     }
@@ -1449,29 +1475,26 @@ static int cuda_step(void *impl, struct l8_seq *seqs, uint32_t n_seqs,
             pt_stride = np;
         if (end > max_kv)
             max_kv = end;
-        /* Logit rows: requested ones, and the last row when sampling. */
+        /* Logit rows: requested ones, and the sample rows when sampling
+         * (the last, or a verification's last n_draft + 1). */
         e->rm_first[s] = (int32_t)n_rows;
-        e->rm_cnt[s] = 0;
-        if (q->logits == L8_LOGITS_ALL) {
-            for (uint32_t i = 0; i < q->n_tokens; i++)
-                e->rows[n_rows++] = T + i;
-            e->rm_cnt[s] = q->n_tokens;
-        } else if (q->logits == L8_LOGITS_LAST || q->sample) {
-            e->rows[n_rows++] = T + q->n_tokens - 1;
-            e->rm_cnt[s] = 1;
-        }
+        e->rm_cnt[s] = q->logits == L8_LOGITS_ALL ? q->n_tokens
+                       : q->sample ? q->n_draft + 1
+                       : q->logits == L8_LOGITS_LAST ? 1 : 0;
+        for (uint32_t i = q->n_tokens - e->rm_cnt[s]; i < q->n_tokens; i++)
+            e->rows[n_rows++] = T + i;
         T += q->n_tokens;
     }
 
     /* Prefill chunks go to the tile kernel (bf16 pool); the decode rows of
-     * the same step to the row kernel. */
+     * the same step, and a verification's last n_draft + 1 rows (each the
+     * row of a decode step), to the row kernel. */
     const uint32_t nh = e->c->n_heads, nkv = e->c->n_kv_heads;
     uint32_t n_tiles = 0, n_drows = 0;
     for (uint32_t s = 0; s < n_seqs; s++) {
-        if (seqs[s].n_tokens > 1)
-            n_tiles += l8k_attention_tiles(nh, nkv, 0, seqs[s].n_tokens, 0, 0, NULL);
-        else
-            n_drows++;
+        const uint32_t nd = decode_rows(&seqs[s]);
+        n_tiles += l8k_attention_tiles(nh, nkv, 0, seqs[s].n_tokens - nd, 0, 0, NULL);
+        n_drows += nd;
     }
     const bool tiles = e->kv_dt == L8K_BF16 && n_tiles > 0;
     if (!tiles)
@@ -1485,11 +1508,13 @@ static int cuda_step(void *impl, struct l8_seq *seqs, uint32_t n_seqs,
     for (uint32_t s = 0; s < n_seqs; s++) {
         const struct l8_seq *q = &seqs[s];
         int32_t *pt = hm + ml.pt + (size_t)s * pt_stride;
-        if (tiles && q->n_tokens == 1)
-            hm[ml.drows + di++] = (int32_t)t;
-        else if (tiles)
-            ti += l8k_attention_tiles(nh, nkv, t, q->n_tokens, q->pos, s,
+        const uint32_t nd = decode_rows(q);
+        if (tiles) {
+            ti += l8k_attention_tiles(nh, nkv, t, q->n_tokens - nd, q->pos, s,
                                       hm + ml.tiles + 4 * (size_t)ti);
+            for (uint32_t i = q->n_tokens - nd; i < q->n_tokens; i++)
+                hm[ml.drows + di++] = (int32_t)(t + i);
+        }
         uint32_t np = (q->pos + q->n_tokens + e->page_size - 1) / e->page_size;
         for (uint32_t p = 0; p < pt_stride; p++)
             pt[p] = p < np ? (int32_t)q->pages[p] : 0;
@@ -1533,9 +1558,29 @@ out:
     return rc;
 }
 
+/* engine.h's l8_engine_verify_rows. A row's logits are its own in a step
+ * of up to L8K_ATTN_ROW_PLANS rows (the row kernel splits each row as it
+ * would alone), and, in fp8, while every product runs through the GEMV
+ * (whose rows do not change each other's sums; cuBLASLt's may): up to the
+ * smallest gemv_max_m, the lm_head's when cuBLASLt takes it above. A
+ * decode graph pads its rows to a power of two, which must stay there too. */
+static uint32_t cuda_verify_rows(const void *impl)
+{
+    const struct cuda_engine *e = impl;
+    uint32_t n = L8K_ATTN_ROW_PLANS;
+    for (int p = 0; e->num == L8_NUMERICS_FP8 && p < L8_TP_N; p++)
+        if ((p != L8_TP_LM_HEAD || e->lm_dt == L8K_BF16) && e->tune.gemv_max_m[p] < n)
+            n = e->tune.gemv_max_m[p];
+    if (e->use_graphs)
+        while (n & (n - 1))
+            n &= n - 1;
+    return n ? n : 1;
+}
+
 const struct l8_engine_ops l8_engine_cuda_ops = {
     .name = "cuda",
     .create = cuda_create,
     .destroy = cuda_destroy,
     .step = cuda_step,
+    .verify_rows = cuda_verify_rows,
 };

@@ -59,6 +59,7 @@ struct sc_env {
     const uint32_t *pages[3];  /* the plain and single steps', the verification's, the neighbour's */
     uint32_t n_pages;
     const uint32_t *other;     /* the neighbour's tokens [SC_OTHER] */
+    uint32_t ks;               /* bit k: run the case of k drafts; 0: every k (sc_run) */
     struct sc_late late;
     uint32_t *mask_buf;        /* [SC_MAX_K + 1, W] what the engine reads */
     uint32_t *mask_src;        /* [SC_MAX_K + 1, W] what sc_fill writes there */
@@ -237,6 +238,8 @@ static inline int sc_run(struct sc_env *v, const struct l8_sampling *sp, const c
     int fails = 0;
     uint32_t cases = 0, accepted = 0, drafts = 0;
     for (uint32_t k = 1; k <= SC_MAX_K; k++) {
+        if (v->ks && !(v->ks >> k & 1))
+            continue;
         struct sc_case c = { .k = k, .i0 = 1 + k % 3, .batched = k % 2,
                              .whole = k % 4 == 2 || k == 1,
                              .logits = k % 3 == 0 ? L8_LOGITS_ALL

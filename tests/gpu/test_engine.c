@@ -18,6 +18,12 @@
  *     between replays: graphs on vs off within 1e-2 (--graph-paths runs only
  *     this: the emulated sm_80's bf16 path, test emu_engine_sm80);
  *   sampling: the same seed gives the same tokens, run to run;
+ *   speculative verification (tests/engine/spec_check.h), both numerics,
+ *     the GEMV up to 16 rows: k of 1..8 drafts (some of spec_check.h's
+ *     cases: the emulation is slow), each sample bitwise the token and
+ *     logprob of its single decode step (a graph), greedy and sampled,
+ *     masked, alone, batched, in one chunk; l8_engine_verify_rows as the
+ *     GEMV's rows and the graphs' padding give it;
  *   the step profile (profile_file): every phase counted once per layer or
  *     step, and profiling changes no logit.
  *   the GEMV / cuBLASLt crossover: measured and kept in the tune file, then
@@ -48,6 +54,7 @@
 #include "model.h"
 #include "safetensors.h"
 #include "../engine/reference.h"
+#include "../engine/spec_check.h"
 #include "../../daemon/engine/cuda_tune.h"
 
 #define PS 16u
@@ -1107,6 +1114,61 @@ static void run_determinism(const struct l8_model *m, const struct l8_tensor_set
            memcmp(out[0], out[1], sizeof out[0]) == 0 ? "yes" : "no");
 }
 
+/* The rows a verification may have: the GEMV's (fp8), at most the
+ * attention's own-plan rows, a power of two with decode graphs (their
+ * padding). Then spec_check.h's cases on a short prompt (a chunk with it
+ * fits the GEMV), the single steps as decode graphs. */
+static void run_verification(const struct l8_model *m)
+{
+    const struct pins saved = g_pin;
+    const uint32_t V = m->cfg.vocab;
+    const struct { enum l8_numerics num; bool no_graphs; uint32_t gemv, want; } vr[] = {
+        { L8_NUMERICS_FP8, false, 6, 4 }, { L8_NUMERICS_FP8, true, 6, 6 },
+        { L8_NUMERICS_FP8, false, 64, L8K_ATTN_ROW_PLANS },
+        { L8_NUMERICS_EXACT, false, 6, L8K_ATTN_ROW_PLANS } };
+    for (size_t i = 0; i < sizeof vr / sizeof vr[0]; i++) {
+        g_pin.gemv_fixed = true;
+        g_pin.gemv_max_m = vr[i].gemv;
+        g_pin.no_graphs = vr[i].no_graphs;
+        struct l8_engine *e = make(m, vr[i].num, 8, 2);
+        CHECK(l8_engine_verify_rows(e) == vr[i].want, "verify_rows %u, want %u (gemv_max_m "
+              "%u%s)", l8_engine_verify_rows(e), vr[i].want, vr[i].gemv,
+              vr[i].no_graphs ? ", no graphs" : "");
+        l8_engine_destroy(e);
+    }
+    g_pin = saved;
+    g_pin.gemv_fixed = true;
+    g_pin.gemv_max_m = L8K_ATTN_ROW_PLANS;
+    uint32_t prompt[8], other[SC_OTHER];
+    uint32_t st = 99;
+    for (uint32_t i = 0; i < 8; i++)
+        prompt[i] = (st = st * 1103515245u + 12345u) % V;
+    for (uint32_t i = 0; i < SC_OTHER; i++)
+        other[i] = (st = st * 1103515245u + 12345u) % V;
+    static const uint32_t pages[3][2] = { { 0, 1 }, { 5, 2 }, { 7, 6 } };
+    const struct l8_sampling greedy = { .temperature = 0, .top_p = 1, .repetition_penalty = 1 };
+    const struct l8_sampling hot = { .temperature = 0.9f, .top_k = 50, .top_p = 0.95f,
+                                     .min_p = 0.01f, .repetition_penalty = 1.1f, .seed = 42 };
+    /* exact: a chunk, batched; fp8: every logits request, alone, batched,
+     * in a chunk, all drafts right (k = 4), the most drafts */
+    const uint32_t ks[2] = { 1u << 2 | 1u << 5, 1u << 1 | 1u << 3 | 1u << 4 | 1u << 6 | 1u << 8 };
+    for (int n = 0; n < 2; n++) {
+        const enum l8_numerics num = n ? L8_NUMERICS_FP8 : L8_NUMERICS_EXACT;
+        struct l8_engine *e = make(m, num, 8, 2);
+        struct sc_env v = { .e = e, .V = V, .prompt = prompt, .n_prompt = 8,
+                            .pages = { pages[0], pages[1], pages[2] }, .n_pages = 2,
+                            .other = other, .ks = ks[n] };
+        CHECK(sc_env_init(&v), "out of memory");
+        sc_run(&v, n ? &hot : &greedy, n ? "cuda fp8, top-k/top-p/min-p, penalty"
+                                         : "cuda exact, greedy");
+        if (n)
+            sc_invalid(&v, &hot);
+        sc_env_done(&v);
+        l8_engine_destroy(e);
+    }
+    g_pin = saved;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -1158,6 +1220,7 @@ int main(int argc, char **argv)
         run_graph_paths(m, ref);
         goto done;
     }
+    if (getenv("ONLY_VERIFY")) { run_verification(m); goto done; }
     run_golden(m, ref, L8_NUMERICS_EXACT);
     run_decode_and_batch(m, ref);
     run_graph_batch(m, ref);
@@ -1165,6 +1228,7 @@ int main(int argc, char **argv)
     run_golden(m, ref, L8_NUMERICS_FP8);
     run_mixed_step(m, ref);
     run_determinism(m, ref);
+    run_verification(m);
     run_profile(m, ref);
     run_tune(m, ref);
     run_tune_rule();

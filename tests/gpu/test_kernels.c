@@ -828,6 +828,55 @@ static void test_attention(enum l8k_dtype kv_dt, uint32_t D, uint32_t nh, uint32
         cudaFree(dsel);
 }
 
+/* Up to L8K_ATTN_ROW_PLANS rows, a row's output is its own: R rows of one
+ * sequence at consecutive lengths from L (a verification's rows), launched
+ * together under a loose bound (a decode graph's kv bucket), give bitwise
+ * what each gives alone under its own length. At these lengths a shared
+ * plan would split R rows of 8 KV heads differently from one. bf16 pool. */
+static void test_attention_own_plan(uint32_t D, uint32_t nh, uint32_t nkv, uint32_t R,
+                                    uint32_t L)
+{
+    const uint32_t ps = 16, max_kv = 4096, pps = (L + R + ps - 1) / ps, ldq = nh * D;
+    const size_t half = (size_t)pps * nkv * ps * D;
+    uint16_t *k = malloc(half * 2), *v = malloc(half * 2);
+    for (size_t i = 0; i < half; i++) {
+        k[i] = l8_f32_to_bf16(rnd_n(1.0f));
+        v[i] = l8_f32_to_bf16(rnd_n(1.0f));
+    }
+    uint32_t *perm = shuffled(pps);
+    int32_t pt[64], rs[L8K_ATTN_ROW_PLANS] = { 0 }, kl[L8K_ATTN_ROW_PLANS];
+    for (uint32_t i = 0; i < pps; i++)
+        pt[i] = (int32_t)perm[i];
+    for (uint32_t r = 0; r < R; r++)
+        kl[r] = (int32_t)(L + r + 1);
+    float *q = malloc((size_t)R * ldq * 4);
+    for (size_t i = 0; i < (size_t)R * ldq; i++)
+        q[i] = rnd_n(1.0f);
+    void *dk = dup_to_dev(k, half * 2), *dv = dup_to_dev(v, half * 2);
+    int32_t *dpt = dup_to_dev(pt, pps * 4), *drs = dup_to_dev(rs, R * 4),
+            *dkl = dup_to_dev(kl, R * 4);
+    float *dq = dup_to_dev(q, (size_t)R * ldq * 4), *dout = dalloc((size_t)R * ldq * 4);
+    float *dwk = dalloc(l8k_attention_work_floats(R, nh, D, max_kv) * 4 + 16);
+    float *all = malloc((size_t)R * ldq * 4), *one = malloc((size_t)R * ldq * 4);
+    const float scale = 1.0f / sqrtf((float)D);
+    KOK(l8k_attention(dq, ldq, dk, dv, L8K_BF16, ps, dpt, pps, drs, dkl, NULL, R, nh, nkv, D,
+                      scale, max_kv, dwk, dout, ldq, 0));
+    to_host(all, dout, (size_t)R * ldq * 4);
+    for (uint32_t r = 0; r < R; r++)
+        KOK(l8k_attention(dq + (size_t)r * ldq, ldq, dk, dv, L8K_BF16, ps, dpt, pps, drs,
+                          dkl + r, NULL, 1, nh, nkv, D, scale, (uint32_t)kl[r], dwk,
+                          dout + (size_t)r * ldq, ldq, 0));
+    to_host(one, dout, (size_t)R * ldq * 4);
+    size_t bad = 0;
+    for (size_t i = 0; i < (size_t)R * ldq; i++)
+        bad += memcmp(&all[i], &one[i], 4) != 0;
+    CHECK(bad == 0, "attention D=%u nh=%u nkv=%u: %u rows from %u together: %zu of %zu values "
+          "differ from each row alone", D, nh, nkv, R, L, bad, (size_t)R * ldq);
+    free(k); free(v); free(perm); free(q); free(all); free(one);
+    cudaFree(dk); cudaFree(dv); cudaFree(dpt); cudaFree(drs); cudaFree(dkl); cudaFree(dq);
+    cudaFree(dout); cudaFree(dwk);
+}
+
 /* Prefill on the tensor cores, as the engine lays out a mixed step: each
  * chunk {pos0, n_tok} is a sequence whose rows follow a decode row of
  * another sequence; tiles for the chunks (l8k_attention_prefill), the row
@@ -1141,6 +1190,8 @@ static void test_attention_all(void)
     test_attention(L8K_F32, 128, 4, 1, 7, mixed + 5, 4000, true); /* split-K, rows list */
     test_attention(L8K_BF16, 64, 8, 1, 19, mixed, 400, false);   /* G = 8, bf16 at D = 64 */
     test_attention(L8K_BF16, 128, 6, 2, 7, mixed, 400, false);   /* G = 3 */
+    test_attention_own_plan(128, 16, 8, 9, 700);
+    test_attention_own_plan(64, 8, 8, L8K_ATTN_ROW_PLANS, 300);
     /* One token, partial tiles from 0, one whole tile at an odd position, a
      * chunk after earlier pages, and a long context with few tiles (split
      * across blocks). */
