@@ -28,6 +28,8 @@
 #   delivery:  on that daemon, 16 short requests one at a time, the client
 #              asleep on its doorbell, then spinning on its ring (--poll);
 #              last, the same on a daemon with --spin-us 0 (the baseline)
+#   speculation: the single stream with oracle drafts of 2 / 4 / 8 and
+#              all drafts wrong (llama8-run --speculate oracle)
 #   batch 64:  llama8-run --batch 64 (64 copies of the 512-token prompt,
 #              decoded together): run 6 with graphs, decode tokens/s at the
 #              serving batch with nothing else in the steps; run 7 its step
@@ -190,6 +192,17 @@ rows.append({"method": "llama8 cuda fp8 batch 64 (llama8-run --batch 64)", "kind
                          "prefill_tok_s": s6.get("prefill_tokens_per_s")} if s6 else {},
              "notes": "64 copies of the 512-token prompt (each its own pages, seeds differ, greedy), prefilled one per step, then 63 decode steps of all 64 with graphs: decode at the serving batch with nothing else in the steps, against which serving's decode-only steps compare",
              "error": None if s6 else "llama8-run --batch 64 failed (see single6.log)"})
+base_tps = s.get("decode_tokens_per_s") if s else None
+for k, kind in ((2, "oracle"), (4, "oracle"), (8, "oracle"), (4, "wrong")):
+    r = load("spec_%s_%d.json" % (kind, k))
+    rows.append({"method": "llama8 cuda fp8 speculation, %s drafts K %d (llama8-run --speculate oracle)" % (kind, k),
+                 "kind": "llama8",
+                 "metrics": {"decode_tok_s": r.get("decode_tokens_per_s"),
+                             "ratio_vs_plain": r["decode_tokens_per_s"] / base_tps if base_tps and r.get("decode_tokens_per_s") else None,
+                             "acceptance_rate": r.get("acceptance_rate"), "tokens_per_step": r.get("tokens_per_step"),
+                             "same_tokens": r.get("tokens") == s.get("tokens") if s else None} if r else {},
+                 "notes": "the single stream (512-token prompt, 128 new, batch 1, graphs on) with drafts of the plain run's own tokens (oracle: every draft holds) or all of them wrong (the adaptive draft length); ratio against that plain run",
+                 "error": None if r else "llama8-run --speculate failed (see spec_%s_%d.log)" % (kind, k)})
 p64 = load("profile64.json")
 rows.append({"method": "llama8 cuda fp8 step profile, batch 64 (llama8-run --batch 64 --profile-file)", "kind": "llama8",
              "metrics": profile(p64),
@@ -277,6 +290,24 @@ timeout "$(lim 120)" "$BIN/llama8-run" --model "$MODEL" --backend cuda \
     >"$OUT/single7.json" 2>"$OUT/single7.log"
 echo "batch 64 profile rc=$?"
 grep -A16 "cuda profile" "$OUT/single7.log"
+
+echo "== speculation"
+# Verification steps on the GPU, where a decode step is bound by reading the
+# weights: llama8-run's single stream with oracle drafts (the plain run's
+# own tokens) of 2, 4 and 8, and all drafts wrong (adaptive): the ceiling
+# and the cost of rejection, the tokens the plain run's (same_tokens).
+python3 -c 'import json,sys; print(",".join(map(str, json.load(open(sys.argv[1]))["tokens"])))' \
+    "$OUT/single2.json" >"$OUT/spec_oracle.txt" 2>/dev/null &&
+python3 -c 'import sys; print(",".join(str((int(t) + 1) % 128000) for t in open(sys.argv[1]).read().strip().split(",")))' \
+    "$OUT/spec_oracle.txt" >"$OUT/spec_wrong.txt"
+for c in "2 oracle" "4 oracle" "8 oracle" "4 wrong"; do
+    set -- $c
+    timeout "$(lim 60)" "$BIN/llama8-run" --model "$MODEL" --backend cuda --numerics fp8 \
+        --tokens-file "$OUT/prompt512.txt" --max-new 128 --ignore-eos --json --warmup \
+        --tune-file "$TUNE" --speculate oracle "$OUT/spec_$2.txt" --draft-max "$1" \
+        >"$OUT/spec_$2_$1.json" 2>"$OUT/spec_$2_$1.log"
+    echo "speculation $2 K $1 rc=$?"
+done
 
 echo "== delivery without spin_us"
 # The same two delivery runs on a daemon whose loop and engine thread sleep
