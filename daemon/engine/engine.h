@@ -153,8 +153,10 @@ void l8_engine_set_masks_wait(struct l8_engine *e, l8_masks_wait_fn *fn, void *u
 /* The most rows (tokens, all sequences) a step may have for a sequence's
  * logits to be bitwise what they would be in a step of fewer rows, so that
  * a verification step gives the samples of the decode steps it stands for
- * (cpu: every step; cuda fp8: the GEMV's rows, under the measured crossover
- * to cuBLASLt). UINT32_MAX: any step. */
+ * (cpu: every step; cuda: 16, the rows up to which attention splits each
+ * row as it would alone; in fp8 no more than the GEMV's rows, under the
+ * measured crossover to cuBLASLt; a power of two with decode graphs, which
+ * pad their batch). UINT32_MAX: any step. */
 uint32_t l8_engine_verify_rows(const struct l8_engine *e);
 /* Facts about the pool the engine allocated. */
 uint32_t l8_engine_n_pages(const struct l8_engine *e);
