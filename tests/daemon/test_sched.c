@@ -202,6 +202,7 @@ static bool held(void *ctx, void *user)
 
 static bool no_prefix_cache;   /* the next world_init's opts.no_prefix_cache */
 static uint32_t draft_max;     /* the next world_init's opts.draft_max */
+static uint32_t verify_rows = UINT32_MAX;   /* and its opts.verify_rows */
 static uint64_t drafted_under_constraint;
 
 /* A stand-in for llama8d's constraint: the step after which it admits
@@ -226,7 +227,7 @@ static int world_init(struct world *w, uint32_t n_pages, uint32_t ps, uint32_t b
         .max_seqs = max_seqs, .max_ctx = max_ctx, .vocab = VOCAB,
         .on_event = on_event, .held = held, .free_constraint = free_fake, .ctx = w,
         .no_prefix_cache = no_prefix_cache,
-        .draft_max = draft_max, .verify_rows = UINT32_MAX,
+        .draft_max = draft_max, .verify_rows = verify_rows,
     };
     w->x.n_pages = n_pages;
     w->x.page_size = ps;
@@ -1577,13 +1578,9 @@ static void test_speculation(void)
     world_fini(&w);
 
     /* No room: verify_rows of 1 leaves none beside the decode row. */
-    struct l8_sched_opts o = {
-        .n_pages = 64, .page_size = 4, .max_step_tokens = 64, .max_seqs = 4, .max_ctx = 400,
-        .vocab = VOCAB, .on_event = on_event, .ctx = &w, .draft_max = 8, .verify_rows = 1,
-    };
-    memset(&w, 0, sizeof w);
-    w.x = (struct exec){ 64, 4, malloc(64 * 4 * sizeof(uint32_t)) };
-    CHECK_EQ(l8_sched_new(&o, &w.s), 0);
+    verify_rows = 1;
+    CHECK_EQ(world_init(&w, 64, 4, 64, 4, 400), 0);
+    verify_rows = UINT32_MAX;
     r = req(1, 4, p, 24, 50);
     CHECK_EQ(l8_sched_submit(w.s, &r, NULL), 0);
     run_all(&w, 64, 4);
