@@ -64,7 +64,7 @@ static const struct key keys[] = {
     { "tokenizer", K_STR, F(tokenizer), "PATH the tokenizer.json whose token bytes constrained decoding works with (default MODEL/tokenizer.json; without one, requests with a constraint are refused)", RESTART },
     { "grammar_cache", K_U32, F(grammar_cache), "N compiled constraints (grammars, schemas, regular expressions) kept for requests that send the same text again", RESTART },
     { "prefix_cache", K_PREFIX_CACHE, F(prefix_cache), "user|shared|off who shares cached prompt pages (user: requests of one uid, so no client learns what another sent)", RESTART },
-    { "speculate", K_SPECULATE, F(speculate), "auto|ngram|off speculative decoding: each decode step also verifies drafts taken from the request's own prompt and reply (ngram), the tokens the same as without (auto: ngram where the warm-up measures a step verifying 4 drafts at most 2x a one-token step, as on a GPU, else off; a request may turn it off)", RESTART },
+    { "speculate", K_SPECULATE, F(speculate), "auto|ngram|off speculative decoding: each decode step also verifies drafts taken from the request's prompt and reply and the uid's recent requests (ngram), the tokens the same as without (auto: ngram where the warm-up measures a step verifying 4 drafts at most 2x a one-token step, as on a GPU, else off; a request may turn it off)", RESTART },
     { "draft_max", K_U32, F(draft_max), "N most drafted tokens a request verifies in one step (1-16)", RESTART },
     { "no_warmup", K_BOOL, F(no_warmup), "BOOL skip the warm-up step", RESTART },
 };

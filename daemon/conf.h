@@ -29,7 +29,8 @@ enum l8d_prefix_cache {
 /* Speculative decoding (scheduler.h). */
 enum l8d_speculate {
     L8D_SPECULATE_OFF,
-    L8D_SPECULATE_NGRAM,       /* drafts from the request's own tokens */
+    L8D_SPECULATE_NGRAM,       /* drafts from the request's tokens and the
+                                  uid's recent requests */
     L8D_SPECULATE_AUTO,        /* ngram where a verification step costs little
                                   (measured at the warm-up), else off: the default */
 };

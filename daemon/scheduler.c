@@ -10,6 +10,7 @@
 
 #include "kvpool.h"
 #include "draft_len.h"
+#include "history.h"
 #include "ngram.h"
 
 struct req {
@@ -79,6 +80,8 @@ struct l8_sched {
     uint32_t n_owner_slots;
     uint64_t last_turn;         /* steps when a request last gave its slot up
                                    for a turn (preempt_for_fair_share) */
+    struct l8_history *history; /* speculating: each cache_scope's recent
+                                   requests, a second draft source */
     /* stats */
     uint64_t preemptions, tokens_generated, prompt_tokens, cached_tokens, steps;
     uint64_t drafted, accepted;
@@ -168,6 +171,10 @@ static void release_pages(struct l8_sched *s, struct req *r)
 
 static void req_free(struct l8_sched *s, struct req *r)
 {
+    /* Its tokens become drafts for the scope's later requests (no memory:
+     * they do not) */
+    if (s->history && r->started)
+        (void)l8_history_add(s->history, r->cache_scope, r->tokens, r->n_tokens);
     if (r->list != LIST_DOOMED)
         id_remove(s, r);
     list_remove(s, r);
@@ -363,6 +370,11 @@ int l8_sched_new(const struct l8_sched_opts *o, struct l8_sched **out)
     s->by_id = calloc(s->n_buckets, sizeof(*s->by_id));
     if (!s->seqs || !s->slots || !s->step_req || !s->by_id || !s->owners)
         goto err;
+    /* Drafts from the scope's recent requests share what the prefix cache
+     * shares: none where it is off. */
+    if (o->draft_max && !o->no_prefix_cache &&
+        (rc = l8_history_new(L8_SCHED_HISTORY_SCOPES, L8_SCHED_HISTORY_CAP, &s->history)) < 0)
+        goto err;
     *out = s;
     return 0;
 err:
@@ -374,6 +386,8 @@ void l8_sched_free(struct l8_sched *s)
 {
     if (!s)
         return;
+    l8_history_free(s->history);
+    s->history = NULL;          /* nobody drafts from what is freed now */
     for (int w = 0; w < LIST_COUNT; w++)
         while (s->lists[w].head)
             req_free(s, s->lists[w].head);
@@ -595,7 +609,8 @@ static void add_seq(struct l8_sched *s, struct req *r, uint32_t take, uint32_t k
 
 /* Speculative decoding: up to `room` drafts for r's decode row, written
  * after its known tokens, from the longest repeat of its latest tokens
- * among its earlier ones (ngram.h); as many as r's recent acceptance
+ * among its earlier ones (ngram.h) or its scope's recent requests
+ * (history.h); as many as r's recent acceptance
  * says (l8_draft_len), never more than it may still generate less one
  * (the sample after the last draft), and only into pages the pool can
  * spare without taking the headroom of the running requests. */
@@ -616,9 +631,20 @@ static uint32_t draft(struct l8_sched *s, struct req *r, uint32_t room)
         r->vout = NULL;
         return 0;
     }
-    uint32_t n_match;
-    k = l8_ngram_propose(r->ng, l8_ngram_tokens(r->ng), l8_ngram_len(r->ng), 1, k,
-                         r->tokens + r->n_tokens, &n_match);
+    /* Its own tokens first; the scope's recent requests where they match
+     * a longer suffix. */
+    uint32_t n_match, n_hist, d[L8_SCHED_DRAFT_MAX];
+    const struct l8_ngram *hg = s->history ? l8_history_index(s->history, r->cache_scope)
+                                           : NULL;
+    const uint32_t k_own = l8_ngram_propose(r->ng, r->tokens, r->n_tokens, 1, k,
+                                            r->tokens + r->n_tokens, &n_match);
+    const uint32_t k_hist = hg && n_match < L8_NGRAM_MAX_N
+                            ? l8_ngram_propose(hg, r->tokens, r->n_tokens, n_match + 1, k, d,
+                                               &n_hist)
+                            : 0;
+    if (k_hist)
+        memcpy(r->tokens + r->n_tokens, d, sizeof(uint32_t) * k_hist);
+    k = k_hist ? k_hist : k_own;
     const uint32_t ps = s->o.page_size, spare_from = s->lists[LIST_RUNNING].n;
     while (k && (uint64_t)r->n_pages * ps < r->n_computed + 1 + k) {
         uint32_t pg;

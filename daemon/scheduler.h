@@ -72,8 +72,10 @@
  *
  * Speculative decoding (opts.draft_max, a request's speculate): a decode
  * row may carry drafted tokens after its last one, taken from the longest
- * earlier repeat of the request's latest tokens (speculate/ngram.h), as
- * many as its recent acceptance says. The engine samples at every position
+ * earlier repeat of the request's latest tokens (speculate/ngram.h) in its
+ * own, or, where longer, in the recent requests of its cache_scope that
+ * have ended (speculate/history.h; none with no_prefix_cache), as many as
+ * its recent acceptance says. The engine samples at every position
  * as plain decoding would (l8_seq.n_draft); the drafts are accepted up to
  * the first that differs from the sample before it, and that sample
  * follows them: the same tokens, and TOKEN events, as without speculation,
@@ -87,7 +89,9 @@
  * Memory: a request's token array, page table and mask are allocated once
  * at submit, sized for prompt + max_new_tokens; a speculating request's
  * draft index (~47 bytes a token, at most L8_SCHED_NGRAM_CAP tokens) when
- * it first decodes, given back when it is preempted; nothing per token. */
+ * it first decodes, given back when it is preempted; nothing per token.
+ * Speculating, the history: L8_SCHED_HISTORY_CAP tokens' index for each of
+ * up to L8_SCHED_HISTORY_SCOPES scopes, made as each first ends a request. */
 #pragma once
 #include <stdbool.h>
 #include <stdint.h>
@@ -106,6 +110,8 @@ struct l8_sched_event;
 #define L8_SCHED_DRAFT_MAX     16      /* drafts one decode row verifies at most */
 #define L8_SCHED_NGRAM_CAP     32768u  /* tokens a request's draft index holds (~1.5 MB;
                                           a longer request drafts no more past them) */
+#define L8_SCHED_HISTORY_SCOPES 8u     /* cache scopes whose recent requests are kept */
+#define L8_SCHED_HISTORY_CAP   32768u  /* tokens kept of each (~1.5 MB) */
 
 /* Submit refusals: negative values outside the errno range, so one int
  * carries either. The ipc layer maps each to a protocol error code. */

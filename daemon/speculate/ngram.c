@@ -155,13 +155,14 @@ uint32_t l8_ngram_propose(const struct l8_ngram *g, const uint32_t *query, uint3
         if (t[s] == EMPTY)
             continue;
         /* the occurrence ends at tok[t[s] - 1]: copy from tok[t[s]] on;
-         * past the sequence's end only when the query is its own tail, then
-         * from the draft itself, one period (len - from >= 1) back */
+         * up to a break; past the sequence's end only when the query is its
+         * own tail, then from the draft itself, one period (len - from >= 1)
+         * back */
         const uint32_t from = t[s], period = g->len - from;
         uint32_t j = 0;
-        for (; j < k && j < period; j++)
+        for (; j < k && j < period && g->tok[from + j] != L8_NGRAM_BREAK; j++)
             draft[j] = g->tok[from + j];
-        if (same(g->tok + g->len - n, key, n))
+        if (j == period && same(g->tok + g->len - n, key, n))
             for (; j < k; j++)
                 draft[j] = draft[j - period];
         if (n_match)

@@ -14,8 +14,8 @@
  * matched suffix is also the sequence's tail (always, when the query is
  * the index's own tail), it goes on copying what it drafted, as an
  * overlapping LZ77 copy: "a b a b" drafts "a b a b ...". A caller can ask
- * its own sequence's index first and another (e.g. recent prompts of the
- * same user) with the same query next.
+ * its own sequence's index first and another (history.h: recent requests
+ * of the same user) with the same query next.
  *
  * Memory, fixed at creation for cap tokens: 4 bytes a token for the
  * sequence and, for each of the 8 tables, 4/3 slots of 4 bytes a token
@@ -28,6 +28,9 @@
 
 #define L8_NGRAM_MAX_N 8u              /* longest n-gram looked up */
 #define L8_NGRAM_MAX_CAP (1u << 28)    /* most tokens one index holds */
+/* A token that separates sequences in one index (history.h): no query
+ * holds it, so no n-gram across it is found, and a draft stops before it. */
+#define L8_NGRAM_BREAK UINT32_MAX
 
 struct l8_ngram;
 

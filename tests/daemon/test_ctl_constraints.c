@@ -301,6 +301,31 @@ static void test_speculation(void)
            "accepted\n", same, runs, (unsigned long long)(st1.draft_tokens - st0.draft_tokens),
            (unsigned long long)(st1.draft_accepted - st0.draft_accepted));
     CHECK(st1.draft_accepted - st0.draft_accepted > 20, "too few drafts kept under constraints");
+
+    /* The same sampled request twice: the second drafts from the first's
+     * reply (the uid's history) and keeps most of them; the same tokens. */
+    struct reply r[2];
+    uint64_t acc[2];
+    for (int i = 0; i < 2; i++) {
+        struct l8c_params p;
+        l8c_params_init(&p);
+        p.max_new_tokens = 120;
+        p.ignore_eos = true;
+        p.temperature = 1.0f;
+        p.seed = 77;
+        uint64_t id;
+        REQUIRE(l8c_status(c, &st0, 10000) == 0, "status");
+        REQUIRE(l8c_submit(c, prompt, N_PROMPT, &p, &id) == 0, "submit");
+        REQUIRE(collect(c, id, &r[i]), "sampled request %d: events", i);
+        REQUIRE(l8c_status(c, &st1, 10000) == 0, "status");
+        acc[i] = st1.draft_accepted - st0.draft_accepted;
+    }
+    printf("speculation from the uid's history: first reply %u tokens, %llu drafts accepted; "
+           "the same request again %llu\n", r[0].n, (unsigned long long)acc[0],
+           (unsigned long long)acc[1]);
+    CHECK(r[0].n == 120 && r[1].n == 120 && !memcmp(r[0].ids, r[1].ids, 120 * 4),
+          "the repeated request's reply differs");
+    CHECK(acc[1] >= acc[0] + 60, "the repeated request took few drafts from the first's reply");
     l8c_close(c);
 }
 

@@ -1600,6 +1600,41 @@ static void test_speculation(void)
     CHECK_EQ(st.drafted, 0);
     world_fini(&w);
 
+    /* Drafts from the scope's ended requests: B asks what A asked, and A's
+     * reply drafts B's from its first decode, where B's own tokens have
+     * nothing to repeat yet; of another scope, or with the prefix cache
+     * off, they do not. */
+    uint64_t acc[3], steps_b[3];
+    uint32_t q[24];
+    fill(q, 24, 5);             /* no repeat in the prompt */
+    for (int c = 0; c < 3; c++) {
+        no_prefix_cache = c == 2;
+        CHECK_EQ(world_init(&w, 64, 4, 64, 4, 400), 0);
+        no_prefix_cache = false;
+        r = req(1, 10, q, 24, 120);
+        r.cache_scope = 5;
+        CHECK_EQ(l8_sched_submit(w.s, &r, NULL), 0);
+        run_all(&w, 64, 4);
+        l8_sched_get_stats(w.s, &st);
+        const uint64_t acc_a = st.accepted;
+        r = req(2, 11, q, 24, 120);
+        r.cache_scope = c == 1 ? 6 : 5;
+        CHECK_EQ(l8_sched_submit(w.s, &r, NULL), 0);
+        steps_b[c] = run_all(&w, 64, 4);
+        check_stream(&w, 1, 10, q, 24, 120, NULL, 0, 0, __LINE__);
+        check_stream(&w, 2, 11, q, 24, 120, NULL, 0, 0, __LINE__);
+        l8_sched_get_stats(w.s, &st);
+        acc[c] = st.accepted - acc_a;
+        world_fini(&w);
+    }
+    printf("speculation from the scope's history: B accepted %llu in %llu steps; another "
+           "scope %llu in %llu; prefix cache off %llu in %llu\n",
+           (unsigned long long)acc[0], (unsigned long long)steps_b[0],
+           (unsigned long long)acc[1], (unsigned long long)steps_b[1],
+           (unsigned long long)acc[2], (unsigned long long)steps_b[2]);
+    CHECK(acc[0] > acc[1] && steps_b[0] < steps_b[1]);
+    CHECK(acc[1] == acc[2] && steps_b[1] == steps_b[2]);
+
     memset(&rand_totals, 0, sizeof rand_totals);
     int bad = 0;
     for (uint64_t seed = 1; seed <= 1000 && bad < 3; seed++) {
