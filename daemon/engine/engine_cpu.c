@@ -39,6 +39,9 @@
 #define SPLIT_CHUNK 256u
 #define SPLIT_DIM_BLOCK 32u
 #define SPLIT_MAX_ITEMS 4u
+/* Sample-only rows one lm_head pass takes at least, whatever max_seqs: a
+ * verification's n_draft + 1 samples read the lm_head once, not once each. */
+#define LOGIT_BATCH_MIN 32u
 
 struct attn_item {
     uint32_t seq;       /* index into the step's seqs */
@@ -102,7 +105,8 @@ struct cpu {
     float *split_mx;            /* [SPLIT_MAX_ITEMS][gqa] */
     double *split_sum;          /* [SPLIT_MAX_ITEMS][gqa] */
     float *split_acc;           /* [SPLIT_MAX_ITEMS][gqa, head_dim] */
-    float *logit_scratch;       /* [max_seqs, vocab] for sample-only rows */
+    float *logit_scratch;       /* [scratch_rows, vocab] for sample-only rows */
+    uint32_t scratch_rows;      /* max_seqs, at least LOGIT_BATCH_MIN */
     float **dest;               /* [T] lm_head destinations */
     struct pending_sample *pend;/* [T] the samples of lm_head's batch */
     struct l8_sampler *sampler;
@@ -233,7 +237,8 @@ static int cpu_create(const struct l8_model *m, const struct l8_engine_opts *o,
     e->tok_pos = xalloc(work, T * sizeof(uint32_t));
     e->tok_id = xalloc(work, T * sizeof(uint32_t));
     e->items = xalloc(work, T * c->n_kv_heads * sizeof(struct attn_item));
-    e->logit_scratch = xalloc(work, (size_t)e->max_seqs * c->vocab * sizeof(float));
+    e->scratch_rows = e->max_seqs > LOGIT_BATCH_MIN ? e->max_seqs : LOGIT_BATCH_MIN;
+    e->logit_scratch = xalloc(work, (size_t)e->scratch_rows * c->vocab * sizeof(float));
     e->dest = xalloc(work, T * sizeof(float *));
     e->pend = xalloc(work, T * sizeof(*e->pend));
     if (!e->x || !e->xn || !e->tmp || !e->q || !e->k || !e->v || !e->att || !e->gate
@@ -687,7 +692,7 @@ static int cpu_step(void *impl, struct l8_seq *seqs, uint32_t n_seqs,
             if (sampled)
                 e->pend[b.n_pend++] = (struct pending_sample){ s, t - first_sample, b.n_rows };
             e->dest[b.n_rows++] = d;
-            if (b.n_scratch == e->max_seqs)
+            if (b.n_scratch == e->scratch_rows)
                 logit_batch_run(e, &b);
         }
     }
