@@ -756,9 +756,10 @@ int l8_sched_build_step(struct l8_sched *s, struct l8_seq **seqs, uint32_t *n)
         add_seq(s, r, left < budget ? left : budget, 0, &budget);
     }
 
+    /* (a prompt's last token can come alone, as a decode row with drafts) */
     for (uint32_t i = 0; i < s->n_step; i++)
         if (s->slots[i].prefill)
-            s->prompt_tokens += s->seqs[i].n_tokens;
+            s->prompt_tokens += s->seqs[i].n_tokens - s->seqs[i].n_draft;
     s->in_flight = s->n_step > 0;
     if (s->in_flight)
         s->steps++;

@@ -203,9 +203,11 @@ int main(int argc, char **argv)
     const uint64_t fed = s.prompt_tokens + s.tokens_generated - s.requests_done +
                          s.draft_tokens - s.draft_accepted;
     CHECK(s.preemptions ? s.fed_tokens <= fed : s.fed_tokens == fed,
-          "fed %llu tokens: %llu prompt + %llu generated - %llu requests, %llu preemptions",
+          "fed %llu tokens: %llu prompt + %llu generated - %llu requests + %llu drafted "
+          "- %llu accepted, %llu preemptions",
           (unsigned long long)s.fed_tokens, (unsigned long long)s.prompt_tokens,
           (unsigned long long)s.tokens_generated, (unsigned long long)s.requests_done,
+          (unsigned long long)s.draft_tokens, (unsigned long long)s.draft_accepted,
           (unsigned long long)s.preemptions);
     /* Speculation drafted, so the streams above came from verification
      * steps too. */

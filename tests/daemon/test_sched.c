@@ -1577,6 +1577,18 @@ static void test_speculation(void)
     check_stream(&w, 1, 3, p, 24, 31, NULL, 0, 9, __LINE__);
     world_fini(&w);
 
+    /* A budget of 23 leaves the prompt's last token for a step of its own,
+     * a decode row that drafts: one prompt token, not 1 + its drafts. */
+    CHECK_EQ(world_init(&w, 64, 4, 23, 4, 400), 0);
+    r = req(1, 6, p, 24, 50);
+    CHECK_EQ(l8_sched_submit(w.s, &r, NULL), 0);
+    run_all(&w, 23, 4);
+    check_stream(&w, 1, 6, p, 24, 50, NULL, 0, 0, __LINE__);
+    l8_sched_get_stats(w.s, &st);
+    CHECK(st.drafted > 0 && st.prompt_tokens == 24, "%llu drafted, %llu prompt tokens",
+          (unsigned long long)st.drafted, (unsigned long long)st.prompt_tokens);
+    world_fini(&w);
+
     /* No room: verify_rows of 1 leaves none beside the decode row. */
     verify_rows = 1;
     CHECK_EQ(world_init(&w, 64, 4, 64, 4, 400), 0);
