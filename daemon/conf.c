@@ -66,6 +66,7 @@ static const struct key keys[] = {
     { "prefix_cache", K_PREFIX_CACHE, F(prefix_cache), "user|shared|off who shares cached prompt pages (user: requests of one uid, so no client learns what another sent)", RESTART },
     { "speculate", K_SPECULATE, F(speculate), "auto|ngram|off speculative decoding: each decode step also verifies drafts taken from the request's prompt and reply and the uid's recent requests (ngram), the tokens the same as without (auto: ngram where the warm-up measures a step verifying 4 drafts at most 2x a one-token step, as on a GPU, else off; a request may turn it off)", RESTART },
     { "draft_max", K_U32, F(draft_max), "N most drafted tokens a request verifies in one step (1-16)", RESTART },
+    { "lm_head_fp8", K_BOOL, F(lm_head_fp8), "BOOL cpu engine: quantize lm_head to FP8 at load, per-row scales as the checkpoint's projections (default false; half the bytes of a small model's decoded token)", RESTART },
     { "no_warmup", K_BOOL, F(no_warmup), "BOOL skip the warm-up step", RESTART },
 };
 #define N_KEYS (sizeof(keys) / sizeof(keys[0]))

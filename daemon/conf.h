@@ -82,6 +82,7 @@ struct l8d_conf {
                                   crossover (the default) */
     bool cuda_graphs;          /* decode steps as CUDA graphs (false: eager) */
     bool cuda_pdl;             /* programmatic dependent launch on sm_90+ */
+    bool lm_head_fp8;          /* cpu engine: lm_head quantized to FP8 at load */
     enum l8d_prefix_cache prefix_cache;
     enum l8d_speculate speculate;
     uint32_t draft_max;        /* drafted tokens a request verifies per step */

@@ -346,13 +346,16 @@ static int setup(struct l8d *d, int argc, char **argv)
         .gemv_fixed = !d->conf.gemv_max_m_auto, .gemv_max_m = d->conf.gemv_max_m,
         .no_graphs = !d->conf.cuda_graphs, .no_pdl = !d->conf.cuda_pdl,
         .profile_file = d->conf.profile_file[0] ? d->conf.profile_file : NULL,
+        .lm_head_fp8 = d->conf.lm_head_fp8,
         .log = l8_log_lines,
     };
     if (d->conf.backend_auto) {
         d->conf.backend = L8_BACKEND_CUDA;
         if (d->conf.numerics_auto)
             eo.numerics = L8_NUMERICS_FP8;
-        if (!L8_HAVE_CUDA || l8_engine_create(d->model, L8_BACKEND_CUDA, &eo, &d->engine, lerr) < 0) {
+        struct l8_engine_opts co = eo;
+        co.lm_head_fp8 = false;     /* a cpu engine option: the gpu keeps its own */
+        if (!L8_HAVE_CUDA || l8_engine_create(d->model, L8_BACKEND_CUDA, &co, &d->engine, lerr) < 0) {
             if (L8_HAVE_CUDA)
                 log_notice("cuda engine unavailable (%s): using cpu", lerr);
             d->conf.backend = L8_BACKEND_CPU;

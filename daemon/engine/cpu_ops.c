@@ -106,8 +106,10 @@ int l8_cpu_ws_init(struct l8_cpu_ws *ws, int nthreads, size_t max_in)
     memset(ws, 0, sizeof(*ws));
     ws->nthreads = nthreads;
     ws->floats = L8_CPU_MM_BUDGET_FLOATS;
-    if (ws->floats < 4 * max_in)
-        ws->floats = 4 * max_in;
+    if (ws->floats < 4 * (max_in + 64))
+        ws->floats = 4 * (max_in + 64);     /* 4 rows of an fp8 panel, padded */
+    ws->fp8 = l8_fp8_best();
+    l8_fp8_tables_init(&ws->tab);
     ws->buf = calloc((size_t)nthreads, sizeof(float *));
     if (!ws->buf)
         return -ENOMEM;
@@ -319,12 +321,12 @@ void fused_tile(enum wkind k, const void *w0, const void *w1, int nr,
     }
 }
 
-/* y[t][col0 + r] = (dot(x_t, w_r) * scale[r]) * xs[t] (scale, xs may be
- * NULL = 1) for `rows` rows of w (row stride `in` elements), T tokens. */
+/* y[t][col0 + r] = dot(x_t, w_r) * scale[r] (scale may be NULL = 1) for
+ * `rows` rows of w (row stride `in` elements), T tokens. */
 static inline __attribute__((always_inline))
 void fused_block(enum wkind k, const void *w, uint32_t rows, uint32_t in,
                  const float *x, uint32_t T, float *const *out_rows, size_t col0,
-                 const float *scale, const float *xs, float *scratch)
+                 const float *scale, float *scratch)
 {
     const size_t esz = k == WK_E4M3 ? 1 : k == WK_BF16 ? 2 : 4;
     for (uint32_t r = 0; r < rows; ) {
@@ -347,8 +349,7 @@ void fused_block(enum wkind k, const void *w, uint32_t rows, uint32_t in,
             decode_e4m3_table(w0, in, scratch);
             for (uint32_t t = 0; t < T; t++) {
                 float v = dot_body(x + (size_t)t * in, scratch, in);
-                v = scale ? v * scale[r] : v;
-                out_rows[t][col0 + r] = xs ? v * xs[t] : v;
+                out_rows[t][col0 + r] = scale ? v * scale[r] : v;
             }
             r += 1;
             continue;
@@ -366,8 +367,7 @@ void fused_block(enum wkind k, const void *w, uint32_t rows, uint32_t in,
                 fused_tile(k, w0, w0, 1, x0, x0, 1, in, d);
             for (int a = 0; a < nr; a++)
                 for (int b = 0; b < nt; b++) {
-                    float v = scale ? d[a][b] * scale[r + a] : d[a][b];
-                    out_rows[t + b][col0 + r + a] = xs ? v * xs[t + b] : v;
+                    out_rows[t + b][col0 + r + a] = scale ? d[a][b] * scale[r + a] : d[a][b];
                 }
         }
         r += (uint32_t)nr;
@@ -377,25 +377,25 @@ void fused_block(enum wkind k, const void *w, uint32_t rows, uint32_t in,
 L8_MULTIVERSION
 static void fused_block_e4m3(const void *w, uint32_t rows, uint32_t in, const float *x,
                              uint32_t T, float *const *out_rows, size_t col0,
-                             const float *scale, const float *xs, float *scratch)
+                             const float *scale, float *scratch)
 {
-    fused_block(WK_E4M3, w, rows, in, x, T, out_rows, col0, scale, xs, scratch);
+    fused_block(WK_E4M3, w, rows, in, x, T, out_rows, col0, scale, scratch);
 }
 
 L8_MULTIVERSION
 static void fused_block_bf16(const void *w, uint32_t rows, uint32_t in, const float *x,
                              uint32_t T, float *const *out_rows, size_t col0,
-                             const float *scale, const float *xs, float *scratch)
+                             const float *scale, float *scratch)
 {
-    fused_block(WK_BF16, w, rows, in, x, T, out_rows, col0, scale, xs, scratch);
+    fused_block(WK_BF16, w, rows, in, x, T, out_rows, col0, scale, scratch);
 }
 
 L8_MULTIVERSION
 static void fused_block_f32(const void *w, uint32_t rows, uint32_t in, const float *x,
                             uint32_t T, float *const *out_rows, size_t col0,
-                            const float *scale, const float *xs, float *scratch)
+                            const float *scale, float *scratch)
 {
-    fused_block(WK_F32, w, rows, in, x, T, out_rows, col0, scale, xs, scratch);
+    fused_block(WK_F32, w, rows, in, x, T, out_rows, col0, scale, scratch);
 }
 
 /* ---- decode once, dot many (prefill) ---------------------------------------- */
@@ -403,7 +403,7 @@ static void fused_block_f32(const void *w, uint32_t rows, uint32_t in, const flo
 /* Dots of T input rows against a decoded block of rows. */
 static void block_dots(const float *wd, uint32_t rows, uint32_t in, const float *x,
                        uint32_t T, float *const *out_rows, size_t out_col0,
-                       const float *scale, const float *xs)
+                       const float *scale)
 {
     for (uint32_t t = 0; t < T; t++) {
         const float *xt = x + (size_t)t * in;
@@ -413,14 +413,12 @@ static void block_dots(const float *wd, uint32_t rows, uint32_t in, const float 
         for (; r + 4 <= rows; r += 4) {
             dot4(xt, wd + (size_t)r * in, in, in, d);
             for (int j = 0; j < 4; j++) {
-                float v = scale ? d[j] * scale[r + j] : d[j];
-                yt[r + j] = xs ? v * xs[t] : v;
+                yt[r + j] = scale ? d[j] * scale[r + j] : d[j];
             }
         }
         for (; r < rows; r++) {
-            float v = l8_cpu_dot(xt, wd + (size_t)r * in, in);
-            v = scale ? v * scale[r] : v;
-            yt[r] = xs ? v * xs[t] : v;
+            const float v = l8_cpu_dot(xt, wd + (size_t)r * in, in);
+            yt[r] = scale ? v * scale[r] : v;
         }
     }
 }
@@ -452,7 +450,10 @@ struct mm_job {
     const struct l8_cpu_ws *ws;
     struct mm_part part[MM_MAX_PARTS];
     uint32_t n_parts;
-    const float *x, *xs;            /* x [T, in], xs [T] or NULL */
+    const float *x;                 /* exact: [T, in] f32, or */
+    const uint8_t *xp;              /* fp8: T packed tokens of xld bytes */
+    size_t xld;
+    const float *xs;                /* fp8: [T] token scales */
     uint32_t T;
     bool fused;
 };
@@ -471,16 +472,21 @@ static void mm_chunk(void *ctx, size_t b, size_t e, int tid)
         const uint32_t o0 = (uint32_t)(blk - P->blk0) * P->rb;
         const uint32_t rows = out - o0 < P->rb ? out - o0 : P->rb;
         const float *scale = P->W ? P->W->scale + o0 : NULL;
+        if (j->xp) {
+            l8_fp8_block(j->ws->fp8, &j->ws->tab, P->W->w + (size_t)o0 * in, rows, in, scale,
+                         j->xp, j->xld, j->xs, j->T, P->out, o0, wd);
+            continue;
+        }
         if (j->fused) {
             if (P->W)
                 fused_block_e4m3(P->W->w + (size_t)o0 * in, rows, in, j->x, j->T, P->out, o0,
-                                 scale, j->xs, wd);
+                                 scale, wd);
             else if (P->D->dtype == L8_BF16)
                 fused_block_bf16((const uint16_t *)P->D->data + (size_t)o0 * in, rows, in,
-                                 j->x, j->T, P->out, o0, NULL, j->xs, wd);
+                                 j->x, j->T, P->out, o0, NULL, wd);
             else
                 fused_block_f32((const float *)P->D->data + (size_t)o0 * in, rows, in,
-                                j->x, j->T, P->out, o0, NULL, j->xs, wd);
+                                j->x, j->T, P->out, o0, NULL, wd);
             continue;
         }
         if (P->W) {
@@ -491,7 +497,7 @@ static void mm_chunk(void *ctx, size_t b, size_t e, int tid)
             for (uint32_t r = 0; r < rows; r++)
                 l8_dense_row(P->D, o0 + r, wd + (size_t)r * in);
         }
-        block_dots(wd, rows, in, j->x, j->T, P->out, o0, scale, j->xs);
+        block_dots(wd, rows, in, j->x, j->T, P->out, o0, scale);
     }
 }
 
@@ -501,7 +507,7 @@ static void mm_chunk(void *ctx, size_t b, size_t e, int tid)
  * FUSED_MIN_BLOCK_MACS; even, for the row pairs. The choice changes only
  * the work split, never a result. */
 static uint32_t rows_per_block(const struct l8_cpu_ws *ws, uint32_t out, uint32_t in,
-                               uint32_t T, bool fused, int nthreads)
+                               uint32_t T, bool fused, bool fp8, int nthreads)
 {
     if (in == 0)
         in = 1;
@@ -512,9 +518,10 @@ static uint32_t rows_per_block(const struct l8_cpu_ws *ws, uint32_t out, uint32_
         size_t min_rows = (FUSED_MIN_BLOCK_MACS + (size_t)in * T - 1) / ((size_t)in * T);
         if (rb < min_rows)
             rb = min_rows;
-        rb = (rb + 1) & ~(size_t)1;
+        rb = (rb + 3) & ~(size_t)3;
     } else {
-        rb = ws->floats / in;
+        rb = fp8 ? ws->floats * sizeof(float) / l8_fp8_panel_row_bytes(ws->fp8, in)
+                 : ws->floats / in;
         size_t fair = ((size_t)out + 4u * (size_t)nthreads - 1) / (4u * (size_t)nthreads);
         if (rb > fair)
             rb = fair;
@@ -532,7 +539,7 @@ static uint32_t rows_per_block(const struct l8_cpu_ws *ws, uint32_t out, uint32_
 static void mm_run(struct l8_tp *tp, struct mm_job *j)
 {
     const int nt = l8_tp_nthreads(tp);
-    bool fused = j->T <= L8_CPU_FUSED_MAX_T;
+    bool fused = j->xp ? l8_fp8_fused(j->ws->fp8, j->T) : j->T <= L8_CPU_FUSED_MAX_T;
     for (uint32_t p = 0; p < j->n_parts; p++)
         if (j->part[p].D && j->part[p].D->dtype != L8_BF16 && j->part[p].D->dtype != L8_F32)
             fused = false;      /* F16 goes through l8_dense_row */
@@ -543,7 +550,7 @@ static void mm_run(struct l8_tp *tp, struct mm_job *j)
         struct mm_part *P = &j->part[p];
         const uint32_t in = P->W ? P->W->in : P->D->cols;
         const uint32_t out = P->W ? P->W->out : P->D->rows;
-        P->rb = rows_per_block(j->ws, out, in, j->T, fused, nt);
+        P->rb = rows_per_block(j->ws, out, in, j->T, fused, j->xp != NULL, nt);
         P->blk0 = nblk;
         nblk += (out + P->rb - 1) / P->rb;
         macs += (uint64_t)j->T * out * in;
@@ -551,35 +558,65 @@ static void mm_run(struct l8_tp *tp, struct mm_job *j)
     l8_tp_for(tp, nblk, macs < L8_CPU_INLINE_MACS ? nblk : 1, mm_chunk, j);
 }
 
-void l8_cpu_qmatmul_multi(struct l8_tp *tp, const struct l8_cpu_ws *ws,
-                          const struct l8_qweight *const *W, uint32_t n_w,
-                          const float *x, const float *xs, uint32_t T,
-                          float *const *y, const size_t *ldy)
+void l8_cpu_qmatmul_to_rows(struct l8_tp *tp, const struct l8_cpu_ws *ws,
+                            const struct l8_qweight *const *W, uint32_t n_w,
+                            const struct l8_cpu_x *x, uint32_t T, float *const *const *out)
 {
-    /* Row pointers into y, in bounded groups of tokens to stay off the heap. */
-    float *rows[MM_MAX_PARTS][L8_CPU_MAX_ROWPTR];
     for (uint32_t w0 = 0; w0 < n_w; w0 += MM_MAX_PARTS) {
         const uint32_t np = n_w - w0 < MM_MAX_PARTS ? n_w - w0 : MM_MAX_PARTS;
         for (uint32_t t0 = 0; t0 < T; t0 += L8_CPU_MAX_ROWPTR) {
             const uint32_t n = T - t0 < L8_CPU_MAX_ROWPTR ? T - t0 : L8_CPU_MAX_ROWPTR;
-            struct mm_job j = { .ws = ws, .n_parts = np, .x = x + (size_t)t0 * W[0]->in,
-                                .xs = xs ? xs + t0 : NULL, .T = n };
+            struct mm_job j = { .ws = ws, .n_parts = np, .T = n };
+            if (x->fp8) {
+                j.xp = (const uint8_t *)x->fp8 + (size_t)t0 * x->ld;
+                j.xld = x->ld;
+                j.xs = x->scale + t0;
+            } else {
+                j.x = x->f32 + (size_t)t0 * W[0]->in;
+            }
             for (uint32_t p = 0; p < np; p++) {
-                for (uint32_t t = 0; t < n; t++)
-                    rows[p][t] = y[w0 + p] + (size_t)(t0 + t) * ldy[w0 + p];
                 j.part[p].W = W[w0 + p];
-                j.part[p].out = rows[p];
+                j.part[p].out = out[w0 + p] + t0;
             }
             mm_run(tp, &j);
         }
     }
 }
 
+void l8_cpu_qmatmul_multi(struct l8_tp *tp, const struct l8_cpu_ws *ws,
+                          const struct l8_qweight *const *W, uint32_t n_w,
+                          const struct l8_cpu_x *x, uint32_t T,
+                          float *const *y, const size_t *ldy)
+{
+    /* Row pointers into y, in bounded groups of tokens to stay off the heap. */
+    float *rows[MM_MAX_PARTS][L8_CPU_MAX_ROWPTR];
+    float *const *out[MM_MAX_PARTS];
+    for (uint32_t w0 = 0; w0 < n_w; w0 += MM_MAX_PARTS) {
+        const uint32_t np = n_w - w0 < MM_MAX_PARTS ? n_w - w0 : MM_MAX_PARTS;
+        for (uint32_t t0 = 0; t0 < T; t0 += L8_CPU_MAX_ROWPTR) {
+            const uint32_t n = T - t0 < L8_CPU_MAX_ROWPTR ? T - t0 : L8_CPU_MAX_ROWPTR;
+            struct l8_cpu_x xt = *x;
+            if (xt.fp8) {
+                xt.fp8 = (const uint8_t *)xt.fp8 + (size_t)t0 * xt.ld;
+                xt.scale += t0;
+            } else {
+                xt.f32 += (size_t)t0 * W[0]->in;
+            }
+            for (uint32_t p = 0; p < np; p++) {
+                for (uint32_t t = 0; t < n; t++)
+                    rows[p][t] = y[w0 + p] + (size_t)(t0 + t) * ldy[w0 + p];
+                out[p] = rows[p];
+            }
+            l8_cpu_qmatmul_to_rows(tp, ws, W + w0, np, &xt, n, out);
+        }
+    }
+}
+
 void l8_cpu_qmatmul(struct l8_tp *tp, const struct l8_cpu_ws *ws,
-                    const struct l8_qweight *W, const float *x, const float *xs,
+                    const struct l8_qweight *W, const struct l8_cpu_x *x,
                     uint32_t T, float *y, size_t ldy)
 {
-    l8_cpu_qmatmul_multi(tp, ws, &W, 1, x, xs, T, &y, &ldy);
+    l8_cpu_qmatmul_multi(tp, ws, &W, 1, x, T, &y, &ldy);
 }
 
 void l8_cpu_dense_matmul(struct l8_tp *tp, const struct l8_cpu_ws *ws,
@@ -595,26 +632,37 @@ void l8_cpu_dense_matmul(struct l8_tp *tp, const struct l8_cpu_ws *ws,
     }
 }
 
-struct quant_job { const float *x; size_t n; uint8_t *q; float *xd, *xs; };
+struct quant_job {
+    const struct l8_cpu_ws *ws;
+    const float *x;
+    size_t n, ld;
+    uint8_t *q, *packed;
+    float *xs;
+};
 
 static void quant_chunk(void *ctx, size_t b, size_t e, int tid)
 {
     const struct quant_job *j = ctx;
     for (size_t t = b; t < e; t++) {
-        const float *xt = j->x + t * j->n;
         uint8_t *qt = j->q + t * j->n;
-        float *dt = j->xd + t * j->n;
-        j->xs[t] = l8_quantize_act_row(xt, j->n, qt);
-        for (size_t i = 0; i < j->n; i++)
-            dt[i] = l8_e4m3_lut[qt[i]];
+        j->xs[t] = l8_quantize_act_row(j->x + t * j->n, j->n, qt);
+        l8_fp8_pack(j->ws->fp8, &j->ws->tab, qt, j->n, j->packed + t * j->ld);
     }
 }
 
-void l8_cpu_quantize_rows(struct l8_tp *tp, const float *x, uint32_t T, size_t n,
-                          uint8_t *q, float *xd, float *xs)
+size_t l8_cpu_quantize_ld(const struct l8_cpu_ws *ws, size_t n)
 {
-    struct quant_job j = { .x = x, .n = n, .q = q, .xd = xd, .xs = xs };
+    return l8_fp8_packed_bytes(ws->fp8, n);
+}
+
+void l8_cpu_quantize_rows(struct l8_tp *tp, const struct l8_cpu_ws *ws, const float *x,
+                          uint32_t T, size_t n, uint8_t *q, void *packed, float *xs,
+                          struct l8_cpu_x *out)
+{
+    struct quant_job j = { .ws = ws, .x = x, .n = n, .ld = l8_cpu_quantize_ld(ws, n), .q = q,
+                           .packed = packed, .xs = xs };
     l8_tp_for(tp, T, 0, quant_chunk, &j);
+    *out = (struct l8_cpu_x){ .fp8 = packed, .ld = j.ld, .scale = xs };
 }
 
 void l8_cpu_rmsnorm(const float *x, const float *w, size_t n, float eps, float *y)

@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "../model/model.h"
+#include "cpu_fp8.h"
 #include "threadpool.h"
 
 /* Dot product in the engine's fixed order (two 8-wide accumulators over
@@ -21,27 +22,36 @@ float l8_cpu_dot(const float *a, const float *b, size_t n);
 /* E4M3 codes to f32 (vectorized; equal to l8_e4m3_lut for all 256 codes). */
 void l8_cpu_decode_e4m3(const uint8_t *w, size_t n, float *out);
 
-/* Per-thread scratch for the matmuls: nthreads buffers of `floats` each. */
+/* Per-thread scratch for the matmuls: nthreads buffers of `floats` each,
+ * and the fp8 kernel this processor runs (tests may set another). */
 struct l8_cpu_ws {
     float **buf;        /* [nthreads][floats] */
-    size_t floats;      /* >= L8_CPU_MM_MIN_FLOATS and >= 4 * max in */
+    size_t floats;      /* >= L8_CPU_MM_BUDGET_FLOATS and >= 4 * (max in + 64) */
     int nthreads;
+    enum l8_fp8_kernel fp8;
+    struct l8_fp8_tables tab;
 };
 #define L8_CPU_MM_BUDGET_FLOATS (64u * 1024u)   /* decoded weight block per thread */
 int  l8_cpu_ws_init(struct l8_cpu_ws *ws, int nthreads, size_t max_in);
 void l8_cpu_ws_free(struct l8_cpu_ws *ws);
 
-/* y[t][o] = (scale[o] * sum_i x[t][i] * lut[W.w[o][i]]) * xs[t]
- *   x  [T, W.in] f32 (exact numerics: activations; fp8 numerics: the
- *      decoded E4M3 activation codes, so every product is exact in f32)
- *   xs [T] per-token scales, or NULL (= 1, exact numerics)
- *   y  [T, ldy] f32, columns [0, W.out) written.
- * Rows are split over the pool. Up to 4 tokens the weights are decoded in
- * registers next to the dot (decode is the cost: nothing is stored);
- * beyond, each block of rows is decoded once into the thread's scratch and
- * dotted against every token. Both sum in l8_cpu_dot's order. */
+/* A projection's input, in the engine's numerics. */
+struct l8_cpu_x {
+    const float *f32;   /* exact: [T, in] f32 activations; NULL in fp8 */
+    const void *fp8;    /* fp8: T tokens of packed E4M3 codes, ld bytes each */
+    size_t ld;
+    const float *scale; /* fp8: [T] per-token scales */
+};
+
+/* Exact numerics: y[t][o] = scale[o] * sum_i x[t][i] * lut[W.w[o][i]] in
+ * l8_cpu_dot's order. Up to 4 tokens the weights are decoded in registers
+ * next to the dot (decode is the cost: nothing is stored); beyond, each
+ * block of rows is decoded once into the thread's scratch and dotted
+ * against every token.
+ * Fp8 numerics: the order of cpu_fp8.h, scaled by the token's scale.
+ *   y [T, ldy] f32, columns [0, W.out) written; rows split over the pool. */
 void l8_cpu_qmatmul(struct l8_tp *tp, const struct l8_cpu_ws *ws,
-                    const struct l8_qweight *W, const float *x, const float *xs,
+                    const struct l8_qweight *W, const struct l8_cpu_x *x,
                     uint32_t T, float *y, size_t ldy);
 
 /* The same for n_w weights that share W[i]->in and the input x (q/k/v,
@@ -49,8 +59,12 @@ void l8_cpu_qmatmul(struct l8_tp *tp, const struct l8_cpu_ws *ws,
  * Each output is bitwise what l8_cpu_qmatmul on W[i] alone gives. */
 void l8_cpu_qmatmul_multi(struct l8_tp *tp, const struct l8_cpu_ws *ws,
                           const struct l8_qweight *const *W, uint32_t n_w,
-                          const float *x, const float *xs, uint32_t T,
+                          const struct l8_cpu_x *x, uint32_t T,
                           float *const *y, const size_t *ldy);
+/* ... with one destination row pointer per token: out[i][t] -> [W[i]->out]. */
+void l8_cpu_qmatmul_to_rows(struct l8_tp *tp, const struct l8_cpu_ws *ws,
+                            const struct l8_qweight *const *W, uint32_t n_w,
+                            const struct l8_cpu_x *x, uint32_t T, float *const *const *out);
 
 /* out[r][v] = sum_i x[r][i] * D[v][i] for a dense [rows, cols] matrix
  * (embedding / lm_head), one destination row pointer per input row:
@@ -60,10 +74,12 @@ void l8_cpu_dense_matmul(struct l8_tp *tp, const struct l8_cpu_ws *ws,
                          float *const *out);
 
 /* Per-token FP8 activation quantization (l8_quantize_act_row on each row)
- * with the codes decoded back to f32: xd[t] = lut[q[t]], xs[t] = scale.
- *   x [T, n], q [T, n] u8 scratch, xd [T, n], xs [T]. */
-void l8_cpu_quantize_rows(struct l8_tp *tp, const float *x, uint32_t T, size_t n,
-                          uint8_t *q, float *xd, float *xs);
+ * packed for ws's fp8 kernel: x [T, n], q [T, n] u8 codes, packed [T,
+ * l8_cpu_quantize_ld(ws, n)] bytes, xs [T] scales; *out describes them. */
+size_t l8_cpu_quantize_ld(const struct l8_cpu_ws *ws, size_t n);
+void l8_cpu_quantize_rows(struct l8_tp *tp, const struct l8_cpu_ws *ws, const float *x,
+                          uint32_t T, size_t n, uint8_t *q, void *packed, float *xs,
+                          struct l8_cpu_x *out);
 
 /* y = x / sqrt(mean(x^2) + eps) * w  (sum of squares in f64). y may be x. */
 void l8_cpu_rmsnorm(const float *x, const float *w, size_t n, float eps, float *y);

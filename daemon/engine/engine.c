@@ -89,6 +89,10 @@ int l8_engine_create(const struct l8_model *m, enum l8_backend backend,
         snprintf(err, L8_ERRLEN, "kv_f32 is a cpu engine option");
         return -ENOTSUP;
     }
+    if (o.lm_head_fp8 && backend != L8_BACKEND_CPU) {
+        snprintf(err, L8_ERRLEN, "an fp8 lm_head is a cpu engine option");
+        return -ENOTSUP;
+    }
     if (o.page_size == 0)
         o.page_size = DEFAULT_PAGE_SIZE;
     if (o.max_step_tokens == 0)

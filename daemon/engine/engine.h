@@ -48,6 +48,11 @@ struct l8_engine_opts {
     bool kv_f32;             /* cpu only: keep the KV pool f32 in fp8 numerics
                                 too, isolating activation rounding (tests);
                                 other backends reject it */
+    bool lm_head_fp8;        /* cpu only: lm_head quantized to FP8 at creation
+                                with the checkpoint's own recipe (per-row
+                                scales, l8_quantize_weight_row): half the bytes
+                                a decoded token reads on small models, for a
+                                rounding inside the fp8 band (README) */
     const char *tune_file;   /* cuda: the file that keeps the measured GEMV /
                                 cuBLASLt crossover (cuda_tune.h); NULL: it is
                                 measured at every creation and kept nowhere */

@@ -73,6 +73,7 @@ struct cpu {
     uint32_t qdim, kvdim, max_in, gqa;
     struct l8_tp *tp;
     struct l8_cpu_ws ws;
+    struct l8_qweight lm_q;     /* opts.lm_head_fp8: lm_head as E4M3 codes, else w NULL */
     /* KV pool, layout of engine.h: [layer][kv][page][kv_head][slot][head_dim] */
     float *kv32;                /* exact numerics */
     uint16_t *kv16;             /* fp8 numerics: bf16 bits */
@@ -85,7 +86,7 @@ struct cpu {
     float *att;                 /* [T, n_heads*head_dim] attention output */
     float *gate, *up;           /* [T, inter] */
     uint8_t *xq;                /* [T, max_in] fp8 codes */
-    float *xd;                  /* [T, max_in] decoded fp8 activations */
+    uint8_t *xp;                /* [T, quantize_ld(max_in)] packed for the fp8 kernel */
     float *xs;                  /* [T] per-token activation scales */
     float *rcos, *rsin;         /* [T, head_dim/2] RoPE table per token */
     uint32_t *tok_seq, *tok_pos, *tok_id; /* [T] */
@@ -124,6 +125,45 @@ static void *xalloc(uint64_t *total, size_t bytes)
     return p;
 }
 
+struct lmq_job { const struct l8_dense *D; uint8_t *q; float *scale; float **row; };
+
+static void lmq_chunk(void *ctx, size_t b, size_t e_, int tid)
+{
+    const struct lmq_job *j = ctx;
+    for (size_t r = b; r < e_; r++) {
+        l8_dense_row(j->D, (uint32_t)r, j->row[tid]);
+        j->scale[r] = l8_bf16_to_f32(l8_quantize_weight_row(j->row[tid], j->D->cols,
+                                                            j->q + r * j->D->cols));
+    }
+}
+
+/* opts.lm_head_fp8: lm_head's rows quantized as the checkpoint's
+ * projections were (l8_quantize_weight_row), over the pool. */
+static int quantize_lm_head(struct cpu *e, uint64_t *total)
+{
+    const struct l8_dense *D = &e->m->lm_head;
+    const int nt = l8_tp_nthreads(e->tp);
+    uint8_t *q = xalloc(total, (size_t)D->rows * D->cols);
+    float *scale = xalloc(total, (size_t)D->rows * sizeof(float));
+    float **row = calloc((size_t)nt, sizeof(float *));
+    int r = q && scale && row ? 0 : -ENOMEM;
+    for (int t = 0; t < nt && r == 0; t++)
+        if (!(row[t] = malloc(sizeof(float) * D->cols)))
+            r = -ENOMEM;
+    if (r == 0) {
+        struct lmq_job j = { D, q, scale, row };
+        l8_tp_for(e->tp, D->rows, 64, lmq_chunk, &j);
+        e->lm_q = (struct l8_qweight){ .w = q, .scale = scale, .out = D->rows, .in = D->cols };
+    } else {
+        free(q);
+        free(scale);
+    }
+    for (int t = 0; row && t < nt; t++)
+        free(row[t]);
+    free(row);
+    return r;
+}
+
 static void cpu_destroy(void *impl)
 {
     struct cpu *e = impl;
@@ -134,7 +174,8 @@ static void cpu_destroy(void *impl)
     l8_cpu_ws_free(&e->ws);
     free(e->kv32); free(e->kv16);
     free(e->x); free(e->xn); free(e->tmp); free(e->q); free(e->k); free(e->v);
-    free(e->att); free(e->gate); free(e->up); free(e->xq); free(e->xd); free(e->xs);
+    free((void *)e->lm_q.w); free((void *)e->lm_q.scale);
+    free(e->att); free(e->gate); free(e->up); free(e->xq); free(e->xp); free(e->xs);
     free(e->rcos); free(e->rsin); free(e->tok_seq); free(e->tok_pos); free(e->tok_id);
     free(e->items); free(e->logit_scratch); free(e->dest); free(e->pend);
     free(e->split_w); free(e->split_cmax); free(e->split_mx); free(e->split_sum);
@@ -208,6 +249,8 @@ static int cpu_create(const struct l8_model *m, const struct l8_engine_opts *o,
         goto nomem;
     if (l8_cpu_ws_init(&e->ws, nt, e->max_in > c->hidden ? e->max_in : c->hidden) < 0)
         goto nomem;
+    if (o->lm_head_fp8 && quantize_lm_head(e, &mem->weights) < 0)
+        goto nomem;
 
     const size_t pool = (size_t)e->n_pages * page_bytes;
     if (f32kv)
@@ -229,7 +272,7 @@ static int cpu_create(const struct l8_model *m, const struct l8_engine_opts *o,
     e->gate = xalloc(work, T * c->inter * sizeof(float));
     e->up = xalloc(work, T * c->inter * sizeof(float));
     e->xq = xalloc(work, T * e->max_in);
-    e->xd = xalloc(work, T * e->max_in * sizeof(float));
+    e->xp = xalloc(work, T * l8_cpu_quantize_ld(&e->ws, e->max_in));
     e->xs = xalloc(work, T * sizeof(float));
     e->rcos = xalloc(work, T * (c->head_dim / 2) * sizeof(float));
     e->rsin = xalloc(work, T * (c->head_dim / 2) * sizeof(float));
@@ -242,7 +285,7 @@ static int cpu_create(const struct l8_model *m, const struct l8_engine_opts *o,
     e->dest = xalloc(work, T * sizeof(float *));
     e->pend = xalloc(work, T * sizeof(*e->pend));
     if (!e->x || !e->xn || !e->tmp || !e->q || !e->k || !e->v || !e->att || !e->gate
-        || !e->up || !e->xq || !e->xd || !e->xs || !e->rcos || !e->rsin || !e->tok_seq
+        || !e->up || !e->xq || !e->xp || !e->xs || !e->rcos || !e->rsin || !e->tok_seq
         || !e->tok_pos || !e->tok_id || !e->items || !e->logit_scratch || !e->dest
         || !e->pend)
         goto nomem;
@@ -527,12 +570,10 @@ static void project_multi(struct cpu *e, const struct l8_qweight *const *W, uint
     size_t ld[3];
     for (uint32_t i = 0; i < n; i++)
         ld[i] = W[i]->out;
-    if (e->numerics == L8_NUMERICS_FP8) {
-        l8_cpu_quantize_rows(e->tp, x, T, W[0]->in, e->xq, e->xd, e->xs);
-        l8_cpu_qmatmul_multi(e->tp, &e->ws, W, n, e->xd, e->xs, T, y, ld);
-    } else {
-        l8_cpu_qmatmul_multi(e->tp, &e->ws, W, n, x, NULL, T, y, ld);
-    }
+    struct l8_cpu_x in = { .f32 = x };
+    if (e->numerics == L8_NUMERICS_FP8)
+        l8_cpu_quantize_rows(e->tp, &e->ws, x, T, W[0]->in, e->xq, e->xp, e->xs, &in);
+    l8_cpu_qmatmul_multi(e->tp, &e->ws, W, n, &in, T, y, ld);
 }
 
 static void project(struct cpu *e, const struct l8_qweight *W, const float *x, uint32_t T,
@@ -574,8 +615,17 @@ static void sample_one(struct cpu *e, struct l8_seq *q, uint32_t j, const float 
  * starts empty again. */
 static void logit_batch_run(struct cpu *e, struct logit_batch *b)
 {
-    if (b->n_rows)
+    if (b->n_rows && e->lm_q.w) {
+        const struct l8_qweight *W = &e->lm_q;
+        float *const *dest = e->dest;
+        struct l8_cpu_x in = { .f32 = e->xn };
+        if (e->numerics == L8_NUMERICS_FP8)
+            l8_cpu_quantize_rows(e->tp, &e->ws, e->xn, b->n_rows, W->in, e->xq, e->xp, e->xs,
+                                 &in);
+        l8_cpu_qmatmul_to_rows(e->tp, &e->ws, &W, 1, &in, b->n_rows, &dest);
+    } else if (b->n_rows) {
         l8_cpu_dense_matmul(e->tp, &e->ws, &e->m->lm_head, e->xn, b->n_rows, e->dest);
+    }
     for (uint32_t i = 0; i < b->n_pend; i++) {
         const struct pending_sample *p = &e->pend[i];
         sample_one(e, &e->seqs[p->seq], p->j, e->dest[p->row], b);

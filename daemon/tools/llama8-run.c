@@ -71,7 +71,7 @@ struct opts {
     struct l8_sampling sp;
     uint32_t stop[MAX_STOP];
     uint32_t n_stop;
-    bool stop_given, ignore_eos, json, warmup, gemv_fixed, no_graphs, no_pdl;
+    bool stop_given, ignore_eos, json, warmup, gemv_fixed, no_graphs, no_pdl, lm_head_fp8;
 };
 
 static void usage(FILE *f)
@@ -106,6 +106,8 @@ static void usage(FILE *f)
 "                           the first copy's tokens\n"
 "  --page-size N            KV page size in positions (default 16)\n"
 "  --threads N              cpu threads (default 0 = all cores)\n"
+"  --lm-head checkpoint|fp8 cpu: lm_head in its checkpoint dtype (default), or\n"
+"                           quantized to FP8 at load with per-row scales\n"
 "  --logits-out FILE        write f32 logits as safetensors: \"prompt_logits\"\n"
 "                           [S, vocab] for every prompt position, \"gen_logits\"\n"
 "                           [N, vocab] the logits each generated token was\n"
@@ -245,7 +247,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
            O_TEMP, O_TOPK, O_TOPP, O_MINP, O_REP, O_SEED, O_STOP, O_IGNORE_EOS, O_CHUNK,
            O_PAGE, O_THREADS, O_LOGITS, O_JSON, O_WARMUP, O_TUNE, O_BATCH, O_GEMV, O_NO_GRAPHS,
            O_NO_PDL, O_PROFILE, O_SPECULATE, O_DRAFT_MAX, O_DRAFT_FIXED, O_DRAFT_MIN_N,
-           O_DRAFT_SOURCE, O_HELP };
+           O_DRAFT_SOURCE, O_LM_HEAD, O_HELP };
     static const struct option lo[] = {
         { "model", required_argument, 0, O_MODEL },
         { "tokens", required_argument, 0, O_TOKENS },
@@ -264,6 +266,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
         { "chunk", required_argument, 0, O_CHUNK },
         { "page-size", required_argument, 0, O_PAGE },
         { "threads", required_argument, 0, O_THREADS },
+        { "lm-head", required_argument, 0, O_LM_HEAD },
         { "logits-out", required_argument, 0, O_LOGITS },
         { "json", no_argument, 0, O_JSON },
         { "warmup", no_argument, 0, O_WARMUP },
@@ -339,6 +342,11 @@ static int parse_args(int argc, char **argv, struct opts *o)
         case O_CHUNK: bad = parse_u32(a, &o->chunk) || o->chunk == 0; break;
         case O_PAGE: bad = parse_u32(a, &o->page_size) || o->page_size == 0; break;
         case O_THREADS: bad = parse_u32(a, &u) || u > 4096; o->threads = (int)u; break;
+        case O_LM_HEAD:
+            if (!strcmp(a, "fp8")) o->lm_head_fp8 = true;
+            else if (!strcmp(a, "checkpoint")) o->lm_head_fp8 = false;
+            else bad = 1;
+            break;
         case O_LOGITS: o->logits_out = a; break;
         case O_JSON: o->json = true; break;
         case O_WARMUP: o->warmup = true; break;
@@ -680,7 +688,8 @@ int main(int argc, char **argv)
                                  .nthreads = o.threads, .tune_file = o.tune_file,
                                  .gemv_fixed = o.gemv_fixed, .gemv_max_m = o.gemv_max_m,
                                  .no_graphs = o.no_graphs, .no_pdl = o.no_pdl,
-                                 .profile_file = o.profile_file };
+                                 .profile_file = o.profile_file,
+                                 .lm_head_fp8 = o.lm_head_fp8 };
     r = l8_engine_create(m, o.backend, &eo, &e, err);
     if (r < 0) {
         fprintf(stderr, "llama8-run: %s engine: %s\n", l8_backend_name(o.backend), err);
@@ -773,6 +782,8 @@ int main(int argc, char **argv)
         json_object_object_add(jo, "backend", json_object_new_string(l8_backend_name(o.backend)));
         json_object_object_add(jo, "numerics", json_object_new_string(
                                    o.numerics == L8_NUMERICS_FP8 ? "fp8" : "exact"));
+        json_object_object_add(jo, "lm_head", json_object_new_string(
+                                   o.lm_head_fp8 ? "fp8" : "checkpoint"));
         json_object_object_add(jo, "load_s", json_object_new_double(load_s));
         json_object_object_add(jo, "warmup_s", json_object_new_double(warmup_s));
         json_object_object_add(jo, "prefill_ms", json_object_new_double(prefill_s * 1e3));

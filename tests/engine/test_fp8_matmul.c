@@ -61,17 +61,44 @@ static uint8_t e4m3_scan(float v)
     return (uint8_t)best;
 }
 
-static void test_quantizer(struct l8_tp *tp)
+/* y = W x in exact numerics (f32 x) or fp8 numerics (x quantized per
+ * token and packed for ws's kernel), for n_w weights sharing x. */
+static void qmm_multi(struct l8_tp *tp, const struct l8_cpu_ws *ws, const struct l8_qweight *const *W,
+                      uint32_t n_w, const float *x, bool fp8, uint32_t T, float *const *y,
+                      const size_t *ldy)
+{
+    struct l8_cpu_x in = { .f32 = x };
+    uint8_t *q = NULL, *packed = NULL;
+    float *xs = NULL;
+    if (fp8) {
+        q = malloc((size_t)T * W[0]->in);
+        packed = malloc((size_t)T * l8_cpu_quantize_ld(ws, W[0]->in));
+        xs = malloc(sizeof(float) * T);
+        l8_cpu_quantize_rows(tp, ws, x, T, W[0]->in, q, packed, xs, &in);
+    }
+    l8_cpu_qmatmul_multi(tp, ws, W, n_w, &in, T, y, ldy);
+    free(q); free(packed); free(xs);
+}
+
+static void qmm(struct l8_tp *tp, const struct l8_cpu_ws *ws, const struct l8_qweight *W,
+                const float *x, bool fp8, uint32_t T, float *y, size_t ldy)
+{
+    qmm_multi(tp, ws, &W, 1, x, fp8, T, &y, &ldy);
+}
+
+static void test_quantizer(struct l8_tp *tp, const struct l8_cpu_ws *ws)
 {
     enum { T = 5, N = 989 };
-    float *x = malloc(sizeof(float) * T * N), *xd = malloc(sizeof(float) * T * N), xs[T];
-    uint8_t *q = malloc(T * N);
+    float *x = malloc(sizeof(float) * T * N), xs[T];
+    uint8_t *q = malloc(T * N), *packed = malloc(T * l8_cpu_quantize_ld(ws, N));
+    struct l8_cpu_x in;
     for (int t = 0; t < T; t++)
         for (int i = 0; i < N; i++)
             x[t * N + i] = t == 3 ? 0.0f : (float)(nrand() * pow(10.0, t - 2));
     x[1 * N + 17] = 1e3f;                     /* an outlier sets the scale */
     x[4 * N + 5] = -1e-30f;                   /* far below the smallest subnormal */
-    l8_cpu_quantize_rows(tp, x, T, N, q, xd, xs);
+    l8_cpu_quantize_rows(tp, ws, x, T, N, q, packed, xs, &in);
+    CHECK(in.fp8 == packed && in.scale == xs && in.ld == l8_cpu_quantize_ld(ws, N), "quantizer's x");
     uint32_t bad = 0;
     for (int t = 0; t < T; t++) {
         float amax = 0;
@@ -83,16 +110,16 @@ static void test_quantizer(struct l8_tp *tp)
             uint8_t want = e4m3_scan(x[t * N + i] / s);
             if (q[t * N + i] != want && l8_e4m3_lut[q[t * N + i]] != l8_e4m3_lut[want])
                 bad++;
-            if (xd[t * N + i] != l8_e4m3_lut[q[t * N + i]] || isnan(xd[t * N + i]))
+            if (isnan(l8_e4m3_lut[q[t * N + i]]))
                 bad++;
         }
     }
     CHECK(bad == 0, "quantizer: %u codes differ from the definition", bad);
     for (int i = 0; i < N; i++)
-        CHECK(xd[3 * N + i] == 0.0f, "all-zero row gives zeros");
+        CHECK(l8_e4m3_lut[q[3 * N + i]] == 0.0f, "all-zero row gives zeros");
     /* The largest magnitude maps to +-448 exactly. */
     CHECK(l8_e4m3_lut[q[1 * N + 17]] == 448.0f, "absmax -> 448");
-    free(x); free(xd); free(q);
+    free(x); free(q); free(packed);
 }
 
 /* y vs f64 for one configuration. Returns the relative L2 error. */
@@ -102,7 +129,7 @@ static double check_qmatmul(struct l8_tp *tp, const struct l8_cpu_ws *ws, uint32
     uint8_t *w = malloc((size_t)out * in);
     float *scale = malloc(sizeof(float) * out);
     float *x = malloc(sizeof(float) * T * in), *xd = malloc(sizeof(float) * T * in);
-    uint8_t *xq = malloc((size_t)T * in);
+    uint8_t *xq = malloc((size_t)(T ? T : 1) * in);
     float *xs = malloc(sizeof(float) * T);
     float *y = malloc(sizeof(float) * T * out), *y1 = malloc(sizeof(float) * out);
     for (size_t i = 0; i < (size_t)out * in; i++) {
@@ -114,14 +141,19 @@ static double check_qmatmul(struct l8_tp *tp, const struct l8_cpu_ws *ws, uint32
         scale[o] = l8_bf16_to_f32(l8_f32_to_bf16((float)(urand() * 1e-3 + 1e-5)));
     for (size_t i = 0; i < (size_t)T * in; i++)
         x[i] = (float)(nrand() * (urand() < 0.01 ? 20 : 1));
+    /* The reference's operands: x itself, or its codes by the definition. */
     const float *xin = x, *xsp = NULL;
     if (fp8) {
-        l8_cpu_quantize_rows(tp, x, T, in, xq, xd, xs);
+        for (uint32_t t = 0; t < T; t++) {
+            xs[t] = l8_quantize_act_row(x + (size_t)t * in, in, xq + (size_t)t * in);
+            for (uint32_t i = 0; i < in; i++)
+                xd[(size_t)t * in + i] = l8_e4m3_lut[xq[(size_t)t * in + i]];
+        }
         xin = xd;
         xsp = xs;
     }
     struct l8_qweight W = { .w = w, .scale = scale, .out = out, .in = in };
-    l8_cpu_qmatmul(tp, ws, &W, xin, xsp, T, y, out);
+    qmm(tp, ws, &W, x, fp8, T, y, out);
     double num = 0, den = 0;
     uint32_t bad = 0, inv = 0;
     for (uint32_t t = 0; t < T; t++) {
@@ -142,7 +174,7 @@ static double check_qmatmul(struct l8_tp *tp, const struct l8_cpu_ws *ws, uint32
                 bad++;
         }
         /* The same token alone gives the same bits. */
-        l8_cpu_qmatmul(tp, ws, &W, xin + (size_t)t * in, xsp ? xsp + t : NULL, 1, y1, out);
+        qmm(tp, ws, &W, x + (size_t)t * in, fp8, 1, y1, out);
         inv += memcmp(y1, y + (size_t)t * out, sizeof(float) * out) != 0;
     }
     double rel = den > 0 ? sqrt(num / den) : sqrt(num);
@@ -154,8 +186,75 @@ static double check_qmatmul(struct l8_tp *tp, const struct l8_cpu_ws *ws, uint32
     return rel;
 }
 
+/* cpu_fp8.h's order of operations, written out from its definition. */
+static float fp8_definition(const uint8_t *w, const uint8_t *xq, uint32_t in, float ws, float xs)
+{
+    float acc[16] = { 0 }, s8[8], s4[4];
+    for (uint32_t b = 0; b < (in + 63) / 64; b++)
+        for (uint32_t h = 0; h < 2; h++)
+            for (uint32_t j = 0; j < 16; j++) {
+                const uint32_t e = 64 * b + 16 * (j / 4) + 8 * h + 2 * (j % 4);
+                const float w1 = e + 1 < in ? l8_e4m3_lut[w[e + 1]] : 0.0f;
+                const float x1 = e + 1 < in ? l8_e4m3_lut[xq[e + 1]] : 0.0f;
+                const float w0 = e < in ? l8_e4m3_lut[w[e]] : 0.0f;
+                const float x0 = e < in ? l8_e4m3_lut[xq[e]] : 0.0f;
+                acc[j] = (acc[j] + w1 * x1) + w0 * x0;
+            }
+    for (int j = 0; j < 8; j++)
+        s8[j] = acc[j] + acc[j + 8];
+    for (int j = 0; j < 4; j++)
+        s4[j] = s8[j] + s8[j + 4];
+    const float v = (((s4[0] + s4[2]) + (s4[1] + s4[3])) * ws) * xs;
+    return isnan(v) ? NAN : v;
+}
+
+/* Every fp8 kernel gives the definition's bits at every shape and token
+ * count (both paths of each: weights decoded in registers, and once per
+ * block of rows), NaN weight codes included. */
+static void test_fp8_definition(struct l8_tp *tp, const struct l8_cpu_ws *ws)
+{
+    static const uint32_t shapes[][3] = {   /* out, in, tokens */
+        { 5, 7, 1 }, { 9, 64, 2 }, { 13, 111, 3 }, { 37, 513, 4 }, { 21, 2048, 5 },
+        { 8, 200, 9 }, { 33, 1024, 70 }, { 6, 4096, 1 }, { 11, 130, 1 },
+    };
+    for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+        const uint32_t out = shapes[s][0], in = shapes[s][1], T = shapes[s][2];
+        uint8_t *w = malloc((size_t)out * in), *xq = malloc((size_t)T * in);
+        float *scale = malloc(sizeof(float) * out), *x = malloc(sizeof(float) * T * in);
+        float *xs = malloc(sizeof(float) * T), *y = malloc(sizeof(float) * T * out);
+        for (size_t i = 0; i < (size_t)out * in; i++)
+            w[i] = (uint8_t)(urand() * 256);
+        for (size_t i = 0; i < (size_t)out * in; i++)     /* NaN codes in a few rows only */
+            if ((w[i] & 0x7f) == 0x7f && (i / in) % 4 != 1)
+                w[i] ^= 1;
+        for (uint32_t o = 0; o < out; o++)
+            scale[o] = l8_bf16_to_f32(l8_f32_to_bf16((float)(urand() * 1e-2 + 1e-5)));
+        for (size_t i = 0; i < (size_t)T * in; i++)
+            x[i] = (float)(nrand() * (urand() < 0.01 ? 50 : 1));
+        for (uint32_t t = 0; t < T; t++)
+            xs[t] = l8_quantize_act_row(x + (size_t)t * in, in, xq + (size_t)t * in);
+        struct l8_qweight W = { .w = w, .scale = scale, .out = out, .in = in };
+        qmm(tp, ws, &W, x, true, T, y, out);
+        uint32_t bad = 0;
+        for (uint32_t t = 0; t < T; t++)
+            for (uint32_t o = 0; o < out; o++) {
+                const float r = fp8_definition(w + (size_t)o * in, xq + (size_t)t * in, in,
+                                               scale[o], xs[t]);
+                const float v = y[(size_t)t * out + o];
+                if (memcmp(&r, &v, sizeof(r)) != 0) {
+                    if (bad++ == 0)
+                        printf("  %ux%u T=%u: token %u row %u: %a, definition %a\n", out, in, T,
+                               t, o, v, r);
+                }
+            }
+        CHECK(bad == 0, "fp8 kernel %s %ux%u T=%u: %u outputs differ from the definition",
+              l8_fp8_kernel_name(ws->fp8), out, in, T, bad);
+        free(w); free(xq); free(scale); free(x); free(xs); free(y);
+    }
+}
+
 static void test_threads_invariance(const struct l8_cpu_ws *ws1, const struct l8_cpu_ws *ws3,
-                                    struct l8_tp *tp1, struct l8_tp *tp3)
+                                    struct l8_tp *tp1, struct l8_tp *tp3, bool fp8)
 {
     const uint32_t out = 111, in = 513, T = 7;
     uint8_t *w = malloc((size_t)out * in);
@@ -168,9 +267,10 @@ static void test_threads_invariance(const struct l8_cpu_ws *ws1, const struct l8
     for (size_t i = 0; i < (size_t)T * in; i++)
         x[i] = (float)nrand();
     struct l8_qweight W = { .w = w, .scale = scale, .out = out, .in = in };
-    l8_cpu_qmatmul(tp1, ws1, &W, x, NULL, T, ya, out);
-    l8_cpu_qmatmul(tp3, ws3, &W, x, NULL, T, yb, out);
-    CHECK(memcmp(ya, yb, sizeof(float) * T * out) == 0, "1 vs 3 threads differ");
+    qmm(tp1, ws1, &W, x, fp8, T, ya, out);
+    qmm(tp3, ws3, &W, x, fp8, T, yb, out);
+    CHECK(memcmp(ya, yb, sizeof(float) * T * out) == 0, "%s: 1 vs 3 threads differ",
+          fp8 ? "fp8" : "exact");
     free(w); free(scale); free(x); free(ya); free(yb);
 }
 
@@ -178,7 +278,7 @@ static void test_threads_invariance(const struct l8_cpu_ws *ws1, const struct l8
  * outputs and the same bits at every token count (the fused path decodes
  * in registers and must fall back to the table for them); the multi-weight
  * matmul equals one call per weight, bitwise. */
-static void test_nan_codes_and_multi(struct l8_tp *tp, const struct l8_cpu_ws *ws)
+static void test_nan_codes_and_multi(struct l8_tp *tp, const struct l8_cpu_ws *ws, bool fp8)
 {
     enum { OUT = 37, IN = 77, T = 9, OUT2 = 5 };
     uint8_t *w = malloc(OUT * IN), *w2 = malloc(OUT2 * IN);
@@ -200,26 +300,26 @@ static void test_nan_codes_and_multi(struct l8_tp *tp, const struct l8_cpu_ws *w
         x[i] = (float)nrand();
     struct l8_qweight W = { .w = w, .scale = scale, .out = OUT, .in = IN };
     struct l8_qweight W2 = { .w = w2, .scale = scale2, .out = OUT2, .in = IN };
-    l8_cpu_qmatmul(tp, ws, &W, x, NULL, T, ya, OUT);
+    qmm(tp, ws, &W, x, fp8, T, ya, OUT);
     uint32_t diff = 0, nan_bad = 0;
     for (uint32_t t = 0; t < T; t++) {
-        l8_cpu_qmatmul(tp, ws, &W, x + (size_t)t * IN, NULL, 1, yb, OUT);
+        qmm(tp, ws, &W, x + (size_t)t * IN, fp8, 1, yb, OUT);
         diff += memcmp(yb, ya + (size_t)t * OUT, sizeof(float) * OUT) != 0;
         for (int o = 0; o < OUT; o++)
             nan_bad += (isnan(yb[o]) != 0) != (o == 3 || o == 10);
     }
-    CHECK(diff == 0 && nan_bad == 0, "NaN codes: %u tokens differ alone vs batched, %u outputs "
-          "wrongly NaN or not", diff, nan_bad);
+    CHECK(diff == 0 && nan_bad == 0, "%s NaN codes: %u tokens differ alone vs batched, %u outputs "
+          "wrongly NaN or not", fp8 ? "fp8" : "exact", diff, nan_bad);
     for (uint32_t tn = 1; tn <= T; tn += 2) {
         const struct l8_qweight *Ws[2] = { &W, &W2 };
         float *ys[2] = { yb, y2 };
         const size_t ld[2] = { OUT, OUT2 };
-        l8_cpu_qmatmul_multi(tp, ws, Ws, 2, x, NULL, tn, ys, ld);
-        l8_cpu_qmatmul(tp, ws, &W, x, NULL, tn, ya, OUT);
-        l8_cpu_qmatmul(tp, ws, &W2, x, NULL, tn, y2b, OUT2);
+        qmm_multi(tp, ws, Ws, 2, x, fp8, tn, ys, ld);
+        qmm(tp, ws, &W, x, fp8, tn, ya, OUT);
+        qmm(tp, ws, &W2, x, fp8, tn, y2b, OUT2);
         CHECK(memcmp(ya, yb, sizeof(float) * tn * OUT) == 0
               && memcmp(y2, y2b, sizeof(float) * tn * OUT2) == 0,
-              "multi-weight matmul differs from single calls at T=%u", tn);
+              "%s multi-weight matmul differs from single calls at T=%u", fp8 ? "fp8" : "exact", tn);
     }
     free(w); free(w2); free(x); free(ya); free(yb); free(y2); free(y2b);
 }
@@ -431,7 +531,7 @@ int main(void)
         printf("setup failed\n");
         return 1;
     }
-    test_quantizer(tp);
+    test_quantizer(tp, &ws);
     /* The vectorized E4M3 decoder equals the table on all 256 codes, at
      * every alignment of the 8-wide body and the scalar tail. */
     uint8_t codes[256 + 11];
@@ -449,17 +549,32 @@ int main(void)
         { 1, 1, 1 }, { 7, 19, 3 }, { 19, 111, 17 }, { 111, 513, 5 }, { 989, 128, 2 },
         { 64, 1024, 9 },
     };
-    double worst_fp8 = 0, worst_exact = 0;
-    for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
-        worst_fp8 = fmax(worst_fp8, check_qmatmul(tp, &ws, shapes[i][0], shapes[i][1], shapes[i][2], true));
+    double worst_exact = 0;
+    for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)
         worst_exact = fmax(worst_exact, check_qmatmul(tp, &ws, shapes[i][0], shapes[i][1], shapes[i][2], false));
+    test_threads_invariance(&ws1, &ws3, tp1, tp3, false);
+    test_nan_codes_and_multi(tp, &ws, false);
+    test_nan_codes_and_multi(tp3, &ws3, false);
+    /* Every fp8 kernel this processor runs: the portable one, and the best. */
+    const enum l8_fp8_kernel best = ws.fp8;
+    for (int k = L8_FP8_VEC; k <= (int)best; k++) {
+        if (k != L8_FP8_VEC && k != (int)best)
+            continue;
+        ws.fp8 = ws1.fp8 = ws3.fp8 = (enum l8_fp8_kernel)k;
+        double worst_fp8 = 0;
+        for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)
+            worst_fp8 = fmax(worst_fp8, check_qmatmul(tp, &ws, shapes[i][0], shapes[i][1], shapes[i][2], true));
+        printf("fp8 kernel %s: worst relative L2 vs f64 %.3g\n", l8_fp8_kernel_name(ws.fp8),
+               worst_fp8);
+        test_fp8_definition(tp, &ws);
+        test_fp8_definition(tp3, &ws3);
+        test_threads_invariance(&ws1, &ws3, tp1, tp3, true);
+        test_nan_codes_and_multi(tp, &ws, true);
+        test_nan_codes_and_multi(tp3, &ws3, true);
     }
-    printf("qmatmul vs f64: worst relative L2 %.3g (fp8 x fp8), %.3g (f32 x fp8)\n",
-           worst_fp8, worst_exact);
-    test_threads_invariance(&ws1, &ws3, tp1, tp3);
+    ws.fp8 = ws1.fp8 = ws3.fp8 = best;
+    printf("exact qmatmul vs f64: worst relative L2 %.3g\n", worst_exact);
     test_dense(tp, &ws);
-    test_nan_codes_and_multi(tp, &ws);
-    test_nan_codes_and_multi(tp3, &ws3);
     test_dense_f32(tp, &ws);
     test_norm_rope();
     test_attention(false);

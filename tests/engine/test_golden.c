@@ -15,7 +15,9 @@
  *          case mean relative error <= 0.12, argmax agreement >= 80% over
  *          all positions of all cases together (bf16 K/V adds its own
  *          noise; per case that lands within a position or two of 80% on
- *          the 64-position case, so per-case figures are printed only).
+ *          the 64-position case, so per-case figures are printed only);
+ *   fp8/lmfp8: the same with lm_head quantized to FP8 at load
+ *          (opts.lm_head_fp8), against the same bounds.
  * Prints the measured errors for every configuration.
  * usage: test_golden GOLDEN_DIR [exact|fp8|all] */
 #include <math.h>
@@ -45,9 +47,10 @@
 static uint64_t pooled_agree, pooled_n;
 
 static void run_numerics(const struct l8_model *m, const struct l8_tensor_set *ref,
-                         enum l8_numerics num, bool kv_f32)
+                         enum l8_numerics num, bool kv_f32, bool lm_head_fp8)
 {
-    const char *nname = num == L8_NUMERICS_EXACT ? "exact" : kv_f32 ? "fp8/kvf32" : "fp8/kvbf16";
+    const char *nname = num == L8_NUMERICS_EXACT ? "exact" : kv_f32 ? "fp8/kvf32"
+                        : lm_head_fp8 ? "fp8/lmfp8" : "fp8/kvbf16";
     /* Per-case argmax criterion only where the noise figure applies. */
     const bool per_case_argmax = num == L8_NUMERICS_FP8 && kv_f32;
     const uint32_t V = m->cfg.vocab;
@@ -55,7 +58,7 @@ static void run_numerics(const struct l8_model *m, const struct l8_tensor_set *r
     const uint32_t n_pages = (max_S + PAGE_SIZE - 1) / PAGE_SIZE;
     struct l8_engine_opts o = { .numerics = num, .page_size = PAGE_SIZE, .n_pages = n_pages,
                                 .max_step_tokens = CHUNK, .max_seqs = 1, .nthreads = 0,
-                                .kv_f32 = kv_f32 };
+                                .kv_f32 = kv_f32, .lm_head_fp8 = lm_head_fp8 };
     struct l8_engine *e;
     char err[L8_ERRLEN];
     if (l8_engine_create(m, L8_BACKEND_CPU, &o, &e, err) < 0) {
@@ -200,10 +203,11 @@ int main(int argc, char **argv)
         return 1;
     }
     if (strcmp(which, "fp8") != 0)
-        run_numerics(m, ref, L8_NUMERICS_EXACT, false);
+        run_numerics(m, ref, L8_NUMERICS_EXACT, false, false);
     if (strcmp(which, "exact") != 0) {
-        run_numerics(m, ref, L8_NUMERICS_FP8, true);
-        run_numerics(m, ref, L8_NUMERICS_FP8, false);
+        run_numerics(m, ref, L8_NUMERICS_FP8, true, false);
+        run_numerics(m, ref, L8_NUMERICS_FP8, false, false);
+        run_numerics(m, ref, L8_NUMERICS_FP8, false, true);
     }
     l8_st_close(ref);
     l8_model_free(m);

@@ -1,0 +1,444 @@
+/* cpu_fp8.c - the fp8 numerics' products (see cpu_fp8.h for the order of
+ * operations every kernel keeps).
+ *
+ * AVX-512: vpermi2b looks the 7 magnitude bits of 64 codes up in two
+ * 128-byte tables (the BF16 value's low and high byte), vpternlogd adds
+ * the sign, and the byte unpacks pair them into BF16 words. The words of
+ * 64 codes come out as two vectors, A (codes 16q + 0..7 of each 128-bit
+ * lane q) and B (16q + 8..15): that is where the lane order of the
+ * definition comes from, and activations are packed the same way, so each
+ * weight is loaded once, decoded in 6 instructions per 64 and multiplied
+ * by vdpbf16ps. With more tokens than L8_FP8_FUSED_MAX_T a block of rows is
+ * decoded once into scratch and multiplied in 4 x 4 tiles.
+ *
+ * VEC: the same additions in f32 vectors, with the weights decoded by
+ * the exponent-rebias trick (cpu_ops.c) into the packed lane order. */
+#include "cpu_fp8.h"
+
+#include <math.h>
+#include <string.h>
+#include "../model/numerics.h"
+
+#define L8_FP8_FUSED_MAX_T 4u
+#define BLOCK 64u                   /* codes per block */
+
+/* Not under ThreadSanitizer: see cpu_ops.c. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(__SANITIZE_THREAD__)
+#define L8_MULTIVERSION __attribute__((target_clones("avx2", "default")))
+#else
+#define L8_MULTIVERSION
+#endif
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define HAVE_AVX512_KERNEL 1
+#include <immintrin.h>
+#define AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512bf16")))
+#endif
+
+#define INLINE static inline __attribute__((always_inline))
+
+/* ---- the definition's shared parts ------------------------------------------ */
+
+/* Code index of packed position p (0..63) of a block, for each kernel.
+ * AVX-512: word p of [A 32][B 32]: half h = p / 32, lane q = (p % 32) / 8.
+ * VEC: [A lanes 0-7 odd, even][A 8-15 odd, even][B 0-7 ...][B 8-15 ...]. */
+static uint32_t pos_code(enum l8_fp8_kernel k, uint32_t p)
+{
+    if (k == L8_FP8_AVX512)
+        return 16 * ((p % 32) / 8) + 8 * (p / 32) + p % 8;
+    const uint32_t g = p / 16, h = g / 2, j = 8 * (g % 2) + p % 8;
+    const uint32_t odd = (p / 8) % 2 == 0;
+    return 16 * (j / 4) + 8 * h + 2 * (j % 4) + odd;
+}
+
+/* The lane tree, the scales, NaN made one NaN. */
+INLINE float finish(const float a[16], float ws, float xs)
+{
+    float s8[8], s4[4];
+    for (int j = 0; j < 8; j++)
+        s8[j] = a[j] + a[j + 8];
+    for (int j = 0; j < 4; j++)
+        s4[j] = s8[j] + s8[j + 4];
+    const float r = (s4[0] + s4[2]) + (s4[1] + s4[3]);
+    const float v = (r * ws) * xs;
+    return isnan(v) ? NAN : v;
+}
+
+void l8_fp8_tables_init(struct l8_fp8_tables *t)
+{
+    for (int c = 0; c < 128; c++) {
+        const uint16_t b = l8_f32_to_bf16(l8_e4m3_lut[c]);   /* exact (NaN stays NaN) */
+        t->lo[c] = (uint8_t)b;
+        t->hi[c] = (uint8_t)(b >> 8);
+    }
+}
+
+const char *l8_fp8_kernel_name(enum l8_fp8_kernel k)
+{
+    return k == L8_FP8_AVX512 ? "avx512-bf16" : "f32-vector";
+}
+
+enum l8_fp8_kernel l8_fp8_best(void)
+{
+#ifdef HAVE_AVX512_KERNEL
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vbmi") &&
+        __builtin_cpu_supports("avx512bf16"))
+        return L8_FP8_AVX512;
+#endif
+    return L8_FP8_VEC;
+}
+
+size_t l8_fp8_packed_bytes(enum l8_fp8_kernel k, size_t n)
+{
+    const size_t nb = (n + BLOCK - 1) / BLOCK;
+    return nb * BLOCK * (k == L8_FP8_AVX512 ? 2 : 4);
+}
+
+size_t l8_fp8_panel_row_bytes(enum l8_fp8_kernel k, size_t in)
+{
+    return l8_fp8_packed_bytes(k, in);
+}
+
+bool l8_fp8_fused(enum l8_fp8_kernel k, uint32_t T)
+{
+    return k == L8_FP8_AVX512 && T <= L8_FP8_FUSED_MAX_T;
+}
+
+/* Whether any of n codes is a NaN (0x7f or 0xff). */
+static bool has_nan_code(const uint8_t *w, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if ((w[i] & 0x7f) == 0x7f)
+            return true;
+    return false;
+}
+
+void l8_fp8_pack(enum l8_fp8_kernel k, const struct l8_fp8_tables *t, const uint8_t *codes,
+                 size_t n, void *packed)
+{
+    const size_t nb = (n + BLOCK - 1) / BLOCK;
+    uint32_t map[BLOCK];
+    for (uint32_t p = 0; p < BLOCK; p++)
+        map[p] = pos_code(k, p);
+    for (size_t b = 0; b < nb; b++)
+        for (uint32_t p = 0; p < BLOCK; p++) {
+            const size_t i = b * BLOCK + map[p];
+            const uint8_t c = i < n ? codes[i] : 0;
+            if (k == L8_FP8_AVX512)
+                ((uint16_t *)packed)[b * BLOCK + p] =
+                    (uint16_t)(t->lo[c & 0x7f] | (t->hi[c & 0x7f] | (c & 0x80)) << 8);
+            else
+                ((float *)packed)[b * BLOCK + p] = l8_e4m3_lut[c];
+        }
+}
+
+/* ---- VEC ---------------------------------------------------------------------- */
+
+typedef float v8f __attribute__((vector_size(32)));
+typedef int32_t v8i32 __attribute__((vector_size(32)));
+typedef uint8_t v32u8 __attribute__((vector_size(32)));
+
+INLINE v8f load8(const float *p)
+{
+    v8f v;
+    memcpy(&v, p, sizeof(v));
+    return v;
+}
+
+/* Lane l of a group takes code 16(l/4) + 8h + 2(l%4) + odd of a 32-byte
+ * load into all its bytes (in-lane: one vpshufb with AVX2). */
+#define SEL4(x) x, x, x, x
+#define SEL(h, o) { SEL4(8*(h)+0+(o)), SEL4(8*(h)+2+(o)), SEL4(8*(h)+4+(o)), SEL4(8*(h)+6+(o)), \
+                    SEL4(16+8*(h)+0+(o)), SEL4(16+8*(h)+2+(o)), SEL4(16+8*(h)+4+(o)), \
+                    SEL4(16+8*(h)+6+(o)) }
+
+/* E4M3 to f32: the magnitude to f32 bits 20..26, the sign to bit 31, then
+ * an exact multiply by 2^120 (cpu_ops.c). NaN codes give +-480 here; the
+ * caller makes such rows NaN. */
+INLINE v8f vdec(v32u8 c, v32u8 sel)
+{
+    v8i32 s = (v8i32)__builtin_shuffle(c, sel);
+    s = (s >> 4) & (int32_t)0x87F00000u;
+    return (v8f)s * 0x1p120f;
+}
+
+/* One row of codes into the VEC packed order (nb blocks of 64 f32). */
+INLINE void vec_decode_row(const uint8_t *w, uint32_t in, float *o)
+{
+    static const v32u8 s00 = SEL(0, 0), s01 = SEL(0, 1), s10 = SEL(1, 0), s11 = SEL(1, 1);
+    for (uint32_t b0 = 0; b0 < in; b0 += BLOCK, o += BLOCK) {
+        const uint8_t *src = w + b0;
+        uint8_t tail[BLOCK];
+        if (in - b0 < BLOCK) {
+            memset(tail, 0, sizeof(tail));
+            memcpy(tail, src, in - b0);
+            src = tail;
+        }
+        v32u8 L, H;
+        memcpy(&L, src, 32);
+        memcpy(&H, src + 32, 32);
+        const v8f f[8] = { vdec(L, s01), vdec(L, s00), vdec(H, s01), vdec(H, s00),
+                           vdec(L, s11), vdec(L, s10), vdec(H, s11), vdec(H, s10) };
+        memcpy(o, f, sizeof(f));
+    }
+}
+
+/* r[i][t] lanes for nr (1, 2) packed weight rows and nt (1, 2) tokens:
+ * lanes 0-7 take groups 0, 1, 4, 5 of a block, lanes 8-15 groups 2, 3, 6, 7. */
+INLINE void vec_tile(const float *w0, const float *w1, int nr, const float *x0,
+                     const float *x1, int nt, size_t nb, float r[2][2][16])
+{
+    v8f lo[2][2] = { { { 0 } } }, hi[2][2] = { { { 0 } } };
+    const float *w[2] = { w0, w1 }, *x[2] = { x0, x1 };
+    for (size_t b = 0; b < nb * BLOCK; b += BLOCK) {
+#pragma GCC unroll 2
+        for (int i = 0; i < nr; i++)
+#pragma GCC unroll 2
+            for (int t = 0; t < nt; t++) {
+                const float *wb = w[i] + b, *xb = x[t] + b;
+                lo[i][t] += load8(wb) * load8(xb);
+                lo[i][t] += load8(wb + 8) * load8(xb + 8);
+                hi[i][t] += load8(wb + 16) * load8(xb + 16);
+                hi[i][t] += load8(wb + 24) * load8(xb + 24);
+                lo[i][t] += load8(wb + 32) * load8(xb + 32);
+                lo[i][t] += load8(wb + 40) * load8(xb + 40);
+                hi[i][t] += load8(wb + 48) * load8(xb + 48);
+                hi[i][t] += load8(wb + 56) * load8(xb + 56);
+            }
+    }
+    for (int i = 0; i < nr; i++)
+        for (int t = 0; t < nt; t++) {
+            memcpy(r[i][t], &lo[i][t], sizeof(v8f));
+            memcpy(r[i][t] + 8, &hi[i][t], sizeof(v8f));
+        }
+}
+
+L8_MULTIVERSION
+static void vec_block(const uint8_t *w, uint32_t rows, uint32_t in, const float *scale,
+                      const void *xp, size_t ld, const float *xs, uint32_t T,
+                      float *const *out, size_t col0, void *scratch)
+{
+    const size_t nb = (in + BLOCK - 1) / BLOCK, pl = nb * BLOCK;
+    float *panel = scratch;
+    for (uint32_t r = 0; r < rows; r++)
+        vec_decode_row(w + (size_t)r * in, in, panel + r * pl);
+    float acc[2][2][16];
+    for (uint32_t r = 0; r < rows; r += 2) {
+        const int nr = r + 1 < rows ? 2 : 1;
+        const bool nan[2] = { has_nan_code(w + (size_t)r * in, in),
+                              nr > 1 && has_nan_code(w + (size_t)(r + 1) * in, in) };
+        const float *w0 = panel + r * pl, *w1 = w0 + (nr > 1 ? pl : 0);
+        for (uint32_t t = 0; t < T; t += 2) {
+            const int nt = t + 1 < T ? 2 : 1;
+            const float *x0 = (const float *)((const char *)xp + t * ld);
+            const float *x1 = nt > 1 ? (const float *)((const char *)x0 + ld) : x0;
+            if (nr == 2 && nt == 2)
+                vec_tile(w0, w1, 2, x0, x1, 2, nb, acc);
+            else if (nr == 2)
+                vec_tile(w0, w1, 2, x0, x0, 1, nb, acc);
+            else if (nt == 2)
+                vec_tile(w0, w0, 1, x0, x1, 2, nb, acc);
+            else
+                vec_tile(w0, w0, 1, x0, x0, 1, nb, acc);
+            for (int i = 0; i < nr; i++)
+                for (int u = 0; u < nt; u++)
+                    out[t + u][col0 + r + i] =
+                        nan[i] ? NAN : finish(acc[i][u], scale[r + i], xs[t + u]);
+        }
+    }
+}
+
+/* ---- AVX-512 BF16 -------------------------------------------------------------- */
+
+#ifdef HAVE_AVX512_KERNEL
+struct ztabs { __m512i lo0, lo1, hi0, hi1, sign; };
+
+AVX512_TARGET INLINE struct ztabs ztabs_load(const struct l8_fp8_tables *t)
+{
+    return (struct ztabs){ _mm512_load_si512(t->lo), _mm512_load_si512(t->lo + 64),
+                           _mm512_load_si512(t->hi), _mm512_load_si512(t->hi + 64),
+                           _mm512_set1_epi8((char)0x80) };
+}
+
+/* 64 codes to their BF16 words: A (codes 16q + 0..7 per lane q), B (+8..15). */
+AVX512_TARGET INLINE void zdec(const struct ztabs *z, __m512i c, __m512i *A, __m512i *B)
+{
+    const __m512i lo = _mm512_permutex2var_epi8(z->lo0, c, z->lo1);
+    __m512i hi = _mm512_permutex2var_epi8(z->hi0, c, z->hi1);
+    hi = _mm512_ternarylogic_epi32(hi, c, z->sign, 0xF8);        /* hi | (c & 0x80) */
+    *A = _mm512_unpacklo_epi8(lo, hi);
+    *B = _mm512_unpackhi_epi8(lo, hi);
+}
+
+/* The codes of block b of a row (bytes past `in` read as code 0). */
+AVX512_TARGET INLINE __m512i zcodes(const uint8_t *row, size_t b, uint32_t in)
+{
+    const size_t o = b * BLOCK;
+    if (in - o >= BLOCK)
+        return _mm512_loadu_si512(row + o);
+    return _mm512_maskz_loadu_epi8(((__mmask64)1 << (in - o)) - 1, row + o);
+}
+
+AVX512_TARGET INLINE __m512 zdp(__m512 acc, __m512i a, __m512i b)
+{
+    return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b);
+}
+
+AVX512_TARGET INLINE void zstore(float *o, __m512 v)
+{
+    _mm512_storeu_ps(o, v);
+}
+
+/* nr weight rows of codes (stride in) x nt packed tokens, decoded in
+ * registers; the next tile's rows are prefetched a block at a time. */
+AVX512_TARGET INLINE void ztile_codes(const struct ztabs *z, const uint8_t *w, uint32_t in,
+                                      int nr, const uint8_t *next, const uint8_t *xp,
+                                      size_t ld, int nt, float r[4][4][16])
+{
+    const size_t nb = (in + BLOCK - 1) / BLOCK;
+    __m512 acc[4][4];
+#pragma GCC unroll 4
+    for (int i = 0; i < nr; i++)
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; t++)
+            acc[i][t] = _mm512_setzero_ps();
+    for (size_t b = 0; b < nb; b++) {
+        __m512i A[4], B[4];
+#pragma GCC unroll 4
+        for (int i = 0; i < nr; i++) {
+            if (next)
+                _mm_prefetch((const char *)next + (size_t)i * in + b * BLOCK, _MM_HINT_T0);
+            zdec(z, zcodes(w + (size_t)i * in, b, in), &A[i], &B[i]);
+        }
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; t++) {
+            const uint8_t *xt = xp + t * ld + b * 2 * BLOCK;
+            const __m512i xa = _mm512_loadu_si512(xt), xb = _mm512_loadu_si512(xt + 64);
+#pragma GCC unroll 4
+            for (int i = 0; i < nr; i++)
+                acc[i][t] = zdp(acc[i][t], A[i], xa);
+#pragma GCC unroll 4
+            for (int i = 0; i < nr; i++)
+                acc[i][t] = zdp(acc[i][t], B[i], xb);
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < nr; i++)
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; t++)
+            zstore(r[i][t], acc[i][t]);
+}
+
+/* nr decoded rows of the panel (stride pl bytes) x nt packed tokens. */
+AVX512_TARGET INLINE void ztile_panel(const uint8_t *p, size_t pl, int nr, const uint8_t *xp,
+                                      size_t ld, int nt, size_t nb, float r[4][4][16])
+{
+    __m512 acc[4][4];
+#pragma GCC unroll 4
+    for (int i = 0; i < nr; i++)
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; t++)
+            acc[i][t] = _mm512_setzero_ps();
+    for (size_t o = 0; o < nb * 2 * BLOCK; o += 2 * BLOCK) {
+#pragma GCC unroll 2
+        for (size_t h = 0; h < 2 * BLOCK; h += BLOCK) {
+            __m512i x[4];
+#pragma GCC unroll 4
+            for (int t = 0; t < nt; t++)
+                x[t] = _mm512_loadu_si512(xp + t * ld + o + h);
+#pragma GCC unroll 4
+            for (int i = 0; i < nr; i++) {
+                const __m512i wv = _mm512_load_si512(p + i * pl + o + h);
+#pragma GCC unroll 4
+                for (int t = 0; t < nt; t++)
+                    acc[i][t] = zdp(acc[i][t], wv, x[t]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < nr; i++)
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; t++)
+            zstore(r[i][t], acc[i][t]);
+}
+
+AVX512_TARGET
+static void z_block(const struct l8_fp8_tables *tab, const uint8_t *w, uint32_t rows,
+                    uint32_t in, const float *scale, const uint8_t *xp, size_t ld,
+                    const float *xs, uint32_t T, float *const *out, size_t col0,
+                    uint8_t *panel)
+{
+    const struct ztabs z = ztabs_load(tab);
+    const size_t nb = (in + BLOCK - 1) / BLOCK, pl = nb * 2 * BLOCK;
+    float acc[4][4][16];
+    if (T <= L8_FP8_FUSED_MAX_T) {
+        const uint32_t NR = T == 1 ? 4 : 2;
+        for (uint32_t r = 0; r < rows; ) {
+            const uint32_t nr = rows - r >= NR ? NR : 1;
+            const uint8_t *w0 = w + (size_t)r * in;
+            const uint8_t *next = r + 2 * nr <= rows ? w0 + (size_t)nr * in : NULL;
+            switch (nr * 8 + T) {
+            case 4 * 8 + 1: ztile_codes(&z, w0, in, 4, next, xp, ld, 1, acc); break;
+            case 2 * 8 + 2: ztile_codes(&z, w0, in, 2, next, xp, ld, 2, acc); break;
+            case 2 * 8 + 3: ztile_codes(&z, w0, in, 2, next, xp, ld, 3, acc); break;
+            case 2 * 8 + 4: ztile_codes(&z, w0, in, 2, next, xp, ld, 4, acc); break;
+            case 1 * 8 + 1: ztile_codes(&z, w0, in, 1, next, xp, ld, 1, acc); break;
+            case 1 * 8 + 2: ztile_codes(&z, w0, in, 1, next, xp, ld, 2, acc); break;
+            case 1 * 8 + 3: ztile_codes(&z, w0, in, 1, next, xp, ld, 3, acc); break;
+            default:        ztile_codes(&z, w0, in, 1, next, xp, ld, 4, acc); break;
+            }
+            for (uint32_t i = 0; i < nr; i++)
+                for (uint32_t t = 0; t < T; t++)
+                    out[t][col0 + r + i] = finish(acc[i][t], scale[r + i], xs[t]);
+            r += nr;
+        }
+        return;
+    }
+    for (uint32_t r = 0; r < rows; r++)
+        for (size_t b = 0; b < nb; b++) {
+            __m512i A, B;
+            zdec(&z, zcodes(w + (size_t)r * in, b, in), &A, &B);
+            _mm512_store_si512(panel + r * pl + b * 2 * BLOCK, A);
+            _mm512_store_si512(panel + r * pl + b * 2 * BLOCK + BLOCK, B);
+        }
+    for (uint32_t r = 0; r < rows; ) {
+        const uint32_t nr = rows - r >= 4 ? 4 : 1;
+        const uint8_t *p = panel + r * pl;
+        for (uint32_t t = 0; t < T; t += 4) {
+            const uint32_t nt = T - t < 4 ? T - t : 4;
+            const uint8_t *x = xp + t * ld;
+            switch (nr * 8 + nt) {
+            case 4 * 8 + 4: ztile_panel(p, pl, 4, x, ld, 4, nb, acc); break;
+            case 4 * 8 + 3: ztile_panel(p, pl, 4, x, ld, 3, nb, acc); break;
+            case 4 * 8 + 2: ztile_panel(p, pl, 4, x, ld, 2, nb, acc); break;
+            case 4 * 8 + 1: ztile_panel(p, pl, 4, x, ld, 1, nb, acc); break;
+            case 1 * 8 + 4: ztile_panel(p, pl, 1, x, ld, 4, nb, acc); break;
+            case 1 * 8 + 3: ztile_panel(p, pl, 1, x, ld, 3, nb, acc); break;
+            case 1 * 8 + 2: ztile_panel(p, pl, 1, x, ld, 2, nb, acc); break;
+            default:        ztile_panel(p, pl, 1, x, ld, 1, nb, acc); break;
+            }
+            for (uint32_t i = 0; i < nr; i++)
+                for (uint32_t u = 0; u < nt; u++)
+                    out[t + u][col0 + r + i] = finish(acc[i][u], scale[r + i], xs[t + u]);
+        }
+        r += nr;
+    }
+}
+#endif
+
+void l8_fp8_block(enum l8_fp8_kernel k, const struct l8_fp8_tables *t, const uint8_t *w,
+                  uint32_t rows, uint32_t in, const float *scale, const void *xp, size_t ld,
+                  const float *xs, uint32_t T, float *const *out_rows, size_t col0,
+                  void *scratch)
+{
+#ifdef HAVE_AVX512_KERNEL
+    if (k == L8_FP8_AVX512) {
+        z_block(t, w, rows, in, scale, xp, ld, xs, T, out_rows, col0, scratch);
+        return;
+    }
+#endif
+    (void)t;
+    vec_block(w, rows, in, scale, xp, ld, xs, T, out_rows, col0, scratch);
+}
