@@ -257,8 +257,8 @@ struct ztabs { __m512i lo0, lo1, hi0, hi1, sign; };
 
 AVX512_TARGET INLINE struct ztabs ztabs_load(const struct l8_fp8_tables *t)
 {
-    return (struct ztabs){ _mm512_load_si512(t->lo), _mm512_load_si512(t->lo + 64),
-                           _mm512_load_si512(t->hi), _mm512_load_si512(t->hi + 64),
+    return (struct ztabs){ _mm512_loadu_si512(t->lo), _mm512_loadu_si512(t->lo + 64),
+                           _mm512_loadu_si512(t->hi), _mm512_loadu_si512(t->hi + 64),
                            _mm512_set1_epi8((char)0x80) };
 }
 

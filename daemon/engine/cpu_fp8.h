@@ -36,7 +36,7 @@ const char *l8_fp8_kernel_name(enum l8_fp8_kernel k);
 
 /* The AVX-512 kernel's decode tables (low and high byte of the BF16 value
  * of each 7-bit magnitude code). */
-struct l8_fp8_tables { _Alignas(64) uint8_t lo[128], hi[128]; };
+struct l8_fp8_tables { uint8_t lo[128], hi[128]; };
 void l8_fp8_tables_init(struct l8_fp8_tables *t);
 
 /* Bytes one token's packed activations take for an input width n. */

@@ -140,7 +140,8 @@ static void usage(FILE *f)
 "                           repeats), drafted from when it matches a longer\n"
 "                           suffix than the sequence itself\n"
 "  --json                   print one JSON object instead (tokens, stop_reason,\n"
-"                           load_s, prefill_ms, decode_tokens_per_s, ...)\n"
+"                           load_s, prefill_ms, decode_tokens_per_s,\n"
+"                           step_weight_bytes, ...)\n"
 "  --help                   this text\n"
 "\n"
 "Exit status: 0 ok, 1 runtime error, 2 usage error.\n");
@@ -404,6 +405,23 @@ static int parse_args(int argc, char **argv, struct opts *o)
         return -EINVAL;
     }
     return 0;
+}
+
+/* Weight bytes one decode step streams: every projection's codes and
+ * scales, and lm_head as the engine holds it. */
+static uint64_t step_weight_bytes(const struct l8_model *m, bool lm_head_fp8)
+{
+    uint64_t b = 0;
+    for (uint32_t L = 0; L < m->cfg.n_layers; L++) {
+        const struct l8_layer *y = &m->layers[L];
+        const struct l8_qweight *w[7] = { &y->wq, &y->wk, &y->wv, &y->wo, &y->wgate, &y->wup,
+                                          &y->wdown };
+        for (int i = 0; i < 7; i++)
+            b += (uint64_t)w[i]->out * w[i]->in + sizeof(float) * w[i]->out;
+    }
+    const struct l8_dense *h = &m->lm_head;
+    return b + (lm_head_fp8 ? (uint64_t)h->rows * h->cols + sizeof(float) * h->rows
+                            : (uint64_t)h->rows * h->cols * l8_dtype_size(h->dtype));
 }
 
 static int write_logits(const char *path, const struct opts *o, const struct l8_model *m,
@@ -792,6 +810,8 @@ int main(int argc, char **argv)
         json_object_object_add(jo, "batch", json_object_new_int64(B));
         json_object_object_add(jo, "decode_steps", json_object_new_int64(decode_steps));
         json_object_object_add(jo, "decode_tokens_per_s", json_object_new_double(dec_tps));
+        json_object_object_add(jo, "step_weight_bytes", json_object_new_int64(
+                                   (int64_t)step_weight_bytes(m, o.lm_head_fp8)));
         json_object_object_add(jo, "speculate", json_object_new_string(spec_name[o.spec]));
         json_object_object_add(jo, "draft_max", json_object_new_int64(K));
         json_object_object_add(jo, "drafted", json_object_new_int64((int64_t)tm.drafted));
