@@ -75,6 +75,14 @@ int main(void)
           strstr(err, "x.conf:1: spin_us: bad value '1000001' (auto|US"), "message: %s", err);
     CHECK(l8d_conf_parse_text(&c, "spin_us = on\n", "x.conf", err) == -EINVAL, "spin_us on");
 
+    /* The cpu engine's FP8 lm_head: off unless asked for. */
+    l8d_conf_defaults(&c);
+    CHECK(!c.lm_head_fp8, "lm_head_fp8 defaults to false");
+    CHECK(l8d_conf_parse_text(&c, "lm_head_fp8 = true\n", "t.conf", err) == 0 && c.lm_head_fp8,
+          "lm_head_fp8 = true: %s", err);
+    CHECK(l8d_conf_parse_text(&c, "lm_head_fp8 = fp8\n", "x.conf", err) == -EINVAL &&
+          strstr(err, "x.conf:1: lm_head_fp8: bad value 'fp8' (BOOL"), "message: %s", err);
+
     /* The cuda engine's measuring switches: off by default (the measured
      * crossover, graphs, PDL, no profile); gemv_max_m auto or a row count. */
     l8d_conf_defaults(&c);

@@ -19,6 +19,8 @@
  *    single decode step, greedy and sampled, masked, alone and batched,
  *    in a chunk with the earlier tokens; malformed ones fail with -EINVAL;
  *  - malformed steps fail with -EINVAL and write no KV page;
+ *  - the same in fp8 numerics with the FP8 lm_head (opts.lm_head_fp8),
+ *    which the cuda backend refuses;
  *  - l8_engine_memory: the model's weights, the pool's pages, scratch, and
  *    no device.
  * usage: test_engine_props GOLDEN_DIR */
@@ -46,6 +48,8 @@ static const struct l8_model *M;
 static uint32_t V;
 static uint32_t ta[LA + 8], tb[LB + 8], tc[LC + 8];
 
+static bool LM_FP8;    /* engines with opts.lm_head_fp8 */
+
 /* What the engine reports holding: the model's weight bytes, exactly the
  * pool's pages (f32 in exact numerics, bf16 in fp8), some scratch, no GPU. */
 static void check_memory(const struct l8_engine *e, enum l8_numerics num)
@@ -54,8 +58,11 @@ static void check_memory(const struct l8_engine *e, enum l8_numerics num)
     const struct l8_engine_mem *mem = l8_engine_memory(e);
     const uint64_t page = (uint64_t)c->n_layers * 2 * c->n_kv_heads * l8_engine_page_size(e) *
                           c->head_dim * (num == L8_NUMERICS_EXACT ? 4 : 2);
-    CHECK(mem->weights == M->weight_bytes, "memory: weights %llu, the model's %llu",
-          (unsigned long long)mem->weights, (unsigned long long)M->weight_bytes);
+    /* The FP8 lm_head's codes and f32 scales are weights the engine holds. */
+    const uint64_t lmq = LM_FP8 ? (uint64_t)M->lm_head.rows * (M->lm_head.cols + sizeof(float)) : 0;
+    CHECK(mem->weights == M->weight_bytes + lmq, "memory: weights %llu, the model's %llu + %llu",
+          (unsigned long long)mem->weights, (unsigned long long)M->weight_bytes,
+          (unsigned long long)lmq);
     CHECK(mem->kv_pool == page * l8_engine_n_pages(e), "memory: kv pool %llu, %u pages of %llu",
           (unsigned long long)mem->kv_pool, l8_engine_n_pages(e), (unsigned long long)page);
     CHECK(mem->work > 0 && mem->device_used == 0 && mem->device_total == 0,
@@ -67,7 +74,7 @@ static struct l8_engine *mk(enum l8_numerics num, uint32_t page_size, int thread
 {
     struct l8_engine_opts o = { .numerics = num, .page_size = page_size,
                                 .n_pages = NPAGES * PS / page_size, .max_step_tokens = 256,
-                                .max_seqs = 4, .nthreads = threads };
+                                .max_seqs = 4, .nthreads = threads, .lm_head_fp8 = LM_FP8 };
     struct l8_engine *e;
     char err[L8_ERRLEN];
     if (l8_engine_create(M, L8_BACKEND_CPU, &o, &e, err) < 0) {
@@ -117,7 +124,7 @@ static void reference(struct l8_engine *e, float *la, float *la2)
 
 static void props(enum l8_numerics num)
 {
-    const char *nn = num == L8_NUMERICS_EXACT ? "exact" : "fp8";
+    const char *nn = num == L8_NUMERICS_EXACT ? "exact" : LM_FP8 ? "fp8/lm_head fp8" : "fp8";
     const size_t szA = (size_t)LA * V;
     float *la = malloc(sizeof(float) * szA), *la2 = malloc(sizeof(float) * V);
     float *x = malloc(sizeof(float) * szA), *x2 = malloc(sizeof(float) * V);
@@ -445,6 +452,14 @@ int main(int argc, char **argv)
     masks_late(L8_NUMERICS_FP8);
     verification(L8_NUMERICS_EXACT);
     verification(L8_NUMERICS_FP8);
+    /* The FP8 lm_head keeps every property; it is a cpu engine option. */
+    LM_FP8 = true;
+    props(L8_NUMERICS_FP8);
+    struct l8_engine_opts co = { .numerics = L8_NUMERICS_FP8, .page_size = PS, .n_pages = 4,
+                                 .max_step_tokens = 16, .max_seqs = 1, .lm_head_fp8 = true };
+    struct l8_engine *ce = NULL;
+    CHECK(l8_engine_create(m, L8_BACKEND_CUDA, &co, &ce, err) == -ENOTSUP && !ce &&
+          strstr(err, "cpu engine option"), "cuda with lm_head_fp8: %s", err);
     l8_model_free(m);
     printf("%s\n", t_failures ? "FAILED" : "ok");
     return t_failures ? 1 : 0;
