@@ -8,8 +8,19 @@
  * lane q) and B (16q + 8..15): that is where the lane order of the
  * definition comes from, and activations are packed the same way, so each
  * weight is loaded once, decoded in 6 instructions per 64 and multiplied
- * by vdpbf16ps. With more tokens than L8_FP8_FUSED_MAX_T a block of rows is
- * decoded once into scratch and multiplied in 4 x 4 tiles.
+ * by vdpbf16ps, for up to L8_FP8_FUSED_MAX_T tokens (decode).
+ *
+ * AVX-512 with more tokens (prefill, large batches): vdpbf16ps runs at half
+ * the multiply-add rate of f32 FMA here (tests/bench: 1.3 G/s against
+ * 5.5 G/s per core, 32 and 16 products each), and every product of two
+ * E4M3 values is exact in f32, so fma(x, w, acc) is the definition's add.
+ * Each of the 16 lanes of the definition is a separate sum over its own
+ * quarter of the block, so the product is 16 small GEMMs, one per lane,
+ * over that lane's elements, written as an ordinary register-tiled GEMM:
+ * the activations are packed per 64-token group as [lane element][token]
+ * f32 (l8_fp8_pack_tiled), the weights decoded once per block of rows into
+ * f32 in their own order, broadcast one at a time against 16 tokens. The
+ * lane tree then runs on the 16 partial sums of each output.
  *
  * VEC: the same additions in f32 vectors, with the weights decoded by
  * the exponent-rebias trick (cpu_ops.c) into the packed lane order. */
@@ -21,6 +32,7 @@
 
 #define L8_FP8_FUSED_MAX_T 4u
 #define BLOCK 64u                   /* codes per block */
+#define TILE_T L8_FP8_TILE_T
 
 /* Not under ThreadSanitizer: see cpu_ops.c. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
@@ -33,7 +45,7 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #define HAVE_AVX512_KERNEL 1
 #include <immintrin.h>
-#define AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512bf16")))
+#define AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi,avx512bf16")))
 #endif
 
 #define INLINE static inline __attribute__((always_inline))
@@ -71,6 +83,7 @@ void l8_fp8_tables_init(struct l8_fp8_tables *t)
         const uint16_t b = l8_f32_to_bf16(l8_e4m3_lut[c]);   /* exact (NaN stays NaN) */
         t->lo[c] = (uint8_t)b;
         t->hi[c] = (uint8_t)(b >> 8);
+        t->bf16[c] = b;
     }
 }
 
@@ -83,27 +96,50 @@ enum l8_fp8_kernel l8_fp8_best(void)
 {
 #ifdef HAVE_AVX512_KERNEL
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vbmi") &&
+    if (__builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+        __builtin_cpu_supports("avx512vbmi") &&
         __builtin_cpu_supports("avx512bf16"))
         return L8_FP8_AVX512;
 #endif
     return L8_FP8_VEC;
 }
 
+/* f32 per element in both formats (BF16 words of the fused one use half). */
 size_t l8_fp8_packed_bytes(enum l8_fp8_kernel k, size_t n)
 {
-    const size_t nb = (n + BLOCK - 1) / BLOCK;
-    return nb * BLOCK * (k == L8_FP8_AVX512 ? 2 : 4);
+    (void)k;
+    return (n + BLOCK - 1) / BLOCK * BLOCK * 4;
 }
 
+/* The tiled path's scratch per row: its decoded weights and 16 lanes of
+ * partial sums for up to 64 tokens. */
 size_t l8_fp8_panel_row_bytes(enum l8_fp8_kernel k, size_t in)
 {
-    return l8_fp8_packed_bytes(k, in);
+    return l8_fp8_packed_bytes(k, in) + (k == L8_FP8_AVX512 ? 16 * TILE_T * 4 : 0);
 }
 
-bool l8_fp8_fused(enum l8_fp8_kernel k, uint32_t T)
+bool l8_fp8_tiled(enum l8_fp8_kernel k, uint32_t T)
 {
-    return k == L8_FP8_AVX512 && T <= L8_FP8_FUSED_MAX_T;
+    return k == L8_FP8_AVX512 && T > L8_FP8_FUSED_MAX_T;
+}
+
+/* Element e of a lane's sequence (s = 4b + q) is code 64b + lane_code[j] +
+ * step_code[q]: odd before even, half 0 before half 1. */
+static const uint8_t lane_code[16] = { 0, 2, 4, 6, 16, 18, 20, 22, 32, 34, 36, 38, 48, 50, 52, 54 };
+static const uint8_t step_code[4] = { 1, 0, 9, 8 };
+
+void l8_fp8_pack_tiled(const uint8_t *codes, size_t n, uint32_t t, uint32_t T, void *packed)
+{
+    const size_t nb = (n + BLOCK - 1) / BLOCK, kl = 4 * nb;
+    const uint32_t g = t / TILE_T, u = t % TILE_T;
+    const uint32_t nt = T - g * TILE_T < TILE_T ? T - g * TILE_T : TILE_T;
+    float *base = (float *)((char *)packed + (size_t)g * TILE_T * l8_fp8_packed_bytes(L8_FP8_AVX512, n));
+    for (uint32_t j = 0; j < 16; j++)
+        for (size_t b = 0; b < nb; b++)
+            for (uint32_t q = 0; q < 4; q++) {
+                const size_t c = b * BLOCK + lane_code[j] + step_code[q];
+                base[(j * kl + 4 * b + q) * nt + u] = c < n ? l8_e4m3_lut[codes[c]] : 0.0f;
+            }
 }
 
 /* Whether any of n codes is a NaN (0x7f or 0xff). */
@@ -331,114 +367,171 @@ AVX512_TARGET INLINE void ztile_codes(const struct ztabs *z, const uint8_t *w, u
             zstore(r[i][t], acc[i][t]);
 }
 
-/* nr decoded rows of the panel (stride pl bytes) x nt packed tokens. */
-AVX512_TARGET INLINE void ztile_panel(const uint8_t *p, size_t pl, int nr, const uint8_t *xp,
-                                      size_t ld, int nt, size_t nb, float r[4][4][16])
-{
-    __m512 acc[4][4];
-#pragma GCC unroll 4
-    for (int i = 0; i < nr; i++)
-#pragma GCC unroll 4
-        for (int t = 0; t < nt; t++)
-            acc[i][t] = _mm512_setzero_ps();
-    for (size_t o = 0; o < nb * 2 * BLOCK; o += 2 * BLOCK) {
-#pragma GCC unroll 2
-        for (size_t h = 0; h < 2 * BLOCK; h += BLOCK) {
-            __m512i x[4];
-#pragma GCC unroll 4
-            for (int t = 0; t < nt; t++)
-                x[t] = _mm512_loadu_si512(xp + t * ld + o + h);
-#pragma GCC unroll 4
-            for (int i = 0; i < nr; i++) {
-                const __m512i wv = _mm512_load_si512(p + i * pl + o + h);
-#pragma GCC unroll 4
-                for (int t = 0; t < nt; t++)
-                    acc[i][t] = zdp(acc[i][t], wv, x[t]);
-            }
-        }
-    }
-#pragma GCC unroll 4
-    for (int i = 0; i < nr; i++)
-#pragma GCC unroll 4
-        for (int t = 0; t < nt; t++)
-            zstore(r[i][t], acc[i][t]);
-}
-
+/* Up to L8_FP8_FUSED_MAX_T tokens, weights decoded in registers. */
 AVX512_TARGET
-static void z_block(const struct l8_fp8_tables *tab, const uint8_t *w, uint32_t rows,
+static void z_fused(const struct l8_fp8_tables *tab, const uint8_t *w, uint32_t rows,
                     uint32_t in, const float *scale, const uint8_t *xp, size_t ld,
-                    const float *xs, uint32_t T, float *const *out, size_t col0,
-                    uint8_t *panel)
+                    const float *xs, uint32_t T, float *const *out, size_t col0)
 {
     const struct ztabs z = ztabs_load(tab);
-    const size_t nb = (in + BLOCK - 1) / BLOCK, pl = nb * 2 * BLOCK;
     float acc[4][4][16];
-    if (T <= L8_FP8_FUSED_MAX_T) {
-        const uint32_t NR = T == 1 ? 4 : 2;
-        for (uint32_t r = 0; r < rows; ) {
-            const uint32_t nr = rows - r >= NR ? NR : 1;
-            const uint8_t *w0 = w + (size_t)r * in;
-            const uint8_t *next = r + 2 * nr <= rows ? w0 + (size_t)nr * in : NULL;
-            switch (nr * 8 + T) {
-            case 4 * 8 + 1: ztile_codes(&z, w0, in, 4, next, xp, ld, 1, acc); break;
-            case 2 * 8 + 2: ztile_codes(&z, w0, in, 2, next, xp, ld, 2, acc); break;
-            case 2 * 8 + 3: ztile_codes(&z, w0, in, 2, next, xp, ld, 3, acc); break;
-            case 2 * 8 + 4: ztile_codes(&z, w0, in, 2, next, xp, ld, 4, acc); break;
-            case 1 * 8 + 1: ztile_codes(&z, w0, in, 1, next, xp, ld, 1, acc); break;
-            case 1 * 8 + 2: ztile_codes(&z, w0, in, 1, next, xp, ld, 2, acc); break;
-            case 1 * 8 + 3: ztile_codes(&z, w0, in, 1, next, xp, ld, 3, acc); break;
-            default:        ztile_codes(&z, w0, in, 1, next, xp, ld, 4, acc); break;
-            }
-            for (uint32_t i = 0; i < nr; i++)
-                for (uint32_t t = 0; t < T; t++)
-                    out[t][col0 + r + i] = finish(acc[i][t], scale[r + i], xs[t]);
-            r += nr;
-        }
-        return;
-    }
-    for (uint32_t r = 0; r < rows; r++)
-        for (size_t b = 0; b < nb; b++) {
-            __m512i A, B;
-            zdec(&z, zcodes(w + (size_t)r * in, b, in), &A, &B);
-            _mm512_store_si512(panel + r * pl + b * 2 * BLOCK, A);
-            _mm512_store_si512(panel + r * pl + b * 2 * BLOCK + BLOCK, B);
-        }
+    const uint32_t NR = T == 1 ? 4 : 2;
     for (uint32_t r = 0; r < rows; ) {
-        const uint32_t nr = rows - r >= 4 ? 4 : 1;
-        const uint8_t *p = panel + r * pl;
-        for (uint32_t t = 0; t < T; t += 4) {
-            const uint32_t nt = T - t < 4 ? T - t : 4;
-            const uint8_t *x = xp + t * ld;
-            switch (nr * 8 + nt) {
-            case 4 * 8 + 4: ztile_panel(p, pl, 4, x, ld, 4, nb, acc); break;
-            case 4 * 8 + 3: ztile_panel(p, pl, 4, x, ld, 3, nb, acc); break;
-            case 4 * 8 + 2: ztile_panel(p, pl, 4, x, ld, 2, nb, acc); break;
-            case 4 * 8 + 1: ztile_panel(p, pl, 4, x, ld, 1, nb, acc); break;
-            case 1 * 8 + 4: ztile_panel(p, pl, 1, x, ld, 4, nb, acc); break;
-            case 1 * 8 + 3: ztile_panel(p, pl, 1, x, ld, 3, nb, acc); break;
-            case 1 * 8 + 2: ztile_panel(p, pl, 1, x, ld, 2, nb, acc); break;
-            default:        ztile_panel(p, pl, 1, x, ld, 1, nb, acc); break;
-            }
-            for (uint32_t i = 0; i < nr; i++)
-                for (uint32_t u = 0; u < nt; u++)
-                    out[t + u][col0 + r + i] = finish(acc[i][u], scale[r + i], xs[t + u]);
+        const uint32_t nr = rows - r >= NR ? NR : 1;
+        const uint8_t *w0 = w + (size_t)r * in;
+        const uint8_t *next = r + 2 * nr <= rows ? w0 + (size_t)nr * in : NULL;
+        switch (nr * 8 + T) {
+        case 4 * 8 + 1: ztile_codes(&z, w0, in, 4, next, xp, ld, 1, acc); break;
+        case 2 * 8 + 2: ztile_codes(&z, w0, in, 2, next, xp, ld, 2, acc); break;
+        case 2 * 8 + 3: ztile_codes(&z, w0, in, 2, next, xp, ld, 3, acc); break;
+        case 2 * 8 + 4: ztile_codes(&z, w0, in, 2, next, xp, ld, 4, acc); break;
+        case 1 * 8 + 1: ztile_codes(&z, w0, in, 1, next, xp, ld, 1, acc); break;
+        case 1 * 8 + 2: ztile_codes(&z, w0, in, 1, next, xp, ld, 2, acc); break;
+        case 1 * 8 + 3: ztile_codes(&z, w0, in, 1, next, xp, ld, 3, acc); break;
+        default:        ztile_codes(&z, w0, in, 1, next, xp, ld, 4, acc); break;
         }
+        for (uint32_t i = 0; i < nr; i++)
+            for (uint32_t t = 0; t < T; t++)
+                out[t][col0 + r + i] = finish(acc[i][t], scale[r + i], xs[t]);
         r += nr;
     }
+}
+
+/* One row of codes to f32 in code order, zero padded to nb blocks. */
+AVX512_TARGET INLINE void zt_decode_row(const struct l8_fp8_tables *tab, const uint8_t *w,
+                                        uint32_t in, size_t nb, float *o)
+{
+    const __m512i t0 = _mm512_loadu_si512(tab->bf16), t1 = _mm512_loadu_si512(tab->bf16 + 32);
+    const __m512i t2 = _mm512_loadu_si512(tab->bf16 + 64), t3 = _mm512_loadu_si512(tab->bf16 + 96);
+    for (size_t c0 = 0; c0 < nb * BLOCK; c0 += 32) {
+        const __mmask32 m = in - c0 >= 32 ? ~(__mmask32)0
+                            : c0 >= in ? 0 : ((__mmask32)1 << (in - c0)) - 1;
+        const __m512i c = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(m, w + c0));
+        const __m512i lo = _mm512_permutex2var_epi16(t0, c, t1);   /* index bits 0-5 */
+        const __m512i hi = _mm512_permutex2var_epi16(t2, c, t3);
+        __m512i b = _mm512_mask_blend_epi16(_mm512_test_epi16_mask(c, _mm512_set1_epi16(64)), lo, hi);
+        b = _mm512_or_si512(b, _mm512_slli_epi16(_mm512_and_si512(c, _mm512_set1_epi16(0x80)), 8));
+        const __m512i f0 = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(b)), 16);
+        const __m512i f1 = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(b, 1)), 16);
+        _mm512_store_si512(o + c0, f0);
+        _mm512_store_si512(o + c0 + 16, f1);
+    }
+}
+
+/* Lane j's partial sums for MR rows of the panel (stride pl floats) x NV
+ * vectors of 16 tokens: xj is the lane's [4nb][nt] slice, mask the last
+ * vector's tokens. */
+AVX512_TARGET INLINE void zt_micro(const float *p, size_t pl, int MR, const float *xj,
+                                   uint32_t nt, int NV, __mmask16 mask, size_t nb, uint32_t j,
+                                   float *lanes, size_t lstride)
+{
+    __m512 acc[12][4];
+#pragma GCC unroll 12
+    for (int r = 0; r < MR; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++)
+            acc[r][v] = _mm512_setzero_ps();
+    const float *pj = p + lane_code[j];
+    for (size_t b = 0; b < nb; b++, pj += BLOCK) {
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; q++, xj += nt) {
+            __m512 x[4];
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; v++)
+                x[v] = v == NV - 1 ? _mm512_maskz_loadu_ps(mask, xj + 16 * v)
+                                   : _mm512_loadu_ps(xj + 16 * v);
+#pragma GCC unroll 12
+            for (int r = 0; r < MR; r++) {
+                const __m512 wv = _mm512_set1_ps(pj[(size_t)r * pl + step_code[q]]);
+#pragma GCC unroll 4
+                for (int v = 0; v < NV; v++)
+                    acc[r][v] = _mm512_fmadd_ps(x[v], wv, acc[r][v]);
+            }
+        }
+    }
+#pragma GCC unroll 12
+    for (int r = 0; r < MR; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++)
+            _mm512_store_ps(lanes + (size_t)r * lstride + 16 * v, acc[r][v]);
+}
+
+/* More tokens: the 16 lane GEMMs over a block of rows decoded once, then
+ * the lane tree. xp: the tokens' group in the tiled format (T <= TILE_T). */
+AVX512_TARGET
+static void z_tiled(const struct l8_fp8_tables *tab, const uint8_t *w, uint32_t rows,
+                    uint32_t in, const float *scale, const float *xp, const float *xs,
+                    uint32_t T, float *const *out, size_t col0, float *scratch)
+{
+    const size_t nb = (in + BLOCK - 1) / BLOCK, pl = nb * BLOCK, kl = 4 * nb;
+    const int NV = (int)((T + 15) / 16);
+    const __mmask16 mask = (__mmask16)(T % 16 ? (1u << (T % 16)) - 1 : 0xffffu);
+    const int MR = NV == 4 ? 6 : NV == 3 ? 8 : 12;      /* 24 (or 12) accumulators */
+    float *panel = scratch, *lanes = scratch + rows * pl;   /* lanes: [j][row][NV x 16] */
+    const size_t lstride = 16u * NV, ljstride = rows * lstride;
+    for (uint32_t r = 0; r < rows; r++)
+        zt_decode_row(tab, w + (size_t)r * in, in, nb, panel + r * pl);
+    for (uint32_t j = 0; j < 16; j++) {
+        const float *xj = xp + j * kl * T;
+        float *lj = lanes + j * ljstride;
+        uint32_t r = 0;
+        for (; r + (uint32_t)MR <= rows; r += MR) {
+            const float *p = panel + r * pl;
+            switch (NV) {
+            case 4: zt_micro(p, pl, 6, xj, T, 4, mask, nb, j, lj + r * lstride, lstride); break;
+            case 3: zt_micro(p, pl, 8, xj, T, 3, mask, nb, j, lj + r * lstride, lstride); break;
+            case 2: zt_micro(p, pl, 12, xj, T, 2, mask, nb, j, lj + r * lstride, lstride); break;
+            default: zt_micro(p, pl, 12, xj, T, 1, mask, nb, j, lj + r * lstride, lstride); break;
+            }
+        }
+        for (; r < rows; r++) {
+            const float *p = panel + r * pl;
+            switch (NV) {
+            case 4: zt_micro(p, pl, 1, xj, T, 4, mask, nb, j, lj + r * lstride, lstride); break;
+            case 3: zt_micro(p, pl, 1, xj, T, 3, mask, nb, j, lj + r * lstride, lstride); break;
+            case 2: zt_micro(p, pl, 1, xj, T, 2, mask, nb, j, lj + r * lstride, lstride); break;
+            default: zt_micro(p, pl, 1, xj, T, 1, mask, nb, j, lj + r * lstride, lstride); break;
+            }
+        }
+    }
+    /* finish() on 16 tokens at once. */
+    for (uint32_t r = 0; r < rows; r++)
+        for (int v = 0; v < NV; v++) {
+            __m512 a[16];
+            for (int j = 0; j < 16; j++)
+                a[j] = _mm512_load_ps(lanes + j * ljstride + r * lstride + 16 * v);
+            for (int j = 0; j < 8; j++)
+                a[j] = _mm512_add_ps(a[j], a[j + 8]);
+            for (int j = 0; j < 4; j++)
+                a[j] = _mm512_add_ps(a[j], a[j + 4]);
+            __m512 y = _mm512_add_ps(_mm512_add_ps(a[0], a[2]), _mm512_add_ps(a[1], a[3]));
+            const __mmask16 m = v == NV - 1 ? mask : 0xffff;
+            y = _mm512_mul_ps(_mm512_mul_ps(y, _mm512_set1_ps(scale[r])),
+                              _mm512_maskz_loadu_ps(m, xs + 16 * v));
+            y = _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(y, y, _CMP_UNORD_Q), _mm512_set1_ps(NAN));
+            float o[16];
+            _mm512_storeu_ps(o, y);
+            for (uint32_t u = 0; u < 16 && 16 * v + u < T; u++)
+                out[16 * v + u][col0 + r] = o[u];
+        }
 }
 #endif
 
 void l8_fp8_block(enum l8_fp8_kernel k, const struct l8_fp8_tables *t, const uint8_t *w,
                   uint32_t rows, uint32_t in, const float *scale, const void *xp, size_t ld,
-                  const float *xs, uint32_t T, float *const *out_rows, size_t col0,
+                  bool tiled, const float *xs, uint32_t T, float *const *out_rows, size_t col0,
                   void *scratch)
 {
 #ifdef HAVE_AVX512_KERNEL
     if (k == L8_FP8_AVX512) {
-        z_block(t, w, rows, in, scale, xp, ld, xs, T, out_rows, col0, scratch);
+        if (tiled)
+            z_tiled(t, w, rows, in, scale, xp, xs, T, out_rows, col0, scratch);
+        else
+            z_fused(t, w, rows, in, scale, xp, ld, xs, T, out_rows, col0);
         return;
     }
 #endif
+    (void)tiled;
     (void)t;
     vec_block(w, rows, in, scale, xp, ld, xs, T, out_rows, col0, scratch);
 }

@@ -36,27 +36,36 @@ const char *l8_fp8_kernel_name(enum l8_fp8_kernel k);
 
 /* The AVX-512 kernel's decode tables (low and high byte of the BF16 value
  * of each 7-bit magnitude code). */
-struct l8_fp8_tables { uint8_t lo[128], hi[128]; };
+struct l8_fp8_tables { uint8_t lo[128], hi[128]; uint16_t bf16[128]; };
 void l8_fp8_tables_init(struct l8_fp8_tables *t);
 
-/* Bytes one token's packed activations take for an input width n. */
+/* Bytes one token's packed activations take for an input width n (in
+ * either format, so T tokens take T times this). */
 size_t l8_fp8_packed_bytes(enum l8_fp8_kernel k, size_t n);
 
-/* Packs n E4M3 codes of one token for kernel k (zero padded). */
+/* Whether T tokens (all of a product's, not one group's) are packed in the
+ * tiled format for kernel k: AVX-512 beyond a few tokens. */
+bool l8_fp8_tiled(enum l8_fp8_kernel k, uint32_t T);
+#define L8_FP8_TILE_T 64u   /* tokens per group of the tiled format */
+
+/* Packs n E4M3 codes of one token for kernel k (zero padded), one token
+ * per l8_fp8_packed_bytes. */
 void l8_fp8_pack(enum l8_fp8_kernel k, const struct l8_fp8_tables *t, const uint8_t *codes,
                  size_t n, void *packed);
+/* Packs token t of T into the tiled format: groups of L8_FP8_TILE_T tokens
+ * (the last one shorter) at token offsets 64g, each [lane element][token]
+ * f32. */
+void l8_fp8_pack_tiled(const uint8_t *codes, size_t n, uint32_t t, uint32_t T, void *packed);
 
-/* Whether kernel k decodes weights in registers for T tokens (else it
- * decodes a block of rows once into scratch and reuses it for every token). */
-bool l8_fp8_fused(enum l8_fp8_kernel k, uint32_t T);
-/* Scratch bytes per weight row for the decode-once path. */
+/* Scratch bytes per weight row for the tiled path and for VEC. */
 size_t l8_fp8_panel_row_bytes(enum l8_fp8_kernel k, size_t in);
 
 /* y[t][col0 + r] = the definition above, for `rows` rows of E4M3 codes w
- * (row stride in), their scales, and T packed tokens (xp, stride ld bytes,
- * scales xs). scratch: rows * l8_fp8_panel_row_bytes (unused when fused),
- * 64-byte aligned. */
+ * (row stride in), their scales, and T packed tokens: per token (xp,
+ * stride ld bytes; T <= 4 for AVX-512) or, tiled, one group of T <=
+ * L8_FP8_TILE_T; scales xs. scratch: rows * l8_fp8_panel_row_bytes
+ * (unused by the fused AVX-512 path), 64-byte aligned. */
 void l8_fp8_block(enum l8_fp8_kernel k, const struct l8_fp8_tables *t, const uint8_t *w,
                   uint32_t rows, uint32_t in, const float *scale, const void *xp, size_t ld,
-                  const float *xs, uint32_t T, float *const *out_rows, size_t col0,
+                  bool tiled, const float *xs, uint32_t T, float *const *out_rows, size_t col0,
                   void *scratch);

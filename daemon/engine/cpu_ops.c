@@ -101,14 +101,20 @@ static void dot4(const float *x, const float *w, size_t ldw, size_t n, float r[4
     r[3] = hsum8(p3 + q3) + t3;
 }
 
+/* Rows of an fp8 panel the scratch holds at least: a multiple of every
+ * micro-tile height of the tiled kernel (6, 8, 12). */
+#define FP8_PANEL_ROWS 24u
+
 int l8_cpu_ws_init(struct l8_cpu_ws *ws, int nthreads, size_t max_in)
 {
     memset(ws, 0, sizeof(*ws));
     ws->nthreads = nthreads;
-    ws->floats = L8_CPU_MM_BUDGET_FLOATS;
-    if (ws->floats < 4 * (max_in + 64))
-        ws->floats = 4 * (max_in + 64);     /* 4 rows of an fp8 panel, padded */
     ws->fp8 = l8_fp8_best();
+    ws->floats = L8_CPU_MM_BUDGET_FLOATS;
+    /* At least FP8_PANEL_ROWS rows of the fp8 panel at the widest input. */
+    const size_t panel = FP8_PANEL_ROWS * l8_fp8_panel_row_bytes(ws->fp8, max_in) / sizeof(float);
+    if (ws->floats < panel)
+        ws->floats = panel;
     l8_fp8_tables_init(&ws->tab);
     ws->buf = calloc((size_t)nthreads, sizeof(float *));
     if (!ws->buf)
@@ -434,6 +440,7 @@ static void block_dots(const float *wd, uint32_t rows, uint32_t in, const float 
 #define FUSED_MIN_BLOCK_MACS (16u * 1024u)
 #define MM_MAX_PARTS 3
 #define L8_CPU_MAX_ROWPTR 64
+_Static_assert(L8_CPU_MAX_ROWPTR == L8_FP8_TILE_T, "a product's token groups are the tiled format's");
 /* Below this many multiply-adds a matmul runs on the calling thread:
  * handing half of it to another thread would cost more than it saves. */
 #define L8_CPU_INLINE_MACS (64u * 1024u)
@@ -454,6 +461,7 @@ struct mm_job {
     const uint8_t *xp;              /* fp8: T packed tokens of xld bytes */
     size_t xld;
     const float *xs;                /* fp8: [T] token scales */
+    bool tiled;                     /* fp8: xp is one group of the tiled format */
     uint32_t T;
     bool fused;
 };
@@ -474,7 +482,7 @@ static void mm_chunk(void *ctx, size_t b, size_t e, int tid)
         const float *scale = P->W ? P->W->scale + o0 : NULL;
         if (j->xp) {
             l8_fp8_block(j->ws->fp8, &j->ws->tab, P->W->w + (size_t)o0 * in, rows, in, scale,
-                         j->xp, j->xld, j->xs, j->T, P->out, o0, wd);
+                         j->xp, j->xld, j->tiled, j->xs, j->T, P->out, o0, wd);
             continue;
         }
         if (j->fused) {
@@ -521,11 +529,11 @@ static uint32_t rows_per_block(const struct l8_cpu_ws *ws, uint32_t out, uint32_
         rb = (rb + 3) & ~(size_t)3;
     } else {
         rb = fp8 ? ws->floats * sizeof(float) / l8_fp8_panel_row_bytes(ws->fp8, in)
-                 : ws->floats / in;
+                 : L8_CPU_MM_BUDGET_FLOATS / in;
         size_t fair = ((size_t)out + 4u * (size_t)nthreads - 1) / (4u * (size_t)nthreads);
         if (rb > fair)
             rb = fair;
-        rb &= ~(size_t)3;
+        rb -= rb >= FP8_PANEL_ROWS && fp8 ? rb % FP8_PANEL_ROWS : rb % 4;
         if (rb < 4)
             rb = 4;
     }
@@ -539,7 +547,7 @@ static uint32_t rows_per_block(const struct l8_cpu_ws *ws, uint32_t out, uint32_
 static void mm_run(struct l8_tp *tp, struct mm_job *j)
 {
     const int nt = l8_tp_nthreads(tp);
-    bool fused = j->xp ? l8_fp8_fused(j->ws->fp8, j->T) : j->T <= L8_CPU_FUSED_MAX_T;
+    bool fused = j->xp ? j->ws->fp8 == L8_FP8_AVX512 && !j->tiled : j->T <= L8_CPU_FUSED_MAX_T;
     for (uint32_t p = 0; p < j->n_parts; p++)
         if (j->part[p].D && j->part[p].D->dtype != L8_BF16 && j->part[p].D->dtype != L8_F32)
             fused = false;      /* F16 goes through l8_dense_row */
@@ -570,6 +578,7 @@ void l8_cpu_qmatmul_to_rows(struct l8_tp *tp, const struct l8_cpu_ws *ws,
             if (x->fp8) {
                 j.xp = (const uint8_t *)x->fp8 + (size_t)t0 * x->ld;
                 j.xld = x->ld;
+                j.tiled = x->tiled;
                 j.xs = x->scale + t0;
             } else {
                 j.x = x->f32 + (size_t)t0 * W[0]->in;
@@ -638,15 +647,21 @@ struct quant_job {
     size_t n, ld;
     uint8_t *q, *packed;
     float *xs;
+    uint32_t T;
+    bool tiled;
 };
 
 static void quant_chunk(void *ctx, size_t b, size_t e, int tid)
 {
     const struct quant_job *j = ctx;
+    (void)tid;
     for (size_t t = b; t < e; t++) {
         uint8_t *qt = j->q + t * j->n;
         j->xs[t] = l8_quantize_act_row(j->x + t * j->n, j->n, qt);
-        l8_fp8_pack(j->ws->fp8, &j->ws->tab, qt, j->n, j->packed + t * j->ld);
+        if (j->tiled)
+            l8_fp8_pack_tiled(qt, j->n, (uint32_t)t, j->T, j->packed);
+        else
+            l8_fp8_pack(j->ws->fp8, &j->ws->tab, qt, j->n, j->packed + t * j->ld);
     }
 }
 
@@ -660,9 +675,10 @@ void l8_cpu_quantize_rows(struct l8_tp *tp, const struct l8_cpu_ws *ws, const fl
                           struct l8_cpu_x *out)
 {
     struct quant_job j = { .ws = ws, .x = x, .n = n, .ld = l8_cpu_quantize_ld(ws, n), .q = q,
-                           .packed = packed, .xs = xs };
+                           .packed = packed, .xs = xs, .T = T,
+                           .tiled = l8_fp8_tiled(ws->fp8, T) };
     l8_tp_for(tp, T, 0, quant_chunk, &j);
-    *out = (struct l8_cpu_x){ .fp8 = packed, .ld = j.ld, .scale = xs };
+    *out = (struct l8_cpu_x){ .fp8 = packed, .ld = j.ld, .scale = xs, .tiled = j.tiled };
 }
 
 void l8_cpu_rmsnorm(const float *x, const float *w, size_t n, float eps, float *y)

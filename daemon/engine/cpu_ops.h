@@ -40,6 +40,7 @@ struct l8_cpu_x {
     const float *f32;   /* exact: [T, in] f32 activations; NULL in fp8 */
     const void *fp8;    /* fp8: T tokens of packed E4M3 codes, ld bytes each */
     size_t ld;
+    bool tiled;         /* fp8: in l8_fp8_pack_tiled's format */
     const float *scale; /* fp8: [T] per-token scales */
 };
 
