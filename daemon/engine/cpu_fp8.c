@@ -397,31 +397,38 @@ static void z_fused(const struct l8_fp8_tables *tab, const uint8_t *w, uint32_t 
     }
 }
 
-/* One row of codes to f32 in code order, zero padded to nb blocks. */
+/* One row of codes to f32 in code order, zero padded to nb blocks of 64
+ * floats, block b at o + b * bstride. */
 AVX512_TARGET INLINE void zt_decode_row(const struct l8_fp8_tables *tab, const uint8_t *w,
-                                        uint32_t in, size_t nb, float *o)
+                                        uint32_t in, size_t nb, float *o, size_t bstride)
 {
     const __m512i t0 = _mm512_loadu_si512(tab->bf16), t1 = _mm512_loadu_si512(tab->bf16 + 32);
     const __m512i t2 = _mm512_loadu_si512(tab->bf16 + 64), t3 = _mm512_loadu_si512(tab->bf16 + 96);
     for (size_t c0 = 0; c0 < nb * BLOCK; c0 += 32) {
-        const __mmask32 m = in - c0 >= 32 ? ~(__mmask32)0
-                            : c0 >= in ? 0 : ((__mmask32)1 << (in - c0)) - 1;
-        const __m512i c = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(m, w + c0));
+        __m256i cb;
+        if (c0 + 32 <= in)
+            cb = _mm256_loadu_si256((const __m256i *)(w + c0));
+        else
+            cb = _mm256_maskz_loadu_epi8(c0 >= in ? 0 : ((__mmask32)1 << (in - c0)) - 1, w + c0);
+        const __m512i c = _mm512_cvtepu8_epi16(cb);
         const __m512i lo = _mm512_permutex2var_epi16(t0, c, t1);   /* index bits 0-5 */
         const __m512i hi = _mm512_permutex2var_epi16(t2, c, t3);
         __m512i b = _mm512_mask_blend_epi16(_mm512_test_epi16_mask(c, _mm512_set1_epi16(64)), lo, hi);
         b = _mm512_or_si512(b, _mm512_slli_epi16(_mm512_and_si512(c, _mm512_set1_epi16(0x80)), 8));
         const __m512i f0 = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(b)), 16);
         const __m512i f1 = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(b, 1)), 16);
-        _mm512_store_si512(o + c0, f0);
-        _mm512_store_si512(o + c0 + 16, f1);
+        float *ob = o + (c0 >> 6) * bstride + (c0 & (BLOCK - 1));
+        _mm512_store_si512(ob, f0);
+        _mm512_store_si512(ob + 16, f1);
     }
 }
 
-/* Lane j's partial sums for MR rows of the panel (stride pl floats) x NV
- * vectors of 16 tokens: xj is the lane's [4nb][nt] slice, mask the last
- * vector's tokens. */
-AVX512_TARGET INLINE void zt_micro(const float *p, size_t pl, int MR, const float *xj,
+/* Lane j's partial sums for MR rows x NV vectors of 16 tokens. The panel
+ * holds each block of the MR rows together (row r of block b at p + (b *
+ * MR + r) * 64, blocks bstride floats apart), so every weight broadcast is
+ * one pointer plus a constant; xj is the lane's [4nb][nt] slice, mask the
+ * last vector's tokens. */
+AVX512_TARGET INLINE void zt_micro(const float *p, size_t bstride, int MR, const float *xj,
                                    uint32_t nt, int NV, __mmask16 mask, size_t nb, uint32_t j,
                                    float *lanes, size_t lstride)
 {
@@ -432,7 +439,7 @@ AVX512_TARGET INLINE void zt_micro(const float *p, size_t pl, int MR, const floa
         for (int v = 0; v < NV; v++)
             acc[r][v] = _mm512_setzero_ps();
     const float *pj = p + lane_code[j];
-    for (size_t b = 0; b < nb; b++, pj += BLOCK) {
+    for (size_t b = 0; b < nb; b++, pj += bstride) {
 #pragma GCC unroll 4
         for (int q = 0; q < 4; q++, xj += nt) {
             __m512 x[4];
@@ -442,7 +449,7 @@ AVX512_TARGET INLINE void zt_micro(const float *p, size_t pl, int MR, const floa
                                    : _mm512_loadu_ps(xj + 16 * v);
 #pragma GCC unroll 12
             for (int r = 0; r < MR; r++) {
-                const __m512 wv = _mm512_set1_ps(pj[(size_t)r * pl + step_code[q]]);
+                const __m512 wv = _mm512_set1_ps(pj[r * BLOCK + step_code[q]]);
 #pragma GCC unroll 4
                 for (int v = 0; v < NV; v++)
                     acc[r][v] = _mm512_fmadd_ps(x[v], wv, acc[r][v]);
@@ -456,6 +463,9 @@ AVX512_TARGET INLINE void zt_micro(const float *p, size_t pl, int MR, const floa
             _mm512_store_ps(lanes + (size_t)r * lstride + 16 * v, acc[r][v]);
 }
 
+#define ZT_MICRO(MR, NV) \
+    zt_micro(p, bs, MR, xj, T, NV, mask, nb, j, lj + (r0 + r) * lstride, lstride)
+
 /* More tokens: the 16 lane GEMMs over a block of rows decoded once, then
  * the lane tree. xp: the tokens' group in the tiled format (T <= TILE_T). */
 AVX512_TARGET
@@ -466,42 +476,54 @@ static void z_tiled(const struct l8_fp8_tables *tab, const uint8_t *w, uint32_t 
     const size_t nb = (in + BLOCK - 1) / BLOCK, pl = nb * BLOCK, kl = 4 * nb;
     const int NV = (int)((T + 15) / 16);
     const __mmask16 mask = (__mmask16)(T % 16 ? (1u << (T % 16)) - 1 : 0xffffu);
-    const int MR = NV == 4 ? 6 : NV == 3 ? 8 : 12;      /* 24 (or 12) accumulators */
-    float *panel = scratch, *lanes = scratch + rows * pl;   /* lanes: [j][row][NV x 16] */
-    const size_t lstride = 16u * NV, ljstride = rows * lstride;
-    for (uint32_t r = 0; r < rows; r++)
-        zt_decode_row(tab, w + (size_t)r * in, in, nb, panel + r * pl);
+    const uint32_t MR = NV == 4 ? 6 : NV == 3 ? 8 : 12;     /* 24 (or 12) accumulators */
+    float *panel = scratch, *lanes = scratch + rows * pl;   /* lanes: [row][j][NV x 16] */
+    const size_t ljstride = 16u * NV, lstride = 16 * ljstride;
+    /* Groups of MR rows (the last one shorter), each block's rows together. */
+    for (uint32_t r0 = 0; r0 < rows; r0 += MR) {
+        const uint32_t m = rows - r0 < MR ? rows - r0 : MR;
+        for (uint32_t r = 0; r < m; r++)
+            zt_decode_row(tab, w + (size_t)(r0 + r) * in, in, nb, panel + r0 * pl + r * BLOCK,
+                          m * BLOCK);
+    }
     for (uint32_t j = 0; j < 16; j++) {
         const float *xj = xp + j * kl * T;
         float *lj = lanes + j * ljstride;
-        uint32_t r = 0;
-        for (; r + (uint32_t)MR <= rows; r += MR) {
-            const float *p = panel + r * pl;
-            switch (NV) {
-            case 4: zt_micro(p, pl, 6, xj, T, 4, mask, nb, j, lj + r * lstride, lstride); break;
-            case 3: zt_micro(p, pl, 8, xj, T, 3, mask, nb, j, lj + r * lstride, lstride); break;
-            case 2: zt_micro(p, pl, 12, xj, T, 2, mask, nb, j, lj + r * lstride, lstride); break;
-            default: zt_micro(p, pl, 12, xj, T, 1, mask, nb, j, lj + r * lstride, lstride); break;
+        for (uint32_t r0 = 0; r0 < rows; r0 += MR) {
+            const uint32_t m = rows - r0 < MR ? rows - r0 : MR;
+            const size_t bs = m * BLOCK;
+            if (m == MR) {
+                const float *p = panel + r0 * pl;
+                const uint32_t r = 0;
+                switch (NV) {
+                case 4: ZT_MICRO(6, 4); break;
+                case 3: ZT_MICRO(8, 3); break;
+                case 2: ZT_MICRO(12, 2); break;
+                default: ZT_MICRO(12, 1); break;
+                }
+                continue;
             }
-        }
-        for (; r < rows; r++) {
-            const float *p = panel + r * pl;
-            switch (NV) {
-            case 4: zt_micro(p, pl, 1, xj, T, 4, mask, nb, j, lj + r * lstride, lstride); break;
-            case 3: zt_micro(p, pl, 1, xj, T, 3, mask, nb, j, lj + r * lstride, lstride); break;
-            case 2: zt_micro(p, pl, 1, xj, T, 2, mask, nb, j, lj + r * lstride, lstride); break;
-            default: zt_micro(p, pl, 1, xj, T, 1, mask, nb, j, lj + r * lstride, lstride); break;
+            for (uint32_t r = 0; r < m; r++) {
+                const float *p = panel + r0 * pl + r * BLOCK;
+                switch (NV) {
+                case 4: ZT_MICRO(1, 4); break;
+                case 3: ZT_MICRO(1, 3); break;
+                case 2: ZT_MICRO(1, 2); break;
+                default: ZT_MICRO(1, 1); break;
+                }
             }
         }
     }
-    /* finish() on 16 tokens at once. */
+/* finish() on 16 tokens at once. */
     for (uint32_t r = 0; r < rows; r++)
         for (int v = 0; v < NV; v++) {
-            __m512 a[16];
-            for (int j = 0; j < 16; j++)
-                a[j] = _mm512_load_ps(lanes + j * ljstride + r * lstride + 16 * v);
+            const float *l = lanes + r * lstride + 16 * v;
+            __m512 a[8];
+#pragma GCC unroll 8
             for (int j = 0; j < 8; j++)
-                a[j] = _mm512_add_ps(a[j], a[j + 8]);
+                a[j] = _mm512_add_ps(_mm512_load_ps(l + j * ljstride),
+                                     _mm512_load_ps(l + (j + 8) * ljstride));
+#pragma GCC unroll 4
             for (int j = 0; j < 4; j++)
                 a[j] = _mm512_add_ps(a[j], a[j + 4]);
             __m512 y = _mm512_add_ps(_mm512_add_ps(a[0], a[2]), _mm512_add_ps(a[1], a[3]));
