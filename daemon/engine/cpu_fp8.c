@@ -464,41 +464,35 @@ AVX512_TARGET INLINE void zt_micro(const float *p, size_t bstride, int MR, const
 }
 
 #define ZT_MICRO(MR, NV) \
-    zt_micro(p, bs, MR, xj, T, NV, mask, nb, j, lj + (r0 + r) * lstride, lstride)
+    zt_micro(p, bs, MR, xj, nt, NV, mask, nb, j, lanes + (r0 + r) * lstride + j * ljstride, \
+             lstride)
 
-/* More tokens: the 16 lane GEMMs over a block of rows decoded once, then
- * the lane tree. xp: the tokens' group in the tiled format (T <= TILE_T). */
+/* The lane GEMMs and the lane tree for one group of nt <= TILE_T tokens
+ * (xg, in the tiled format) against the decoded panel (groups of MR rows). */
 AVX512_TARGET
-static void z_tiled(const struct l8_fp8_tables *tab, const uint8_t *w, uint32_t rows,
-                    uint32_t in, const float *scale, const float *xp, const float *xs,
-                    uint32_t T, float *const *out, size_t col0, float *scratch)
+static void zt_group(const float *panel, uint32_t rows, uint32_t MR, size_t nb,
+                     const float *scale, const float *xg, const float *xs, uint32_t nt,
+                     float *const *out, size_t col0, float *lanes)
 {
-    const size_t nb = (in + BLOCK - 1) / BLOCK, pl = nb * BLOCK, kl = 4 * nb;
-    const int NV = (int)((T + 15) / 16);
-    const __mmask16 mask = (__mmask16)(T % 16 ? (1u << (T % 16)) - 1 : 0xffffu);
-    const uint32_t MR = NV == 4 ? 6 : NV == 3 ? 8 : 12;     /* 24 (or 12) accumulators */
-    float *panel = scratch, *lanes = scratch + rows * pl;   /* lanes: [row][j][NV x 16] */
-    const size_t ljstride = 16u * NV, lstride = 16 * ljstride;
-    /* Groups of MR rows (the last one shorter), each block's rows together. */
-    for (uint32_t r0 = 0; r0 < rows; r0 += MR) {
-        const uint32_t m = rows - r0 < MR ? rows - r0 : MR;
-        for (uint32_t r = 0; r < m; r++)
-            zt_decode_row(tab, w + (size_t)(r0 + r) * in, in, nb, panel + r0 * pl + r * BLOCK,
-                          m * BLOCK);
-    }
+    const size_t pl = nb * BLOCK, kl = 4 * nb;
+    const int NV = (int)((nt + 15) / 16);
+    const __mmask16 mask = (__mmask16)(nt % 16 ? (1u << (nt % 16)) - 1 : 0xffffu);
+    const size_t ljstride = 16u * NV, lstride = 16 * ljstride;   /* lanes: [row][j][NV x 16] */
     for (uint32_t j = 0; j < 16; j++) {
-        const float *xj = xp + j * kl * T;
-        float *lj = lanes + j * ljstride;
+        const float *xj = xg + j * kl * nt;
         for (uint32_t r0 = 0; r0 < rows; r0 += MR) {
             const uint32_t m = rows - r0 < MR ? rows - r0 : MR;
             const size_t bs = m * BLOCK;
             if (m == MR) {
                 const float *p = panel + r0 * pl;
                 const uint32_t r = 0;
-                switch (NV) {
-                case 4: ZT_MICRO(6, 4); break;
-                case 3: ZT_MICRO(8, 3); break;
-                case 2: ZT_MICRO(12, 2); break;
+                switch (MR * 8 + NV) {
+                case 6 * 8 + 4: ZT_MICRO(6, 4); break;
+                case 6 * 8 + 3: ZT_MICRO(6, 3); break;
+                case 6 * 8 + 2: ZT_MICRO(6, 2); break;
+                case 6 * 8 + 1: ZT_MICRO(6, 1); break;
+                case 8 * 8 + 3: ZT_MICRO(8, 3); break;
+                case 12 * 8 + 2: ZT_MICRO(12, 2); break;
                 default: ZT_MICRO(12, 1); break;
                 }
                 continue;
@@ -514,7 +508,7 @@ static void z_tiled(const struct l8_fp8_tables *tab, const uint8_t *w, uint32_t 
             }
         }
     }
-/* finish() on 16 tokens at once. */
+    /* finish() on 16 tokens at once. */
     for (uint32_t r = 0; r < rows; r++)
         for (int v = 0; v < NV; v++) {
             const float *l = lanes + r * lstride + 16 * v;
@@ -533,9 +527,34 @@ static void z_tiled(const struct l8_fp8_tables *tab, const uint8_t *w, uint32_t 
             y = _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(y, y, _CMP_UNORD_Q), _mm512_set1_ps(NAN));
             float o[16];
             _mm512_storeu_ps(o, y);
-            for (uint32_t u = 0; u < 16 && 16 * v + u < T; u++)
+            for (uint32_t u = 0; u < 16 && 16 * v + u < nt; u++)
                 out[16 * v + u][col0 + r] = o[u];
         }
+}
+
+/* More tokens: a block of rows decoded once, then each group of tokens
+ * (xp: T tokens of the tiled format, ld bytes each, from a group's start). */
+AVX512_TARGET
+static void z_tiled(const struct l8_fp8_tables *tab, const uint8_t *w, uint32_t rows,
+                    uint32_t in, const float *scale, const uint8_t *xp, size_t ld,
+                    const float *xs, uint32_t T, float *const *out, size_t col0,
+                    float *scratch)
+{
+    const size_t nb = (in + BLOCK - 1) / BLOCK, pl = nb * BLOCK;
+    /* 24 accumulators per micro-tile: MR rows x NV vectors of 16 tokens
+     * (the first group's NV; a shorter last group keeps its MR). */
+    const uint32_t nv0 = (T < TILE_T ? T + 15 : TILE_T) / 16;
+    const uint32_t MR = nv0 == 4 ? 6 : nv0 == 3 ? 8 : 12;
+    float *panel = scratch, *lanes = scratch + rows * pl;
+    for (uint32_t r0 = 0; r0 < rows; r0 += MR) {    /* each block's MR rows together */
+        const uint32_t m = rows - r0 < MR ? rows - r0 : MR;
+        for (uint32_t r = 0; r < m; r++)
+            zt_decode_row(tab, w + (size_t)(r0 + r) * in, in, nb, panel + r0 * pl + r * BLOCK,
+                          m * BLOCK);
+    }
+    for (uint32_t g0 = 0; g0 < T; g0 += TILE_T)
+        zt_group(panel, rows, MR, nb, scale, (const float *)(xp + g0 * ld), xs + g0,
+                 T - g0 < TILE_T ? T - g0 : TILE_T, out + g0, col0, lanes);
 }
 #endif
 
@@ -547,7 +566,7 @@ void l8_fp8_block(enum l8_fp8_kernel k, const struct l8_fp8_tables *t, const uin
 #ifdef HAVE_AVX512_KERNEL
     if (k == L8_FP8_AVX512) {
         if (tiled)
-            z_tiled(t, w, rows, in, scale, xp, xs, T, out_rows, col0, scratch);
+            z_tiled(t, w, rows, in, scale, xp, ld, xs, T, out_rows, col0, scratch);
         else
             z_fused(t, w, rows, in, scale, xp, ld, xs, T, out_rows, col0);
         return;

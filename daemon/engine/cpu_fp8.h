@@ -62,8 +62,8 @@ size_t l8_fp8_panel_row_bytes(enum l8_fp8_kernel k, size_t in);
 
 /* y[t][col0 + r] = the definition above, for `rows` rows of E4M3 codes w
  * (row stride in), their scales, and T packed tokens: per token (xp,
- * stride ld bytes; T <= 4 for AVX-512) or, tiled, one group of T <=
- * L8_FP8_TILE_T; scales xs. scratch: rows * l8_fp8_panel_row_bytes
+ * stride ld bytes; T <= 4 for AVX-512) or, tiled, from the start of a
+ * group (a multiple of L8_FP8_TILE_T tokens into the packing); scales xs. scratch: rows * l8_fp8_panel_row_bytes
  * (unused by the fused AVX-512 path), 64-byte aligned. */
 void l8_fp8_block(enum l8_fp8_kernel k, const struct l8_fp8_tables *t, const uint8_t *w,
                   uint32_t rows, uint32_t in, const float *scale, const void *xp, size_t ld,

@@ -439,8 +439,8 @@ static void block_dots(const float *wd, uint32_t rows, uint32_t in, const float 
 /* ... and no block under this many multiply-adds. */
 #define FUSED_MIN_BLOCK_MACS (16u * 1024u)
 #define MM_MAX_PARTS 3
-#define L8_CPU_MAX_ROWPTR 64
-_Static_assert(L8_CPU_MAX_ROWPTR == L8_FP8_TILE_T, "a product's token groups are the tiled format's");
+#define L8_CPU_MAX_ROWPTR 256
+_Static_assert(L8_CPU_MAX_ROWPTR % L8_FP8_TILE_T == 0, "jobs start at a tiled format's group");
 /* Below this many multiply-adds a matmul runs on the calling thread:
  * handing half of it to another thread would cost more than it saves. */
 #define L8_CPU_INLINE_MACS (64u * 1024u)
