@@ -14,6 +14,30 @@
 #include <string.h>
 #include "../model/numerics.h"
 
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define HAVE_AVX512 1
+#include <immintrin.h>
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
+#endif
+
+/* Whether the 16-wide (AVX-512) forms of the exact kernels run here: the
+ * same operations element by element as the 8-wide ones (the build is ISO
+ * C, so nothing is contracted into an FMA), twice as many per instruction. */
+static bool cpu_wide(void)
+{
+#ifdef HAVE_AVX512
+    static int has = -1;        /* a benign race: every thread writes the same */
+    if (has < 0) {
+        __builtin_cpu_init();
+        has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+              __builtin_cpu_supports("avx512vl");
+    }
+    return has;
+#else
+    return false;
+#endif
+}
+
 typedef float v8f __attribute__((vector_size(32)));
 typedef uint32_t v8u32 __attribute__((vector_size(32)));
 typedef int32_t v8i32 __attribute__((vector_size(32)));
@@ -110,6 +134,7 @@ int l8_cpu_ws_init(struct l8_cpu_ws *ws, int nthreads, size_t max_in)
     memset(ws, 0, sizeof(*ws));
     ws->nthreads = nthreads;
     ws->fp8 = l8_fp8_best();
+    ws->wide = cpu_wide();
     ws->floats = L8_CPU_MM_BUDGET_FLOATS;
     /* At least FP8_PANEL_ROWS rows of the fp8 panel at the widest input. */
     const size_t panel = FP8_PANEL_ROWS * l8_fp8_panel_row_bytes(ws->fp8, max_in) / sizeof(float);
@@ -328,57 +353,166 @@ void fused_tile(enum wkind k, const void *w0, const void *w1, int nr,
 }
 
 /* y[t][col0 + r] = dot(x_t, w_r) * scale[r] (scale may be NULL = 1) for
- * `rows` rows of w (row stride `in` elements), T tokens. */
-static inline __attribute__((always_inline))
-void fused_block(enum wkind k, const void *w, uint32_t rows, uint32_t in,
-                 const float *x, uint32_t T, float *const *out_rows, size_t col0,
-                 const float *scale, float *scratch)
+ * `rows` rows of w (row stride `in` elements), T tokens: NAME, built on
+ * TILE (the 8- or the 16-wide tile). */
+#define DEFINE_FUSED_BLOCK(NAME, TILE, ...) \
+__VA_ARGS__ static inline __attribute__((always_inline)) \
+void NAME(enum wkind k, const void *w, uint32_t rows, uint32_t in, \
+                 const float *x, uint32_t T, float *const *out_rows, size_t col0, \
+                 const float *scale, float *scratch) \
+{ \
+    const size_t esz = k == WK_E4M3 ? 1 : k == WK_BF16 ? 2 : 4; \
+    for (uint32_t r = 0; r < rows; ) { \
+        const uint8_t *w0 = (const uint8_t *)w + (size_t)r * in * esz; \
+        int nr = r + 1 < rows ? 2 : 1; \
+        const uint8_t *w1 = nr > 1 ? w0 + (size_t)in * esz : w0; \
+        float d[2][2]; \
+        /* Rows of a few KB are about one page each, and the hardware \
+         * prefetchers stop at page boundaries: ask for the next pair \
+         * (while this one computes), or each pair starts with DRAM latency. */ \
+        if (r + 2 < rows) { \
+            const uint8_t *nx = w0 + 2 * (size_t)in * esz; \
+            const size_t nb = (size_t)(rows - r - 2 < 2 ? rows - r - 2 : 2) * in * esz; \
+            for (size_t off = 0; off < nb; off += PREFETCH_LINE) \
+                __builtin_prefetch(nx + off, 0, 3); \
+        } \
+        if (k == WK_E4M3 && has_nan_code(w0, (size_t)nr * in)) { \
+            /* A NaN code: this row through the table, in the same order. */ \
+            nr = 1; \
+            decode_e4m3_table(w0, in, scratch); \
+            for (uint32_t t = 0; t < T; t++) { \
+                float v = dot_body(x + (size_t)t * in, scratch, in); \
+                out_rows[t][col0 + r] = scale ? v * scale[r] : v; \
+            } \
+            r += 1; \
+            continue; \
+        } \
+        for (uint32_t t = 0; t < T; t += 2) { \
+            const float *x0 = x + (size_t)t * in; \
+            const int nt = t + 1 < T ? 2 : 1; \
+            if (nr == 2 && nt == 2) \
+                TILE(k, w0, w1, 2, x0, x0 + in, 2, in, d); \
+            else if (nr == 2) \
+                TILE(k, w0, w1, 2, x0, x0, 1, in, d); \
+            else if (nt == 2) \
+                TILE(k, w0, w0, 1, x0, x0 + in, 2, in, d); \
+            else \
+                TILE(k, w0, w0, 1, x0, x0, 1, in, d); \
+            for (int a = 0; a < nr; a++) \
+                for (int b = 0; b < nt; b++) { \
+                    out_rows[t + b][col0 + r + a] = scale ? d[a][b] * scale[r + a] : d[a][b]; \
+                } \
+        } \
+        r += (uint32_t)nr; \
+    } \
+} \
+
+DEFINE_FUSED_BLOCK(fused_block, fused_tile)
+
+#ifdef HAVE_AVX512
+/* fused_tile in 16-wide vectors: lanes 0-7 are the p accumulators, 8-15
+ * the q ones, the 8-wide tail goes into lanes 0-7 only. */
+AVX512 static inline __attribute__((always_inline)) __m512 wload16(enum wkind k, const void *w,
+                                                                   size_t i)
 {
-    const size_t esz = k == WK_E4M3 ? 1 : k == WK_BF16 ? 2 : 4;
-    for (uint32_t r = 0; r < rows; ) {
-        const uint8_t *w0 = (const uint8_t *)w + (size_t)r * in * esz;
-        int nr = r + 1 < rows ? 2 : 1;
-        const uint8_t *w1 = nr > 1 ? w0 + (size_t)in * esz : w0;
-        float d[2][2];
-        /* Rows of a few KB are about one page each, and the hardware
-         * prefetchers stop at page boundaries: ask for the next pair
-         * (while this one computes), or each pair starts with DRAM latency. */
-        if (r + 2 < rows) {
-            const uint8_t *nx = w0 + 2 * (size_t)in * esz;
-            const size_t nb = (size_t)(rows - r - 2 < 2 ? rows - r - 2 : 2) * in * esz;
-            for (size_t off = 0; off < nb; off += PREFETCH_LINE)
-                __builtin_prefetch(nx + off, 0, 3);
-        }
-        if (k == WK_E4M3 && has_nan_code(w0, (size_t)nr * in)) {
-            /* A NaN code: this row through the table, in the same order. */
-            nr = 1;
-            decode_e4m3_table(w0, in, scratch);
-            for (uint32_t t = 0; t < T; t++) {
-                float v = dot_body(x + (size_t)t * in, scratch, in);
-                out_rows[t][col0 + r] = scale ? v * scale[r] : v;
-            }
-            r += 1;
-            continue;
-        }
-        for (uint32_t t = 0; t < T; t += 2) {
-            const float *x0 = x + (size_t)t * in;
-            const int nt = t + 1 < T ? 2 : 1;
-            if (nr == 2 && nt == 2)
-                fused_tile(k, w0, w1, 2, x0, x0 + in, 2, in, d);
-            else if (nr == 2)
-                fused_tile(k, w0, w1, 2, x0, x0, 1, in, d);
-            else if (nt == 2)
-                fused_tile(k, w0, w0, 1, x0, x0 + in, 2, in, d);
-            else
-                fused_tile(k, w0, w0, 1, x0, x0, 1, in, d);
-            for (int a = 0; a < nr; a++)
-                for (int b = 0; b < nt; b++) {
-                    out_rows[t + b][col0 + r + a] = scale ? d[a][b] * scale[r + a] : d[a][b];
-                }
-        }
-        r += (uint32_t)nr;
+    switch (k) {
+    case WK_E4M3: {
+        const __m512i c = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)((const uint8_t *)w + i)));
+        const __m512i b = _mm512_or_si512(_mm512_slli_epi32(_mm512_and_si512(c, _mm512_set1_epi32(0x80)), 24),
+                                          _mm512_slli_epi32(_mm512_and_si512(c, _mm512_set1_epi32(0x7f)), 20));
+        return _mm512_mul_ps(_mm512_castsi512_ps(b), _mm512_set1_ps(E4M3_REBIAS));
+    }
+    case WK_BF16:
+        return _mm512_castsi512_ps(_mm512_slli_epi32(
+            _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)((const uint16_t *)w + i))), 16));
+    default:
+        return _mm512_loadu_ps((const float *)w + i);
     }
 }
+
+/* hsum8(p + q) of a 16-wide accumulator. */
+AVX512 static inline __attribute__((always_inline)) float zsum(__m512 z)
+{
+    float v[16];
+    _mm512_storeu_ps(v, z);
+    v8f s;
+    for (int l = 0; l < 8; l++)
+        s[l] = v[l] + v[l + 8];
+    return hsum8(s);
+}
+
+AVX512 static inline __attribute__((always_inline))
+void fused_tile_z(enum wkind k, const void *w0, const void *w1, int nr,
+                  const float *x0, const float *x1, int nt, size_t n, float r[2][2])
+{
+    __m512 z00 = _mm512_setzero_ps(), z01 = z00, z10 = z00, z11 = z00;
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512 a0 = wload16(k, w0, i), xa = _mm512_loadu_ps(x0 + i);
+        z00 = _mm512_add_ps(z00, _mm512_mul_ps(xa, a0));
+        if (nr > 1) {
+            const __m512 a1 = wload16(k, w1, i);
+            z10 = _mm512_add_ps(z10, _mm512_mul_ps(xa, a1));
+            if (nt > 1) {
+                const __m512 ya = _mm512_loadu_ps(x1 + i);
+                z01 = _mm512_add_ps(z01, _mm512_mul_ps(ya, a0));
+                z11 = _mm512_add_ps(z11, _mm512_mul_ps(ya, a1));
+            }
+        } else if (nt > 1) {
+            z01 = _mm512_add_ps(z01, _mm512_mul_ps(_mm512_loadu_ps(x1 + i), a0));
+        }
+    }
+    if (i + 8 <= n) {
+        const __m512 a0 = _mm512_castps256_ps512((__m256)wload8(k, w0, i));
+        const __m512 xa = _mm512_castps256_ps512((__m256)load8(x0 + i));
+        z00 = _mm512_mask_add_ps(z00, 0xff, z00, _mm512_mul_ps(xa, a0));
+        if (nt > 1)
+            z01 = _mm512_mask_add_ps(z01, 0xff, z01, _mm512_mul_ps(
+                      _mm512_castps256_ps512((__m256)load8(x1 + i)), a0));
+        if (nr > 1) {
+            const __m512 a1 = _mm512_castps256_ps512((__m256)wload8(k, w1, i));
+            z10 = _mm512_mask_add_ps(z10, 0xff, z10, _mm512_mul_ps(xa, a1));
+            if (nt > 1)
+                z11 = _mm512_mask_add_ps(z11, 0xff, z11, _mm512_mul_ps(
+                          _mm512_castps256_ps512((__m256)load8(x1 + i)), a1));
+        }
+        i += 8;
+    }
+    float t00 = 0.0f, t01 = 0.0f, t10 = 0.0f, t11 = 0.0f;
+    for (; i < n; i++) {
+        float a0 = wload1(k, w0, i);
+        t00 += x0[i] * a0;
+        if (nt > 1)
+            t01 += x1[i] * a0;
+        if (nr > 1) {
+            float a1 = wload1(k, w1, i);
+            t10 += x0[i] * a1;
+            if (nt > 1)
+                t11 += x1[i] * a1;
+        }
+    }
+    r[0][0] = zsum(z00) + t00;
+    if (nt > 1)
+        r[0][1] = zsum(z01) + t01;
+    if (nr > 1) {
+        r[1][0] = zsum(z10) + t10;
+        if (nt > 1)
+            r[1][1] = zsum(z11) + t11;
+    }
+}
+DEFINE_FUSED_BLOCK(fused_block_z, fused_tile_z, AVX512)
+
+AVX512 static void fused_block_wide(enum wkind k, const void *w, uint32_t rows, uint32_t in,
+                                    const float *x, uint32_t T, float *const *out_rows,
+                                    size_t col0, const float *scale, float *scratch)
+{
+    switch (k) {
+    case WK_E4M3: fused_block_z(WK_E4M3, w, rows, in, x, T, out_rows, col0, scale, scratch); break;
+    case WK_BF16: fused_block_z(WK_BF16, w, rows, in, x, T, out_rows, col0, scale, scratch); break;
+    default:      fused_block_z(WK_F32, w, rows, in, x, T, out_rows, col0, scale, scratch); break;
+    }
+}
+#endif
 
 L8_MULTIVERSION
 static void fused_block_e4m3(const void *w, uint32_t rows, uint32_t in, const float *x,
@@ -486,6 +620,19 @@ static void mm_chunk(void *ctx, size_t b, size_t e, int tid)
             continue;
         }
         if (j->fused) {
+#ifdef HAVE_AVX512
+            if (j->ws->wide) {
+                if (P->W)
+                    fused_block_wide(WK_E4M3, P->W->w + (size_t)o0 * in, rows, in, j->x, j->T,
+                                     P->out, o0, scale, wd);
+                else
+                    fused_block_wide(P->D->dtype == L8_BF16 ? WK_BF16 : WK_F32,
+                                     (const uint8_t *)P->D->data
+                                         + (size_t)o0 * in * (P->D->dtype == L8_BF16 ? 2 : 4),
+                                     rows, in, j->x, j->T, P->out, o0, NULL, wd);
+                continue;
+            }
+#endif
             if (P->W)
                 fused_block_e4m3(P->W->w + (size_t)o0 * in, rows, in, j->x, j->T, P->out, o0,
                                  scale, wd);
@@ -728,12 +875,11 @@ static inline v8f load_kv8(const void *row, size_t i, bool bf16)
  * summation order of the P·V product, used by the tile and the split path
  * alike. With ng == 4 the 16 accumulators are spelled out so they stay in
  * registers. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#include <immintrin.h>
+#ifdef HAVE_AVX512
 /* pv_accumulate for ng == 4 in 16-wide vectors: the same multiplies and
  * adds element by element (no contraction: the build is ISO C), twice
  * the width of the AVX2 clone. */
-__attribute__((target("avx512f")))
+AVX512
 static void pv4_avx512(v8f a[4][4], const float *w, size_t ld, const void *const *vrow,
                        uint32_t j0, uint32_t je, size_t d, bool kv_bf16)
 {
@@ -764,17 +910,7 @@ static void pv4_avx512(v8f a[4][4], const float *w, size_t ld, const void *const
             _mm512_storeu_ps((float *)&a[g][2 * u], z[g][u]);
 }
 
-static bool pv_wide(void)
-{
-    static int has = -1;        /* a benign race: every thread writes the same */
-    if (has < 0) {
-        __builtin_cpu_init();
-        has = __builtin_cpu_supports("avx512f");
-    }
-    return has;
-}
 #else
-#define pv_wide() false
 #define pv4_avx512(...) (void)0
 #endif
 
@@ -782,7 +918,7 @@ static inline void pv_accumulate(v8f a[4][4], const float *w, size_t ld, uint32_
                                  const void *const *vrow, uint32_t j0, uint32_t je,
                                  size_t d, bool kv_bf16)
 {
-    if (ng == 4 && pv_wide()) {
+    if (ng == 4 && cpu_wide()) {
         pv4_avx512(a, w, ld, vrow, j0, je, d, kv_bf16);
         return;
     }

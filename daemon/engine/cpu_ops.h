@@ -29,6 +29,7 @@ struct l8_cpu_ws {
     size_t floats;      /* >= L8_CPU_MM_BUDGET_FLOATS and >= 4 * (max in + 64) */
     int nthreads;
     enum l8_fp8_kernel fp8;
+    bool wide;          /* exact kernels in 16-wide vectors (same bits) */
     struct l8_fp8_tables tab;
 };
 #define L8_CPU_MM_BUDGET_FLOATS (64u * 1024u)   /* decoded weight block per thread */

@@ -387,6 +387,57 @@ static void test_dense(struct l8_tp *tp, const struct l8_cpu_ws *ws)
     free(d); free(x); free(y);
 }
 
+/* The exact kernels' 16-wide forms give the 8-wide ones' bits: E4M3,
+ * BF16 and F32 weights, one to four tokens (the fused path), widths with
+ * every tail (16-step body, the 8-wide step, scalars), NaN codes, signed
+ * zeros. */
+static void test_wide_same_bits(struct l8_tp *tp, struct l8_cpu_ws *ws)
+{
+    if (!ws->wide) {
+        printf("no 16-wide exact kernels on this processor\n");
+        return;
+    }
+    static const uint32_t ins[] = { 1, 7, 8, 15, 16, 24, 31, 111, 513, 2048 };
+    uint32_t bad = 0;
+    for (size_t s = 0; s < sizeof(ins) / sizeof(ins[0]); s++)
+        for (uint32_t T = 1; T <= 4; T++) {
+            const uint32_t in = ins[s], out = 13;
+            uint8_t *w = malloc((size_t)out * in);
+            uint16_t *wb = malloc(sizeof(uint16_t) * out * in);
+            float *wf = malloc(sizeof(float) * out * in), scale[13];
+            float *x = malloc(sizeof(float) * T * in);
+            float *y[2] = { malloc(sizeof(float) * T * out), malloc(sizeof(float) * T * out) };
+            for (size_t i = 0; i < (size_t)out * in; i++) {
+                w[i] = (uint8_t)(urand() * 256);
+                wf[i] = i % 17 == 3 ? -0.0f : (float)nrand();
+                wb[i] = l8_f32_to_bf16(wf[i]);
+            }
+            for (uint32_t o = 0; o < out; o++)
+                scale[o] = 0.01f;
+            for (size_t i = 0; i < (size_t)T * in; i++)
+                x[i] = i % 5 == 1 ? -0.0f : (float)nrand();
+            struct l8_qweight W = { .w = w, .scale = scale, .out = out, .in = in };
+            struct l8_dense Db = { .dtype = L8_BF16, .data = wb, .rows = out, .cols = in };
+            struct l8_dense Df = { .dtype = L8_F32, .data = wf, .rows = out, .cols = in };
+            for (int kind = 0; kind < 3; kind++) {
+                for (int wide = 0; wide < 2; wide++) {
+                    ws->wide = wide;
+                    float *rows[4];
+                    for (uint32_t t = 0; t < T; t++)
+                        rows[t] = y[wide] + (size_t)t * out;
+                    if (kind == 0)
+                        qmm(tp, ws, &W, x, false, T, y[wide], out);
+                    else
+                        l8_cpu_dense_matmul(tp, ws, kind == 1 ? &Db : &Df, x, T, rows);
+                }
+                bad += memcmp(y[0], y[1], sizeof(float) * T * out) != 0;
+            }
+            free(w); free(wb); free(wf); free(x); free(y[0]); free(y[1]);
+        }
+    ws->wide = true;
+    CHECK(bad == 0, "%u shapes where the 16-wide exact kernels differ from the 8-wide", bad);
+}
+
 static void test_norm_rope(void)
 {
     enum { N = 513, HD = 128 };
@@ -577,6 +628,7 @@ int main(void)
     printf("exact qmatmul vs f64: worst relative L2 %.3g\n", worst_exact);
     test_dense(tp, &ws);
     test_dense_f32(tp, &ws);
+    test_wide_same_bits(tp, &ws);
     test_norm_rope();
     test_attention(false);
     test_attention(true);
