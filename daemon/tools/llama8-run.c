@@ -290,12 +290,12 @@ static int parse_args(int argc, char **argv, struct opts *o)
                         .draft_max = DEFAULT_DRAFT_MAX, .draft_min_n = 1,
                         .sp = { .temperature = 0.0f, .top_k = 0, .top_p = 1.0f,
                                 .min_p = 0.0f, .repetition_penalty = 1.0f, .seed = 0 } };
-    int c;
+    int c, li = 0;
     uint32_t u;
     opterr = 0;
     /* "+": no permuting, so that --speculate oracle may take the next
      * argument as its file (there are no operands anyway) */
-    while ((c = getopt_long(argc, argv, "+", lo, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "+", lo, &li)) != -1) {
         const char *a = optarg;
         int bad = 0;
         switch (c) {
@@ -380,7 +380,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
             return -EINVAL;
         }
         if (bad) {
-            fprintf(stderr, "llama8-run: bad value for --%s: %s\n", lo[c - O_MODEL].name, a);
+            fprintf(stderr, "llama8-run: bad value for --%s: %s\n", lo[li].name, a);
             return -EINVAL;
         }
     }

@@ -6,11 +6,14 @@
 # decode tokens/s, the weight bytes a decoded token reads, and the GB/s
 # that makes against this machine's read bandwidth (bench_membw, measured
 # in the same run at the same thread count). With LLAMA_BENCH=path/to/
-# llama-bench and GGUF=a model of the same shapes, llama.cpp runs the same
-# prompts and thread counts and the ratios are printed.
+# llama-bench (llama.cpp built outside this repository), llama.cpp runs
+# the same prompts and thread counts on Q8_0 GGUFs of both models' shapes,
+# made by tests/bench/mkgguf.py with llama.cpp's gguf-py (GGUF_PY, default
+# beside llama-bench's build; PYTHON with numpy), and the ratios are printed.
 #
 #   tests/bench/bench_cpu.sh [--with-8b] [BUILD_DIR] [WORK_DIR]
-#   env: PROMPT (128), LONG (512; 0 skips), NEW (64), THREADS ("1 $(nproc)")
+#   env: PROMPT (128), LONG (512; 0 skips), NEW (64), THREADS ("1 $(nproc)"),
+#        LLAMA_BENCH, GGUF_PY, PYTHON
 # Prints a table; writes WORK_DIR/bench-cpu.json (rows: method, kind,
 # metrics, notes, error). --with-8b also times llama8-mkmodel --preset
 # llama-3.1-8b (needs ~8.5 GB of disk under the work dir).
@@ -86,28 +89,39 @@ for name in golden-tiny 1b; do
     done
 done
 
-# llama.cpp on the same shapes, thread counts and prompts.
-if [ -n "${LLAMA_BENCH:-}" ] && [ -n "${GGUF:-}" ]; then
-    echo "llama-bench $GGUF (1b shapes): ratios are llama8 fp8 with the FP8 lm_head / llama.cpp"
-    for t in $THREADS; do
-        p="$PROMPT"; [ "$LONG" -gt 0 ] && p="$PROMPT,$LONG"
-        lj=$("$LLAMA_BENCH" -m "$GGUF" -t "$t" -p "$p" -n "$NEW" -r 3 -o json 2>/dev/null) || lj=""
-        if [ -z "$lj" ]; then
-            echo "llama-bench failed at $t threads"
-            continue
+# llama.cpp on the same shapes, thread counts and prompts: a Q8_0 GGUF of
+# each model's shapes (tests/bench/mkgguf.py, with llama.cpp's gguf-py).
+if [ -n "${LLAMA_BENCH:-}" ]; then
+    gpy=${GGUF_PY:-$(dirname "$LLAMA_BENCH")/../../gguf-py}
+    py=${PYTHON:-python3}
+    echo "llama-bench $LLAMA_BENCH: ratios are llama8 fp8 with the FP8 lm_head / llama.cpp Q8_0"
+    for name in golden-tiny 1b; do
+        gguf=$work/gguf/$name-q8_0.gguf
+        if [ ! -f "$gguf" ]; then
+            mkdir -p "$work/gguf"
+            PYTHONPATH=$gpy "$py" "$src/tests/bench/mkgguf.py" "${models[$name]}" "$gguf.tmp" q8_0 \
+                && mv "$gguf.tmp" "$gguf" || { echo "mkgguf $name failed (GGUF_PY=$gpy)"; continue; }
         fi
-        read -r lpf llong ldc < <(python3 -c '
+        for t in $THREADS; do
+            p="$PROMPT"; [ "$LONG" -gt 0 ] && p="$PROMPT,$LONG"
+            lj=$("$LLAMA_BENCH" -m "$gguf" -t "$t" -p "$p" -n "$NEW" -r 3 -o json 2>/dev/null) || lj=""
+            if [ -z "$lj" ]; then
+                echo "llama-bench failed on $name at $t threads"
+                continue
+            fi
+            read -r lpf llong ldc < <(python3 -c '
 import json, sys
 r = json.loads(sys.argv[1]); p, l = int(sys.argv[2]), int(sys.argv[3])
 ts = lambda np_, ng: next((x["avg_ts"] for x in r if x["n_prompt"] == np_ and x["n_gen"] == ng), 0)
 print(ts(p, 0), ts(l, 0) if l else 0, ts(0, int(sys.argv[4])))' "$lj" "$PROMPT" "$LONG" "$NEW")
-        k="1b,fp8,fp8,$t"
-        python3 -c "
+            k="$name,fp8,fp8,$t"
+            python3 -c "
 a, b, c, x, y, z = ${l8pf[$k]:-0}, ${l8long[$k]:-0}, ${l8dec[$k]:-0}, $lpf, $llong, $ldc
 f = lambda u, v: round(u / v, 2) if v else 0
-print('llama.cpp %s threads: prefill %.1f / %.1f, decode %.2f tok/s; llama8 ratio %s / %s / %s'
-      % ('$t', x, y, z, f(a, x), f(b, y), f(c, z)))"
-        rows+=("{\"method\":\"llama-bench 1b threads=$t\",\"kind\":\"llama.cpp\",\"metrics\":{\"prefill_tok_s\":$lpf,\"prefill_long_tok_s\":$llong,\"decode_tok_s\":$ldc},\"notes\":\"$(basename "$GGUF")\",\"error\":null}")
+print('%-11s llama.cpp %s threads: prefill %.1f / %.1f, decode %.2f tok/s; llama8 ratio %s / %s / %s'
+      % ('$name', '$t', x, y, z, f(a, x), f(b, y), f(c, z)))"
+            rows+=("{\"method\":\"llama-bench $name q8_0 threads=$t\",\"kind\":\"llama.cpp\",\"metrics\":{\"prefill_tok_s\":$lpf,\"prefill_long_tok_s\":$llong,\"decode_tok_s\":$ldc},\"notes\":\"$(basename "$gguf"), -r 3\",\"error\":null}")
+        done
     done
 fi
 

@@ -8,6 +8,7 @@
 # token ends one copy while the others go on.
 # --json: the memory the engine holds, its KV pool exactly the pages the run
 # needs (23 positions: 2 pages of 16 a copy), no device on the cpu engine.
+# A bad option value names that option.
 # usage: test_run_modes.sh LLAMA8_RUN MODEL_DIR
 set -eu
 RUN=$1 MODEL=$2
@@ -70,5 +71,14 @@ PY
         echo "FAIL: --batch $b --json memory: $j"
         exit 1
     fi
+done
+# A bad value is reported under its own option's name (the names' table
+# and the option numbers are in different orders).
+for opt in backend numerics threads lm-head batch speculate draft-max; do
+    e=$("$RUN" --model "$MODEL" --"$opt" bogus 2>&1 >/dev/null || true)
+    case $e in
+    *"bad value for --$opt: bogus"*) ;;
+    *) echo "FAIL: --$opt bogus: $e"; exit 1 ;;
+    esac
 done
 echo ok
