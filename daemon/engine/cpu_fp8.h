@@ -17,8 +17,9 @@
  * instruction's flush-to-zero never applies.
  *
  * Kernels, chosen at run time (l8_fp8_best):
- *   L8_FP8_AVX512 vdpbf16ps, weights decoded in registers by two 128-entry
- *                 byte tables (vpermi2b): AVX-512 BF16 and VBMI;
+ *   L8_FP8_AVX512 up to 4 tokens vdpbf16ps, weights decoded in registers by
+ *                 two 128-entry byte tables (vpermi2b); beyond, f32 FMA
+ *                 (the tiled format, see cpu_fp8.c): AVX-512 BF16 and VBMI;
  *   L8_FP8_VEC    f32 vectors (the AVX2 and the baseline x86-64 clones, or
  *                 any GCC target), the same additions one by one.
  * Activations are packed for the kernel (l8_fp8_pack), in the lane order
