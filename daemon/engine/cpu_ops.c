@@ -291,6 +291,26 @@ static inline __attribute__((always_inline)) float wload1(enum wkind k, const vo
     }
 }
 
+/* The scalar tail of fused_tile's dots, elements [i, n). */
+static inline __attribute__((always_inline))
+void scalar_tail(enum wkind k, const void *w0, const void *w1, int nr, const float *x0,
+                 const float *x1, int nt, size_t i, size_t n, float t[2][2])
+{
+    t[0][0] = t[0][1] = t[1][0] = t[1][1] = 0.0f;
+    for (; i < n; i++) {
+        float a0 = wload1(k, w0, i);
+        t[0][0] += x0[i] * a0;
+        if (nt > 1)
+            t[0][1] += x1[i] * a0;
+        if (nr > 1) {
+            float a1 = wload1(k, w1, i);
+            t[1][0] += x0[i] * a1;
+            if (nt > 1)
+                t[1][1] += x1[i] * a1;
+        }
+    }
+}
+
 /* r[a][b] = dot(x_b, w_a) for nr (1, 2) weight rows and nt (1, 2) tokens;
  * nr and nt are constants after inlining. */
 static inline __attribute__((always_inline))
@@ -329,26 +349,15 @@ void fused_tile(enum wkind k, const void *w0, const void *w1, int nr,
         }
         i += 8;
     }
-    float t00 = 0.0f, t01 = 0.0f, t10 = 0.0f, t11 = 0.0f;
-    for (; i < n; i++) {
-        float a0 = wload1(k, w0, i);
-        t00 += x0[i] * a0;
-        if (nt > 1)
-            t01 += x1[i] * a0;
-        if (nr > 1) {
-            float a1 = wload1(k, w1, i);
-            t10 += x0[i] * a1;
-            if (nt > 1)
-                t11 += x1[i] * a1;
-        }
-    }
-    r[0][0] = hsum8(p00 + q00) + t00;
+    float t[2][2];
+    scalar_tail(k, w0, w1, nr, x0, x1, nt, i, n, t);
+    r[0][0] = hsum8(p00 + q00) + t[0][0];
     if (nt > 1)
-        r[0][1] = hsum8(p01 + q01) + t01;
+        r[0][1] = hsum8(p01 + q01) + t[0][1];
     if (nr > 1) {
-        r[1][0] = hsum8(p10 + q10) + t10;
+        r[1][0] = hsum8(p10 + q10) + t[1][0];
         if (nt > 1)
-            r[1][1] = hsum8(p11 + q11) + t11;
+            r[1][1] = hsum8(p11 + q11) + t[1][1];
     }
 }
 
@@ -478,26 +487,15 @@ void fused_tile_z(enum wkind k, const void *w0, const void *w1, int nr,
         }
         i += 8;
     }
-    float t00 = 0.0f, t01 = 0.0f, t10 = 0.0f, t11 = 0.0f;
-    for (; i < n; i++) {
-        float a0 = wload1(k, w0, i);
-        t00 += x0[i] * a0;
-        if (nt > 1)
-            t01 += x1[i] * a0;
-        if (nr > 1) {
-            float a1 = wload1(k, w1, i);
-            t10 += x0[i] * a1;
-            if (nt > 1)
-                t11 += x1[i] * a1;
-        }
-    }
-    r[0][0] = zsum(z00) + t00;
+    float t[2][2];
+    scalar_tail(k, w0, w1, nr, x0, x1, nt, i, n, t);
+    r[0][0] = zsum(z00) + t[0][0];
     if (nt > 1)
-        r[0][1] = zsum(z01) + t01;
+        r[0][1] = zsum(z01) + t[0][1];
     if (nr > 1) {
-        r[1][0] = zsum(z10) + t10;
+        r[1][0] = zsum(z10) + t[1][0];
         if (nt > 1)
-            r[1][1] = zsum(z11) + t11;
+            r[1][1] = zsum(z11) + t[1][1];
     }
 }
 DEFINE_FUSED_BLOCK(fused_block_z, fused_tile_z, AVX512)
