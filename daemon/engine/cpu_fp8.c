@@ -52,13 +52,11 @@
 
 /* ---- the definition's shared parts ------------------------------------------ */
 
-/* Code index of packed position p (0..63) of a block, for each kernel.
- * AVX-512: word p of [A 32][B 32]: half h = p / 32, lane q = (p % 32) / 8.
- * VEC: [A lanes 0-7 odd, even][A 8-15 odd, even][B 0-7 ...][B 8-15 ...]. */
-static uint32_t pos_code(enum l8_fp8_kernel k, uint32_t p)
+/* Code index of packed position p (0..63) of a block for VEC:
+ * [A lanes 0-7 odd, even][A 8-15 odd, even][B 0-7 ...][B 8-15 ...].
+ * (AVX-512's order is zdec's: word p of [A 32][B 32].) */
+static uint32_t vec_pos_code(uint32_t p)
 {
-    if (k == L8_FP8_AVX512)
-        return 16 * ((p % 32) / 8) + 8 * (p / 32) + p % 8;
     const uint32_t g = p / 16, h = g / 2, j = 8 * (g % 2) + p % 8;
     const uint32_t odd = (p / 8) % 2 == 0;
     return 16 * (j / 4) + 8 * h + 2 * (j % 4) + odd;
@@ -151,22 +149,28 @@ static bool has_nan_code(const uint8_t *w, size_t n)
     return false;
 }
 
+#ifdef HAVE_AVX512_KERNEL
+static void z_pack(const struct l8_fp8_tables *t, const uint8_t *codes, size_t n, void *packed);
+#endif
+
 void l8_fp8_pack(enum l8_fp8_kernel k, const struct l8_fp8_tables *t, const uint8_t *codes,
                  size_t n, void *packed)
 {
-    const size_t nb = (n + BLOCK - 1) / BLOCK;
+#ifdef HAVE_AVX512_KERNEL
+    if (k == L8_FP8_AVX512) {
+        z_pack(t, codes, n, packed);
+        return;
+    }
+#endif
+    (void)k;
+    (void)t;
     uint32_t map[BLOCK];
     for (uint32_t p = 0; p < BLOCK; p++)
-        map[p] = pos_code(k, p);
-    for (size_t b = 0; b < nb; b++)
+        map[p] = vec_pos_code(p);
+    for (size_t b = 0; b < (n + BLOCK - 1) / BLOCK; b++)
         for (uint32_t p = 0; p < BLOCK; p++) {
             const size_t i = b * BLOCK + map[p];
-            const uint8_t c = i < n ? codes[i] : 0;
-            if (k == L8_FP8_AVX512)
-                ((uint16_t *)packed)[b * BLOCK + p] =
-                    (uint16_t)(t->lo[c & 0x7f] | (t->hi[c & 0x7f] | (c & 0x80)) << 8);
-            else
-                ((float *)packed)[b * BLOCK + p] = l8_e4m3_lut[c];
+            ((float *)packed)[b * BLOCK + p] = l8_e4m3_lut[i < n ? codes[i] : 0];
         }
 }
 
@@ -557,6 +561,73 @@ static void z_tiled(const struct l8_fp8_tables *tab, const uint8_t *w, uint32_t 
                  T - g0 < TILE_T ? T - g0 : TILE_T, out + g0, col0, lanes);
 }
 #endif
+
+#ifdef HAVE_AVX512_KERNEL
+/* l8_quantize_act_row, 16 elements at a time: max_ps(|x|, acc) is the
+ * scalar loop's ternary (a NaN in its first operand yields the second),
+ * the division is the same IEEE division, and l8_f32_to_e4m3's cases are
+ * masks: round to 3 mantissa bits in the integer bits (normal), rint(a *
+ * 512) (below 2^-6), saturation at 0x7e, NaN as 0x7f. */
+AVX512_TARGET
+static float z_quantize_row(const float *x, size_t n, uint8_t *q)
+{
+    const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
+    __m512 acc = _mm512_setzero_ps();
+    for (size_t i = 0; i < n; i += 16) {
+        const __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+        const __m512i u = _mm512_castps_si512(_mm512_maskz_loadu_ps(m, x + i));
+        acc = _mm512_max_ps(_mm512_castsi512_ps(_mm512_and_si512(u, abs_mask)), acc);
+    }
+    float amax = 0.0f, lanes[16];
+    _mm512_storeu_ps(lanes, acc);
+    for (int j = 0; j < 16; j++)
+        amax = lanes[j] > amax ? lanes[j] : amax;
+    const float scale = fmaxf(amax / L8_FP8_MAX, L8_FP8_MIN_ACT_SCALE);
+    const __m512 vs = _mm512_set1_ps(scale);
+    for (size_t i = 0; i < n; i += 16) {
+        const __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+        const __m512 v = _mm512_div_ps(_mm512_maskz_loadu_ps(m, x + i), vs);
+        const __m512i u = _mm512_castps_si512(v), au = _mm512_and_si512(u, abs_mask);
+        const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(au, 20), _mm512_set1_epi32(1));
+        const __m512i r = _mm512_add_epi32(au, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7ffff)));
+        __m512i c = _mm512_min_epi32(_mm512_sub_epi32(_mm512_srli_epi32(r, 20),
+                                                      _mm512_set1_epi32(120 << 3)),
+                                     _mm512_set1_epi32(0x7e));
+        const __m512 sub = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_castsi512_ps(au),
+                                                              _mm512_set1_ps(512.0f)),
+                                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        c = _mm512_mask_mov_epi32(c, _mm512_cmplt_epu32_mask(au, _mm512_set1_epi32(0x3c800000)),
+                                  _mm512_cvttps_epi32(sub));
+        c = _mm512_or_si512(c, _mm512_and_si512(_mm512_srli_epi32(u, 24), _mm512_set1_epi32(0x80)));
+        c = _mm512_mask_mov_epi32(c, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), _mm512_set1_epi32(0x7f));
+        _mm512_mask_cvtepi32_storeu_epi8(q + i, m, c);
+    }
+    return scale;
+}
+
+/* l8_fp8_pack for the fused kernel: zdec's A and B are the packed order. */
+AVX512_TARGET
+static void z_pack(const struct l8_fp8_tables *t, const uint8_t *codes, size_t n, void *packed)
+{
+    const struct ztabs z = ztabs_load(t);
+    for (size_t b = 0; b < (n + BLOCK - 1) / BLOCK; b++) {
+        __m512i A, B;
+        zdec(&z, zcodes(codes, b, (uint32_t)n), &A, &B);
+        _mm512_storeu_si512((char *)packed + b * 2 * BLOCK, A);
+        _mm512_storeu_si512((char *)packed + b * 2 * BLOCK + BLOCK, B);
+    }
+}
+#endif
+
+float l8_fp8_quantize_row(enum l8_fp8_kernel k, const float *x, size_t n, uint8_t *q)
+{
+#ifdef HAVE_AVX512_KERNEL
+    if (k == L8_FP8_AVX512)
+        return z_quantize_row(x, n, q);
+#endif
+    (void)k;
+    return l8_quantize_act_row(x, n, q);
+}
 
 void l8_fp8_block(enum l8_fp8_kernel k, const struct l8_fp8_tables *t, const uint8_t *w,
                   uint32_t rows, uint32_t in, const float *scale, const void *xp, size_t ld,

@@ -49,6 +49,9 @@ size_t l8_fp8_packed_bytes(enum l8_fp8_kernel k, size_t n);
 bool l8_fp8_tiled(enum l8_fp8_kernel k, uint32_t T);
 #define L8_FP8_TILE_T 64u   /* tokens per group of the tiled format */
 
+/* l8_quantize_act_row (model/numerics.h), bitwise, in kernel k's vectors. */
+float l8_fp8_quantize_row(enum l8_fp8_kernel k, const float *x, size_t n, uint8_t *q);
+
 /* Packs n E4M3 codes of one token for kernel k (zero padded), one token
  * per l8_fp8_packed_bytes. */
 void l8_fp8_pack(enum l8_fp8_kernel k, const struct l8_fp8_tables *t, const uint8_t *codes,

@@ -802,7 +802,7 @@ static void quant_chunk(void *ctx, size_t b, size_t e, int tid)
     (void)tid;
     for (size_t t = b; t < e; t++) {
         uint8_t *qt = j->q + t * j->n;
-        j->xs[t] = l8_quantize_act_row(j->x + t * j->n, j->n, qt);
+        j->xs[t] = l8_fp8_quantize_row(j->ws->fp8, j->x + t * j->n, j->n, qt);
         if (j->tiled)
             l8_fp8_pack_tiled(qt, j->n, (uint32_t)t, j->T, j->packed);
         else

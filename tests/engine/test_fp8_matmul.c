@@ -122,6 +122,45 @@ static void test_quantizer(struct l8_tp *tp, const struct l8_cpu_ws *ws)
     free(x); free(q); free(packed);
 }
 
+/* The vector quantizer gives l8_quantize_act_row's scale and codes bit for
+ * bit: on rows of every float's high bits (NaN, infinities, subnormals
+ * included) and on the rounding boundaries of every exponent, with scale 1
+ * (a 448 in the row) and without, at row lengths that end in a tail. */
+static void test_quantize_same_bits(const struct l8_cpu_ws *ws)
+{
+    enum { N = 61, ROWS = 1 << 16 };
+    float x[N];
+    uint8_t qa[N], qb[N];
+    uint32_t bad = 0, rows = 0;
+    static const uint32_t low[] = { 0, 1, 0x7ffff, 0x80000, 0x80001, 0xfffff };
+    uint32_t edge = 0;
+    for (uint32_t r = 0; r < 2 * ROWS; r++) {
+        const bool boundary = r >= ROWS;
+        for (int i = 0; i < N; i++) {
+            uint32_t u;
+            if (!boundary) {
+                const uint32_t k = r * N + (uint32_t)i;
+                u = k * 1031u + (uint32_t)((k * 0x9e3779b9u) >> 22);
+            } else {            /* sign, exponent, 3 kept bits, low bits */
+                const uint32_t e = edge++ % (2 * 256 * 8 * 6);
+                u = (e / (256 * 8 * 6)) << 31 | (e / (8 * 6) % 256) << 23
+                    | (e / 6 % 8) << 20 | low[e % 6];
+            }
+            memcpy(&x[i], &u, 4);
+        }
+        if (r % 2)
+            x[r % N] = 448.0f;
+        const int n = N - (int)(r % 17);
+        const float sa = l8_quantize_act_row(x, (size_t)n, qa);
+        const float sb = l8_fp8_quantize_row(ws->fp8, x, (size_t)n, qb);
+        rows++;
+        if (memcmp(&sa, &sb, 4) != 0 || memcmp(qa, qb, (size_t)n) != 0)
+            bad++;
+    }
+    CHECK(bad == 0, "%s quantizer: %u of %u rows differ from l8_quantize_act_row",
+          l8_fp8_kernel_name(ws->fp8), bad, rows);
+}
+
 /* y vs f64 for one configuration. Returns the relative L2 error. */
 static double check_qmatmul(struct l8_tp *tp, const struct l8_cpu_ws *ws, uint32_t out,
                             uint32_t in, uint32_t T, bool fp8)
@@ -584,6 +623,7 @@ int main(void)
         return 1;
     }
     test_quantizer(tp, &ws);
+    test_quantize_same_bits(&ws);
     /* The vectorized E4M3 decoder equals the table on all 256 codes, at
      * every alignment of the 8-wide body and the scalar tail. */
     uint8_t codes[256 + 11];
