@@ -332,7 +332,8 @@ AVX512_TARGET INLINE void zstore(float *o, __m512 v)
 }
 
 /* nr weight rows of codes (stride in) x nt packed tokens, decoded in
- * registers; the next tile's rows are prefetched a block at a time. */
+ * registers; the next tile's rows are prefetched a block at a time, into L2
+ * (into L1 it halved the DRAM stream on Zen 4: 11 against 21 GB/s). */
 AVX512_TARGET INLINE void ztile_codes(const struct ztabs *z, const uint8_t *w, uint32_t in,
                                       int nr, const uint8_t *next, const uint8_t *xp,
                                       size_t ld, int nt, float r[4][4][16])
@@ -349,7 +350,7 @@ AVX512_TARGET INLINE void ztile_codes(const struct ztabs *z, const uint8_t *w, u
 #pragma GCC unroll 4
         for (int i = 0; i < nr; i++) {
             if (next)
-                _mm_prefetch((const char *)next + (size_t)i * in + b * BLOCK, _MM_HINT_T0);
+                _mm_prefetch((const char *)next + (size_t)i * in + b * BLOCK, _MM_HINT_T1);
             zdec(z, zcodes(w + (size_t)i * in, b, in), &A[i], &B[i]);
         }
 #pragma GCC unroll 4
