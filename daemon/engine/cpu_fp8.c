@@ -8,12 +8,15 @@
  * lane q) and B (16q + 8..15): that is where the lane order of the
  * definition comes from, and activations are packed the same way, so each
  * weight is loaded once, decoded in 6 instructions per 64 and multiplied
- * by vdpbf16ps, for up to L8_FP8_FUSED_MAX_T tokens (decode).
+ * by vdpbf16ps, for up to L8_FP8_FUSED_MAX_T tokens (decode). With more
+ * tokens (prefill, large batches) L8_FP8_AVX512_DP does the same for each
+ * group of 4 over blocks of rows that stay in L2 (z_blocked).
  *
- * AVX-512 with more tokens (prefill, large batches): vdpbf16ps runs at half
- * the multiply-add rate of f32 FMA here (tests/bench: 1.3 G/s against
- * 5.5 G/s per core, 32 and 16 products each), and every product of two
- * E4M3 values is exact in f32, so fma(x, w, acc) is the definition's add.
+ * L8_FP8_AVX512 with more tokens: on Intel vdpbf16ps runs at half the
+ * multiply-add rate of f32 FMA (Emerald Rapids: 1.3 G/s against 5.5 G/s
+ * per core, 32 and 16 products each; Zen 4: 3.4 and 3.6 G/s, so there
+ * vdpbf16ps does twice the products), and every product of two E4M3
+ * values is exact in f32, so fma(x, w, acc) is the definition's add.
  * Each of the 16 lanes of the definition is a separate sum over its own
  * quarter of the block, so the product is 16 small GEMMs, one per lane,
  * over that lane's elements, written as an ordinary register-tiled GEMM:
@@ -87,7 +90,8 @@ void l8_fp8_tables_init(struct l8_fp8_tables *t)
 
 const char *l8_fp8_kernel_name(enum l8_fp8_kernel k)
 {
-    return k == L8_FP8_AVX512 ? "avx512-bf16" : "f32-vector";
+    return k == L8_FP8_AVX512_DP ? "avx512-bf16" : k == L8_FP8_AVX512 ? "avx512-bf16+fma"
+                                                                       : "f32-vector";
 }
 
 enum l8_fp8_kernel l8_fp8_best(void)
@@ -97,7 +101,7 @@ enum l8_fp8_kernel l8_fp8_best(void)
     if (__builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
         __builtin_cpu_supports("avx512vbmi") &&
         __builtin_cpu_supports("avx512bf16"))
-        return L8_FP8_AVX512;
+        return __builtin_cpu_is("amd") ? L8_FP8_AVX512_DP : L8_FP8_AVX512;
 #endif
     return L8_FP8_VEC;
 }
@@ -157,7 +161,7 @@ void l8_fp8_pack(enum l8_fp8_kernel k, const struct l8_fp8_tables *t, const uint
                  size_t n, void *packed)
 {
 #ifdef HAVE_AVX512_KERNEL
-    if (k == L8_FP8_AVX512) {
+    if (k != L8_FP8_VEC) {
         z_pack(t, codes, n, packed);
         return;
     }
@@ -372,21 +376,24 @@ AVX512_TARGET INLINE void ztile_codes(const struct ztabs *z, const uint8_t *w, u
             zstore(r[i][t], acc[i][t]);
 }
 
-/* Up to L8_FP8_FUSED_MAX_T tokens, weights decoded in registers. */
+/* Up to L8_FP8_FUSED_MAX_T tokens, weights decoded in registers, tiles of
+ * NR rows (4 or 2) where as many are left. */
 AVX512_TARGET
 static void z_fused(const struct l8_fp8_tables *tab, const uint8_t *w, uint32_t rows,
                     uint32_t in, const float *scale, const uint8_t *xp, size_t ld,
-                    const float *xs, uint32_t T, float *const *out, size_t col0)
+                    const float *xs, uint32_t T, float *const *out, size_t col0, uint32_t NR)
 {
     const struct ztabs z = ztabs_load(tab);
     float acc[4][4][16];
-    const uint32_t NR = T == 1 ? 4 : 2;
     for (uint32_t r = 0; r < rows; ) {
         const uint32_t nr = rows - r >= NR ? NR : 1;
         const uint8_t *w0 = w + (size_t)r * in;
         const uint8_t *next = r + 2 * nr <= rows ? w0 + (size_t)nr * in : NULL;
         switch (nr * 8 + T) {
         case 4 * 8 + 1: ztile_codes(&z, w0, in, 4, next, xp, ld, 1, acc); break;
+        case 4 * 8 + 2: ztile_codes(&z, w0, in, 4, next, xp, ld, 2, acc); break;
+        case 4 * 8 + 3: ztile_codes(&z, w0, in, 4, next, xp, ld, 3, acc); break;
+        case 4 * 8 + 4: ztile_codes(&z, w0, in, 4, next, xp, ld, 4, acc); break;
         case 2 * 8 + 2: ztile_codes(&z, w0, in, 2, next, xp, ld, 2, acc); break;
         case 2 * 8 + 3: ztile_codes(&z, w0, in, 2, next, xp, ld, 3, acc); break;
         case 2 * 8 + 4: ztile_codes(&z, w0, in, 2, next, xp, ld, 4, acc); break;
@@ -399,6 +406,29 @@ static void z_fused(const struct l8_fp8_tables *tab, const uint8_t *w, uint32_t 
             for (uint32_t t = 0; t < T; t++)
                 out[t][col0 + r + i] = finish(acc[i][t], scale[r + i], xs[t]);
         r += nr;
+    }
+}
+
+/* Bytes of weight rows z_blocked keeps in L2 while every group of tokens
+ * passes over them. */
+#define DP_BLOCK_BYTES (128u * 1024u)
+
+/* More tokens with vdpbf16ps (L8_FP8_AVX512_DP): z_fused over groups of 4
+ * tokens, the rows in blocks of DP_BLOCK_BYTES. */
+AVX512_TARGET
+static void z_blocked(const struct l8_fp8_tables *tab, const uint8_t *w, uint32_t rows,
+                      uint32_t in, const float *scale, const uint8_t *xp, size_t ld,
+                      const float *xs, uint32_t T, float *const *out, size_t col0)
+{
+    uint32_t R = (DP_BLOCK_BYTES / (in ? in : 1)) & ~3u;
+    if (R < 4)
+        R = 4;
+    for (uint32_t r0 = 0; r0 < rows; r0 += R) {
+        const uint32_t n = rows - r0 < R ? rows - r0 : R;
+        for (uint32_t t0 = 0; t0 < T; t0 += L8_FP8_FUSED_MAX_T)
+            z_fused(tab, w + (size_t)r0 * in, n, in, scale + r0, xp + (size_t)t0 * ld, ld,
+                    xs + t0, T - t0 < L8_FP8_FUSED_MAX_T ? T - t0 : L8_FP8_FUSED_MAX_T,
+                    out + t0, col0 + r0, 4);
     }
 }
 
@@ -623,7 +653,7 @@ static void z_pack(const struct l8_fp8_tables *t, const uint8_t *codes, size_t n
 float l8_fp8_quantize_row(enum l8_fp8_kernel k, const float *x, size_t n, uint8_t *q)
 {
 #ifdef HAVE_AVX512_KERNEL
-    if (k == L8_FP8_AVX512)
+    if (k != L8_FP8_VEC)
         return z_quantize_row(x, n, q);
 #endif
     (void)k;
@@ -636,11 +666,13 @@ void l8_fp8_block(enum l8_fp8_kernel k, const struct l8_fp8_tables *t, const uin
                   void *scratch)
 {
 #ifdef HAVE_AVX512_KERNEL
-    if (k == L8_FP8_AVX512) {
+    if (k != L8_FP8_VEC) {
         if (tiled)
             z_tiled(t, w, rows, in, scale, xp, ld, xs, T, out_rows, col0, scratch);
+        else if (T > L8_FP8_FUSED_MAX_T)
+            z_blocked(t, w, rows, in, scale, xp, ld, xs, T, out_rows, col0);
         else
-            z_fused(t, w, rows, in, scale, xp, ld, xs, T, out_rows, col0);
+            z_fused(t, w, rows, in, scale, xp, ld, xs, T, out_rows, col0, T == 1 ? 4 : 2);
         return;
     }
 #endif

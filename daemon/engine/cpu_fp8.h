@@ -17,9 +17,13 @@
  * instruction's flush-to-zero never applies.
  *
  * Kernels, chosen at run time (l8_fp8_best):
- *   L8_FP8_AVX512 up to 4 tokens vdpbf16ps, weights decoded in registers by
- *                 two 128-entry byte tables (vpermi2b); beyond, f32 FMA
- *                 (the tiled format, see cpu_fp8.c): AVX-512 BF16 and VBMI;
+ *   L8_FP8_AVX512_DP  vdpbf16ps, weights decoded in registers by two
+ *                 128-entry byte tables (vpermi2b), up to 4 tokens at a time
+ *                 (more: over blocks of rows kept in L2): AVX-512 BF16 and
+ *                 VBMI where vdpbf16ps runs at the rate of FMA (AMD Zen 4);
+ *   L8_FP8_AVX512 the same up to 4 tokens; beyond, f32 FMA (the tiled
+ *                 format, see cpu_fp8.c), where vdpbf16ps runs at a quarter
+ *                 of FMA's rate (Intel);
  *   L8_FP8_VEC    f32 vectors (the AVX2 and the baseline x86-64 clones, or
  *                 any GCC target), the same additions one by one.
  * Activations are packed for the kernel (l8_fp8_pack), in the lane order
@@ -29,7 +33,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum l8_fp8_kernel { L8_FP8_VEC = 0, L8_FP8_AVX512 = 1 };
+enum l8_fp8_kernel { L8_FP8_VEC = 0, L8_FP8_AVX512 = 1, L8_FP8_AVX512_DP = 2 };
 
 /* The fastest kernel this processor (and OS) runs. */
 enum l8_fp8_kernel l8_fp8_best(void);

@@ -692,7 +692,7 @@ static uint32_t rows_per_block(const struct l8_cpu_ws *ws, uint32_t out, uint32_
 static void mm_run(struct l8_tp *tp, struct mm_job *j)
 {
     const int nt = l8_tp_nthreads(tp);
-    bool fused = j->xp ? j->ws->fp8 == L8_FP8_AVX512 && !j->tiled : j->T <= L8_CPU_FUSED_MAX_T;
+    bool fused = j->xp ? j->ws->fp8 != L8_FP8_VEC && !j->tiled : j->T <= L8_CPU_FUSED_MAX_T;
     for (uint32_t p = 0; p < j->n_parts; p++)
         if (j->part[p].D && j->part[p].D->dtype != L8_BF16 && j->part[p].D->dtype != L8_F32)
             fused = false;      /* F16 goes through l8_dense_row */

@@ -255,6 +255,7 @@ static void test_fp8_definition(struct l8_tp *tp, const struct l8_cpu_ws *ws)
     static const uint32_t shapes[][3] = {   /* out, in, tokens */
         { 5, 7, 1 }, { 9, 64, 2 }, { 13, 111, 3 }, { 37, 513, 4 }, { 21, 2048, 5 },
         { 8, 200, 9 }, { 33, 1024, 70 }, { 6, 4096, 1 }, { 11, 130, 1 },
+        { 600, 4096, 6 },   /* more rows per thread than z_blocked keeps in L2 */ 
     };
     for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
         const uint32_t out = shapes[s][0], in = shapes[s][1], T = shapes[s][2];
@@ -647,10 +648,11 @@ int main(void)
     test_threads_invariance(&ws1, &ws3, tp1, tp3, false);
     test_nan_codes_and_multi(tp, &ws, false);
     test_nan_codes_and_multi(tp3, &ws3, false);
-    /* Every fp8 kernel this processor runs: the portable one, and the best. */
+    /* Every fp8 kernel this processor runs: the portable one, and both
+     * AVX-512 ones where it has AVX-512 BF16. */
     const enum l8_fp8_kernel best = ws.fp8;
-    for (int k = L8_FP8_VEC; k <= (int)best; k++) {
-        if (k != L8_FP8_VEC && k != (int)best)
+    for (int k = L8_FP8_VEC; k <= L8_FP8_AVX512_DP; k++) {
+        if (k != L8_FP8_VEC && best == L8_FP8_VEC)
             continue;
         ws.fp8 = ws1.fp8 = ws3.fp8 = (enum l8_fp8_kernel)k;
         double worst_fp8 = 0;
