@@ -13,7 +13,8 @@
 #
 #   tests/bench/bench_cpu.sh [--with-8b] [BUILD_DIR] [WORK_DIR]
 #   env: PROMPT (128), LONG (512; 0 skips), NEW (64), THREADS ("1 $(nproc)"),
-#        LLAMA_BENCH, GGUF_PY, PYTHON
+#        REPS (3: each llama8 figure is the median of REPS runs; llama-bench
+#        averages as many), LLAMA_BENCH, GGUF_PY, PYTHON
 # Prints a table; writes WORK_DIR/bench-cpu.json (rows: method, kind,
 # metrics, notes, error). --with-8b also times llama8-mkmodel --preset
 # llama-3.1-8b (needs ~8.5 GB of disk under the work dir).
@@ -32,6 +33,9 @@ PROMPT=${PROMPT:-128}
 LONG=${LONG:-512}
 NEW=${NEW:-64}
 THREADS=${THREADS:-"1 $(nproc)"}
+REPS=${REPS:-3}
+cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
+echo "cpu: ${cpu:-unknown}, $(nproc) cores"
 now() { date +%s.%N; }
 elapsed() { python3 -c "print(round($2 - $1, 2))"; }
 # Prompt ids: deterministic, inside every model's vocabulary (>= 2048).
@@ -53,10 +57,22 @@ for t in $THREADS; do
 done
 echo "load: $(cut -d' ' -f1-3 /proc/loadavg)"
 
-# One llama8-run: prints its JSON, or nothing when it fails.
+# REPS llama8-runs: prints one JSON with the median of each figure, or
+# nothing when a run fails.
 run_json() {
-    "$run" --model "$1" --numerics "$2" --lm-head "$3" --threads "$4" --tokens "$(ids "$5")" \
-        --max-new "$6" --ignore-eos --warmup --json 2>/dev/null || true
+    local js=() j
+    for _ in $(seq "$REPS"); do
+        j=$("$run" --model "$1" --numerics "$2" --lm-head "$3" --threads "$4" \
+            --tokens "$(ids "$5")" --max-new "$6" --ignore-eos --warmup --json 2>/dev/null) || return 0
+        js+=("$j")
+    done
+    python3 -c '
+import json, statistics, sys
+r = [json.loads(a) for a in sys.argv[1:]]
+m = dict(r[0])
+for k in ("prefill_tokens_per_s", "decode_tokens_per_s"):
+    m[k] = statistics.median(x[k] for x in r)
+print(json.dumps(m))' "${js[@]}"
 }
 
 declare -A l8dec l8pf l8long
@@ -83,7 +99,7 @@ for name in golden-tiny 1b; do
             read -r mb gbs pct < <(python3 -c "d=$dc; b=$wb; print(round(b/1e6,1), round(d*b/1e9,2), round(100*d*b/1e9/${bw[$t]}))")
             printf '%-11s %-6s %-10s %3s %9.1f %9.1f %9.2f %9.1f %7.2f %4s%%\n' "$name" "$num" "$lm" \
                 "$t" "$pf" "$pl" "$dc" "$mb" "$gbs" "$pct"
-            rows+=("{\"method\":\"$method\",\"kind\":\"llama8\",\"metrics\":{\"prefill_tok_s\":$pf,\"prefill_long_tok_s\":$pl,\"decode_tok_s\":$dc,\"step_weight_bytes\":$wb,\"decode_gb_s\":$gbs,\"decode_pct_of_read_bw\":$pct},\"notes\":\"prompt $PROMPT and $LONG, new $NEW, --warmup\",\"error\":null}")
+            rows+=("{\"method\":\"$method\",\"kind\":\"llama8\",\"metrics\":{\"prefill_tok_s\":$pf,\"prefill_long_tok_s\":$pl,\"decode_tok_s\":$dc,\"step_weight_bytes\":$wb,\"decode_gb_s\":$gbs,\"decode_pct_of_read_bw\":$pct},\"notes\":\"prompt $PROMPT and $LONG, new $NEW, --warmup, median of $REPS\",\"error\":null}")
             l8dec[$name,$num,$lm,$t]=$dc; l8pf[$name,$num,$lm,$t]=$pf; l8long[$name,$num,$lm,$t]=$pl
         done
     done
@@ -104,7 +120,7 @@ if [ -n "${LLAMA_BENCH:-}" ]; then
         fi
         for t in $THREADS; do
             p="$PROMPT"; [ "$LONG" -gt 0 ] && p="$PROMPT,$LONG"
-            lj=$("$LLAMA_BENCH" -m "$gguf" -t "$t" -p "$p" -n "$NEW" -r 3 -o json 2>/dev/null) || lj=""
+            lj=$("$LLAMA_BENCH" -m "$gguf" -t "$t" -p "$p" -n "$NEW" -r "$REPS" -o json 2>/dev/null) || lj=""
             if [ -z "$lj" ]; then
                 echo "llama-bench failed on $name at $t threads"
                 continue
@@ -120,7 +136,7 @@ a, b, c, x, y, z = ${l8pf[$k]:-0}, ${l8long[$k]:-0}, ${l8dec[$k]:-0}, $lpf, $llo
 f = lambda u, v: round(u / v, 2) if v else 0
 print('%-11s llama.cpp %s threads: prefill %.1f / %.1f, decode %.2f tok/s; llama8 ratio %s / %s / %s'
       % ('$name', '$t', x, y, z, f(a, x), f(b, y), f(c, z)))"
-            rows+=("{\"method\":\"llama-bench $name q8_0 threads=$t\",\"kind\":\"llama.cpp\",\"metrics\":{\"prefill_tok_s\":$lpf,\"prefill_long_tok_s\":$llong,\"decode_tok_s\":$ldc},\"notes\":\"$(basename "$gguf"), -r 3\",\"error\":null}")
+            rows+=("{\"method\":\"llama-bench $name q8_0 threads=$t\",\"kind\":\"llama.cpp\",\"metrics\":{\"prefill_tok_s\":$lpf,\"prefill_long_tok_s\":$llong,\"decode_tok_s\":$ldc},\"notes\":\"$(basename "$gguf"), -r $REPS\",\"error\":null}")
         done
     done
 fi
@@ -134,6 +150,6 @@ if [ $with8b = 1 ]; then
     rm -rf "$work/model-8b"
 fi
 
-{ echo '{"bench":"cpu","date":"'"$(date -u +%FT%TZ)"'","commit":"'"$(git -C "$src" rev-parse --short HEAD 2>/dev/null)"'","cores":'"$(nproc)"',"load":"'"$(cut -d' ' -f1-3 /proc/loadavg)"'","methods":['
+{ echo '{"bench":"cpu","date":"'"$(date -u +%FT%TZ)"'","commit":"'"$(git -C "$src" rev-parse --short HEAD 2>/dev/null)"'","cpu":"'"$cpu"'","cores":'"$(nproc)"',"load":"'"$(cut -d' ' -f1-3 /proc/loadavg)"'","methods":['
   (IFS=,; echo "${rows[*]}"); echo ']}'; } | python3 -m json.tool >"$work/bench-cpu.json"
 echo "wrote $work/bench-cpu.json"
