@@ -98,6 +98,8 @@ int ctl_status(int argc, char **argv);
 int ctl_reload(int argc, char **argv);
 int ctl_clients(int argc, char **argv);
 int ctl_bench(int argc, char **argv);
+int ctl_suggest(int argc, char **argv);
+int ctl_explain(int argc, char **argv);
 
 /* One request's reply (ctl_stream.c): its tokens through the streaming
  * decoder and the stop strings to the text shown. */

@@ -25,6 +25,8 @@ static const struct ctl_cmd commands[] = {
     {"reload", ctl_reload, "llama8d reads its configuration again (root, its user)"},
     {"bench", ctl_bench, "latency and throughput of llama8d"},
     {"pipe", ctl_pipe, "JSON-lines requests on stdin, events on stdout (for editors)"},
+    {"suggest", ctl_suggest, "a description -> one shell command (for the shell key)"},
+    {"explain", ctl_explain, "a failed command's output on stdin -> why, and the fix"},
 };
 
 #define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))
