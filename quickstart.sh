@@ -62,9 +62,10 @@ main_job() {
     LLAMA8_SOCKET=$sock "$BUILD/client/llama8ctl" status
 }
 
-# The tests also drive the Vim plugin (tests/daemon/test_vim.sh) and the zsh
-# completion (tests/daemon/test_completion.sh).
-[ "${1:-run}" = test ] && DEBS="$DEBS vim zsh"
+# The tests also drive the Vim and Neovim plugins (tests/daemon/test_vim.sh,
+# test_nvim.sh), the zsh completion and the shells' key bindings (a real
+# zsh: test_completion.sh, test_shell.sh).
+[ "${1:-run}" = test ] && DEBS="$DEBS vim neovim zsh"
 install_deps
 build
 case "${1:-run}" in

@@ -4,7 +4,7 @@
 # sysusers.d and tmpfiles.d under PREFIX/lib, llama8d in PREFIX/sbin with
 # the unit's ExecStart pointing at it, the client library's header, the
 # bash completion under both programs' names, the zsh completion where it
-# finds the bash one's parser, the shell key bindings, the Vim package, and the man pages when the
+# finds the bash one's parser, the shell key bindings, the Vim and Neovim packages, and the man pages when the
 # build made them (help2man), which groff reads without a warning.
 set -euo pipefail
 meson=$1 build=$2 prefix=$3
@@ -19,6 +19,7 @@ for f in lib/systemd/system/llama8d.service lib/systemd/system/llama8d.socket \
          include/llama8/llama8client.h share/bash-completion/completions/llama8ctl \
          share/bash-completion/completions/llama8d \
          share/vim/vimfiles/pack/llama8/opt/llama8/plugin/llama8.vim \
+         share/nvim/site/pack/llama8/opt/llama8/plugin/llama8.lua \
          share/llama8/shell/llama8.bash share/llama8/shell/llama8.zsh; do
     [ -e "$d$prefix/$f" ] || { echo "FAIL: $prefix/$f was not installed"; fail=1; }
 done

@@ -24,7 +24,7 @@ bad() { echo "FAIL: $*"; fail=1; }
 export LLAMA8_SOCKET=$t/llama8d.sock
 "$daemon" --model "$t/model" --socket "$LLAMA8_SOCKET" 2>"$t/daemon.log" &
 pid=$!
-for _ in $(seq 200); do [ -S "$LLAMA8_SOCKET" ] && break; sleep 0.05; done
+for _ in $(seq 600); do [ -S "$LLAMA8_SOCKET" ] && break; sleep 0.05; done
 [ -S "$LLAMA8_SOCKET" ] || { echo "FAIL: llama8d did not start"; cat "$t/daemon.log"; exit 1; }
 
 mkdir -p "$t/proj" "$t/zdot"
