@@ -64,8 +64,9 @@ main_job() {
 
 # The tests also drive the Vim and Neovim plugins (tests/daemon/test_vim.sh,
 # test_nvim.sh), the zsh completion and the shells' key bindings (a real
-# zsh: test_completion.sh, test_shell.sh).
-[ "${1:-run}" = test ] && DEBS="$DEBS vim neovim zsh"
+# zsh: test_completion.sh, test_shell.sh), and the Python package
+# (test_python.sh, pytest).
+[ "${1:-run}" = test ] && DEBS="$DEBS vim neovim zsh python3-pytest"
 install_deps
 build
 case "${1:-run}" in

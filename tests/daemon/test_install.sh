@@ -4,7 +4,7 @@
 # sysusers.d and tmpfiles.d under PREFIX/lib, llama8d in PREFIX/sbin with
 # the unit's ExecStart pointing at it, the client library's header, the
 # bash completion under both programs' names, the zsh completion where it
-# finds the bash one's parser, the shell key bindings, the Vim and Neovim packages, and the man pages when the
+# finds the bash one's parser, the shell key bindings, the Python package, the Vim and Neovim packages, and the man pages when the
 # build made them (help2man), which groff reads without a warning.
 set -euo pipefail
 meson=$1 build=$2 prefix=$3
@@ -34,6 +34,8 @@ for m in daemon/llama8d.8:man8 client/llama8ctl.1:man1; do
         [ -z "$w" ] || { echo "FAIL: groff on $(basename "$page"): $w"; fail=1; }
     fi
 done
+[ -n "$(find "$d$prefix" -path '*-packages/llama8/__init__.py' 2>/dev/null)" ] ||
+    { echo "FAIL: the Python package was not installed under $prefix"; fail=1; }
 zshfn=$(find "$d$prefix/share/zsh" -name _llama8 2>/dev/null | head -1)
 if [ -z "$zshfn" ]; then
     echo "FAIL: no zsh completion (_llama8) under $prefix/share/zsh"; fail=1
