@@ -26,6 +26,9 @@ int ctl_detokenize(int argc, char **argv);
 /* Shared helpers (llama8ctl.c). */
 /* Read all of fd 0 into a malloc'd buffer (NUL-terminated, *len bytes); negative errno. */
 int ctl_read_stdin(char **buf, size_t *len);
+/* argv[from..argc) joined by single spaces, malloc'd (*len bytes, NUL-terminated; ""
+ * when there are none); NULL when out of memory. */
+char *ctl_join_args(int from, int argc, char **argv, size_t *len);
 /* The tokenizer path: the option's value, else $LLAMA8_TOKENIZER, else $LLAMA8_MODEL
  * (a model directory); NULL if none is set. */
 const char *ctl_tokenizer_path(const char *opt);

@@ -792,17 +792,8 @@ int ctl_generate(int argc, char **argv)
         if (tools.n && tools.choice == CTL_TOOLS_REQUIRED)
             snprintf(cwhat, sizeof cwhat, "--tool-choice required (the schema of --tools' calls)");
         if (optind < argc) {
-            for (int i = optind; i < argc; i++)
-                tlen += strlen(argv[i]) + 1;
-            text = calloc(1, tlen + 1);
-            if (!text)
+            if (!(text = ctl_join_args(optind, argc, argv, &tlen)))
                 goto out;
-            for (int i = optind; i < argc; i++) {
-                if (i > optind)
-                    strcat(text, " ");
-                strcat(text, argv[i]);
-            }
-            tlen = strlen(text);
         } else if (ctl_read_stdin(&text, &tlen) < 0) {
             fprintf(stderr, "llama8ctl: reading stdin failed\n");
             goto out;

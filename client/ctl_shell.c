@@ -70,26 +70,6 @@ static char *xprintf(const char *fmt, ...)
     return r < 0 ? NULL : s;
 }
 
-/* The words argv[i..argc) joined by spaces (malloc'd), NULL if none. */
-static char *join_words(int i, int argc, char **argv)
-{
-    size_t len = 0;
-    for (int k = i; k < argc; k++)
-        len += strlen(argv[k]) + 1;
-    if (i >= argc)
-        return NULL;
-    char *s = malloc(len);
-    if (!s)
-        return NULL;
-    s[0] = '\0';
-    for (int k = i; k < argc; k++) {
-        if (k > i)
-            strcat(s, " ");
-        strcat(s, argv[k]);
-    }
-    return s;
-}
-
 /* The running system's name: /etc/os-release's PRETTY_NAME, else uname. */
 static void os_name(char *out, size_t n)
 {
@@ -199,7 +179,7 @@ int ctl_suggest(int argc, char **argv)
     if ((rc = shell_getopt(argc, argv, lo, &a, suggest_opt, &s, suggest_usage)) >= 0)
         goto out;
     rc = CTL_USAGE;
-    char *text = join_words(optind, argc, argv);
+    char *text = optind < argc ? ctl_join_args(optind, argc, argv, NULL) : NULL;
     if (!text || !text[strspn(text, " \t")]) {
         fprintf(stderr, "llama8ctl suggest: give the text of the command line "
                         "(what the command should do)\n");
@@ -290,7 +270,7 @@ int ctl_explain(int argc, char **argv)
     size_t from = len > EXPLAIN_MAX_OUTPUT ? len - EXPLAIN_MAX_OUTPUT : 0;
     while (from < len && ((unsigned char)out[from] & 0xc0) == 0x80)
         from++;
-    cmd = join_words(optind, argc, argv);
+    cmd = optind < argc ? ctl_join_args(optind, argc, argv, NULL) : NULL;
     char cut[64] = "";
     if (from)
         snprintf(cut, sizeof cut, "[its first %zu bytes left out]\n", from);

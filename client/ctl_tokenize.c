@@ -71,23 +71,8 @@ static int input_text(int argc, char **argv, char **text, size_t *len)
             fprintf(stderr, "llama8ctl: reading stdin: %s\n", strerror(-rc));
         return rc;
     }
-    size_t total = 1;
-    for (int i = optind; i < argc; i++)
-        total += strlen(argv[i]) + 1;
-    char *b = malloc(total);
-    if (!b)
+    if (!(*text = ctl_join_args(optind, argc, argv, len)))
         return -ENOMEM;
-    size_t n = 0;
-    for (int i = optind; i < argc; i++) {
-        if (i > optind)
-            b[n++] = ' ';
-        size_t l = strlen(argv[i]);
-        memcpy(b + n, argv[i], l);
-        n += l;
-    }
-    b[n] = 0;
-    *text = b;
-    *len = n;
     return 0;
 }
 

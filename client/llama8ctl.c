@@ -34,6 +34,27 @@ static const struct ctl_cmd commands[] = {
 /* Cap on what a command reads from stdin. */
 #define CTL_STDIN_MAX (1u << 30)
 
+char *ctl_join_args(int from, int argc, char **argv, size_t *len)
+{
+    size_t total = 1, n = 0;
+    for (int i = from; i < argc; i++)
+        total += strlen(argv[i]) + 1;
+    char *b = malloc(total);
+    if (!b)
+        return NULL;
+    for (int i = from; i < argc; i++) {
+        if (i > from)
+            b[n++] = ' ';
+        size_t l = strlen(argv[i]);
+        memcpy(b + n, argv[i], l);
+        n += l;
+    }
+    b[n] = '\0';
+    if (len)
+        *len = n;
+    return b;
+}
+
 int ctl_read_stdin(char **buf, size_t *len)
 {
     size_t cap = 1 << 16, n = 0;
