@@ -49,6 +49,7 @@ static const struct key keys[] = {
     { "allowed_group", K_STR, F(allowed_group), "GROUP may connect (root always may)", RESTART },
     { "drain_timeout_ms", K_U32, F(drain_timeout_ms), "MS SIGTERM grace for running requests", LIVE },
     { "hello_timeout_ms", K_U32, F(hello_timeout_ms), "MS a new connection may take to say Hello before it is closed (0: forever)", LIVE },
+    { "idle_exit_s", K_U32, F(idle_exit_s), "S with no client connected and no request, llama8d exits with status 0, giving its memory (the GPU's) back; under socket activation the next connection starts it again (0: never)", LIVE },
     { "step_stall_ms", K_U32, F(step_stall_ms), "MS an engine step may run (plus 8x its expected time) before the watchdog pings stop (0: never)", LIVE },
     { "eq_entries", K_U32, F(eq_entries), "N event ring entries per client (power of two)", RESTART },
     { "log_level", K_LEVEL, F(log_level), "LEVEL err|warning|notice|info|debug", LIVE },

@@ -64,6 +64,7 @@ struct l8d_conf {
     uint32_t max_requests;     /* live requests in the whole daemon */
     uint32_t drain_timeout_ms; /* SIGTERM: how long running requests may finish */
     uint32_t hello_timeout_ms; /* no Hello this long after accept: closed (0: never) */
+    uint32_t idle_exit_s;      /* no client and no request this long: exit 0 (0: never) */
     uint32_t step_stall_ms;    /* a step running this long plus its size allowance
                                   counts as hung: watchdog pings stop (0: never) */
     uint32_t eq_entries;       /* event ring size per client (power of two) */

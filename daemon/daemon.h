@@ -195,6 +195,11 @@ struct l8d {
     uint64_t last_sample_ns, last_watchdog_ns;
     uint64_t watchdog_usec;  /* 0: no watchdog */
     uint64_t drain_deadline_ns;
+    /* Idle exit (conf idle_exit_s): since when no client and no request;
+     * whether the accept is being cancelled to exit (it resumes if a
+     * connection came in meanwhile). */
+    uint64_t idle_since_ns;
+    bool idle_exit;
     /* The 8 bytes each event doorbell's write (loop.c, OP_WAKE) adds to a
      * client's eventfd: 1. io_uring reads them when the write runs, so they
      * live here, not on the stack. */

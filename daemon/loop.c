@@ -81,7 +81,7 @@ static struct io_uring_sqe *get_sqe(struct l8d *d)
 
 static void arm_accept(struct l8d *d)
 {
-    if (d->accept_armed || d->listen_fd < 0 || d->state != L8D_RUNNING ||
+    if (d->accept_armed || d->listen_fd < 0 || d->state != L8D_RUNNING || d->idle_exit ||
         (d->accept_resume_ns && l8d_now_ns() < d->accept_resume_ns))
         return;
     struct io_uring_sqe *sqe = get_sqe(d);
@@ -326,6 +326,15 @@ void l8d_on_sched_event(void *ctx, const struct l8_sched_event *ev)
 
 /* ---------------------------------------------------------------- drain */
 
+static void cancel_accept(struct l8d *d)
+{
+    if (d->accept_armed) {
+        struct io_uring_sqe *sqe = get_sqe(d);
+        io_uring_prep_cancel64(sqe, ud(d->accept_by_poll ? OP_LISTEN : OP_ACCEPT, 0, 0), 0);
+        io_uring_sqe_set_data64(sqe, ud(OP_CANCEL, 0, 0));
+    }
+}
+
 static void begin_drain(struct l8d *d)
 {
     if (d->state != L8D_RUNNING) {
@@ -337,11 +346,40 @@ static void begin_drain(struct l8d *d)
     sd_notify(0, "STOPPING=1\nSTATUS=draining");
     d->state = L8D_DRAINING;
     d->drain_deadline_ns = l8d_now_ns() + (uint64_t)d->conf.drain_timeout_ms * 1000000ull;
-    if (d->accept_armed) {
-        struct io_uring_sqe *sqe = get_sqe(d);
-        io_uring_prep_cancel64(sqe, ud(d->accept_by_poll ? OP_LISTEN : OP_ACCEPT, 0, 0), 0);
-        io_uring_sqe_set_data64(sqe, ud(OP_CANCEL, 0, 0));
+    cancel_accept(d);
+}
+
+/* idle_exit_s: no client and no request for that long. The accept is
+ * cancelled first and the daemon exits only once its completion shows
+ * that no connection came in meanwhile (end_idle_exit): one accepted in
+ * the race is served, and one still in the listening socket's queue
+ * waits there, under socket activation, for the next start. */
+static void idle_check(struct l8d *d, uint64_t now)
+{
+    if (d->n_sessions || d->step_in_flight || !l8_sched_idle(d->sched) ||
+        d->state != L8D_RUNNING || !d->conf.idle_exit_s) {
+        d->idle_since_ns = now;
+        return;
     }
+    if (!d->idle_exit && now - d->idle_since_ns >= (uint64_t)d->conf.idle_exit_s * 1000000000ull) {
+        d->idle_exit = true;
+        cancel_accept(d);
+    }
+}
+
+static void end_idle_exit(struct l8d *d)
+{
+    if (!d->idle_exit || d->accept_armed)
+        return;
+    d->idle_exit = false;
+    if (d->n_sessions || d->step_in_flight || !l8_sched_idle(d->sched) ||
+        d->state != L8D_RUNNING) {
+        d->idle_since_ns = l8d_now_ns();       /* someone came: go on */
+        return;
+    }
+    log_notice("no client for %u s (idle_exit_s): exiting", d->conf.idle_exit_s);
+    sd_notify(0, "STOPPING=1\nSTATUS=idle: exiting");
+    d->state = L8D_STOPPED;
 }
 
 /* One sample of the tokens generated so far, for Status's tokens/s (the
@@ -385,6 +423,7 @@ static void housekeeping(struct l8d *d)
     }
     if (now - d->last_sample_ns >= 1000000000ull)
         sample_rate(d, now);
+    idle_check(d, now);
     /* A connection that never says Hello would hold its slot (max_clients)
      * for as long as it stays open. */
     for (uint32_t i = 0; i < d->n_slots; i++) {
@@ -573,6 +612,7 @@ int l8d_loop_run(struct l8d *d)
 {
     d->wake_val = 1;
     sample_rate(d, l8d_now_ns());   /* the first: a reply before the first tick counts */
+    d->idle_since_ns = l8d_now_ns();
     arm_accept(d);
     arm_engine(d);
     arm_signal(d);
@@ -627,6 +667,7 @@ int l8d_loop_run(struct l8d *d)
             idle_armed = false;
         publish_all(d);
         reap_closed(d);
+        end_idle_exit(d);
         arm_accept(d);
         arm_timer(d);
         if (d->state == L8D_DRAINING && !d->step_in_flight && l8_sched_idle(d->sched)) {

@@ -828,6 +828,135 @@ static void test_socket_activation(void)
     rmdir(d.dir);
 }
 
+/* One request of 5 tokens on a fresh connection to path: whether it came back whole. */
+static bool one_request(const char *path)
+{
+    struct l8c_client *c;
+    char err[L8C_ERRLEN];
+    int rc = l8c_connect(path, "idle", &c, err);
+    CHECK(rc == 0, "connect to %s: %s", path, err);
+    if (rc != 0)
+        return false;
+    uint32_t prompt[4] = { 1, 9, 8, 7 };
+    static struct tstream s[2];
+    memset(s, 0, sizeof(s));
+    bool ok = submit_fixed(c, 1, prompt, 4, 5) == 0 && tcollect(c, s, 1, 1, 60000) &&
+              s[1].n == 5 && s[1].error == 0;
+    l8c_close(c);
+    return ok;
+}
+
+/* Waits up to ms for pid to exit: its status, or -1 if it still runs. */
+static int wait_exit(pid_t pid, int ms)
+{
+    int st;
+    for (int i = 0; i < ms / 10; i++) {
+        if (waitpid(pid, &st, WNOHANG) == pid)
+            return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        usleep(10000);
+    }
+    return -1;
+}
+
+/* idle_exit_s: a connected client keeps the daemon; once none is left for
+ * that long it exits 0 with STOPPING=1. Then under socket activation, the
+ * listening socket held across starts as systemd holds it (this test is
+ * the supervisor: it starts llama8d again when a connection waits): a
+ * request on a connection made just before, during or after the exit is
+ * served, by this daemon or by the next. */
+static void test_idle_exit(void)
+{
+    static const char *const extra[] = { "--idle-exit-s", "1", NULL };
+    struct tdaemon d;
+    tdaemon_start(&d, bin, model, extra);
+    struct l8c_client *c;
+    char err[L8C_ERRLEN];
+    REQUIRE(l8c_connect(d.sock, "holder", &c, err) == 0, "connect: %s", err);
+    CHECK(wait_exit(d.pid, 2500) == -1, "idle exit while a client is connected");
+    l8c_close(c);
+    CHECK(one_request(d.sock), "a request before the idle exit");
+    int st = wait_exit(d.pid, 10000);
+    CHECK(st == 0, "idle exit: status %d, notes %s", st, d.notes);
+    tdaemon_notify_wait(&d, NULL, 100);
+    CHECK(strstr(d.notes, "STOPPING=1") && strstr(d.notes, "idle"), "idle exit notes: %s",
+          d.notes);
+    d.pid = -1;
+    tdaemon_stop(&d);
+
+    /* The socket, held here. */
+    char dir[64] = "/tmp/l8idle-XXXXXX", path[108];
+    REQUIRE(mkdtemp(dir), "mkdtemp");
+    snprintf(path, sizeof(path), "%s/idle.sock", dir);
+    int lfd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    strcpy(sa.sun_path, path);
+    REQUIRE(lfd >= 0 && bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+            listen(lfd, 64) == 0, "listen: %s", strerror(errno));
+    int rep[2];
+    REQUIRE(pipe(rep) == 0, "pipe");
+    const pid_t test = getpid();
+    pid_t sup = fork();
+    REQUIRE(sup >= 0, "fork");
+    if (sup == 0) {
+        /* The supervisor: start llama8d on the socket, wait for it to exit
+         * (report its status), then for a connection to wait, again. */
+        close(rep[0]);
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != test)
+            _exit(127);
+        for (;;) {
+            pid_t p = fork();
+            if (p == 0) {
+                if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0)
+                    _exit(127);
+                if (dup2(lfd, 3) != 3)
+                    _exit(127);
+                char pidbuf[16];
+                snprintf(pidbuf, sizeof(pidbuf), "%d", (int)getpid());
+                setenv("LISTEN_FDS", "1", 1);
+                setenv("LISTEN_PID", pidbuf, 1);
+                execl(bin, bin, "--model", model, "--socket", "/nonexistent/dir/x.sock",
+                      "--config", "/dev/null", "--threads", "1", "--allowed-group", "",
+                      "--idle-exit-s", "1", (char *)NULL);
+                _exit(127);
+            }
+            int wst;
+            waitpid(p, &wst, 0);
+            unsigned char code = WIFEXITED(wst) ? (unsigned char)WEXITSTATUS(wst) : 200;
+            if (write(rep[1], &code, 1) != 1 || code != 0)
+                _exit(0);
+            struct pollfd pf = { .fd = lfd, .events = POLLIN };
+            if (poll(&pf, 1, 60000) <= 0)
+                _exit(0);
+        }
+    }
+    close(rep[1]);
+    /* Each round: a request, then the next one at a moment around the
+     * exit, which comes 1 to 1.1 s (a housekeeping tick) after the close. */
+    static const int gap_ms[] = { 0, 950, 1000, 1030, 1060, 1090, 1120, 1500, 2500 };
+    int served = 0, n = (int)(sizeof(gap_ms) / sizeof(gap_ms[0]));
+    for (int i = 0; i < n; i++) {
+        usleep((useconds_t)gap_ms[i] * 1000);
+        served += one_request(path);
+    }
+    CHECK(served == n, "requests served around the idle exits: %d of %d", served, n);
+    /* The exits so far: each 0, at least one. */
+    kill(sup, SIGKILL);
+    waitpid(sup, NULL, 0);
+    unsigned char codes[64];
+    ssize_t k = read(rep[0], codes, sizeof(codes));
+    int exits = 0;
+    for (ssize_t i = 0; i < k; i++) {
+        CHECK(codes[i] == 0, "an activated llama8d exited %d", codes[i]);
+        exits++;
+    }
+    CHECK(exits >= 2, "idle exits under socket activation: %d", exits);
+    printf("idle exit: %d requests around %d exits, all served\n", served, exits);
+    close(rep[0]);
+    close(lfd);
+    unlink(path);
+    rmdir(dir);
+}
+
 int main(int argc, char **argv)
 {
     REQUIRE(argc == 3, "usage: test_ipc_lifecycle llama8d model");
@@ -842,6 +971,7 @@ int main(int argc, char **argv)
     test_prefix_cache_scope();
     test_status_scope();
     test_socket_activation();
+    test_idle_exit();
     test_reload();
     test_rate();
     if (t_failures)
