@@ -13,16 +13,9 @@ command -v nvim >/dev/null &&
         </dev/null >/dev/null 2>&1 ||
     { echo "no Neovim 0.7 or later: skipped"; exit 77; }
 
-t=$(mktemp -d "${TMPDIR:-/tmp}/l8-nvim.XXXXXX")
-pid=
-trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; wait 2>/dev/null; rm -rf "$t"' EXIT
-"$mkmodel" --preset tiny --seed 1 --out "$t/model" --tokenizer "$tokenizer" >"$t/mk.log" 2>&1 ||
-    { echo "FAIL: llama8-mkmodel"; cat "$t/mk.log"; exit 1; }
-sock=$t/llama8d.sock
-"$daemon" --model "$t/model" --socket "$sock" 2>"$t/daemon.log" &
-pid=$!
-for _ in $(seq 600); do [ -S "$sock" ] && break; sleep 0.05; done
-[ -S "$sock" ] || { echo "FAIL: llama8d did not start"; cat "$t/daemon.log"; exit 1; }
+# shellcheck source=tiny_daemon.sh
+source "$(dirname "$0")/tiny_daemon.sh"
+tiny_daemon nvim "$daemon" "$mkmodel" "$tokenizer"
 
 "$ctl" generate --socket "$sock" --max-new 24 "Say hi" >"$t/want.txt" ||
     { echo "FAIL: llama8ctl generate"; exit 1; }

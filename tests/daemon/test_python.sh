@@ -12,15 +12,9 @@ for p in python3 /usr/bin/python3; do
 done
 [ -n "$py" ] || { echo "no python3 with pytest: skipped"; exit 77; }
 
-t=$(mktemp -d "${TMPDIR:-/tmp}/l8-py.XXXXXX")
-pid=
-trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; wait 2>/dev/null; rm -rf "$t"' EXIT
-"$mkmodel" --preset tiny --seed 1 --out "$t/model" --tokenizer "$tokenizer" >"$t/mk.log" 2>&1 ||
-    { echo "FAIL: llama8-mkmodel"; cat "$t/mk.log"; exit 1; }
-export LLAMA8_SOCKET=$t/llama8d.sock LLAMA8CTL=$ctl LLAMA8_CLIENT_LIB=$lib
+# shellcheck source=tiny_daemon.sh
+source "$(dirname "$0")/tiny_daemon.sh"
+tiny_daemon py "$daemon" "$mkmodel" "$tokenizer"
+export LLAMA8_SOCKET=$sock LLAMA8CTL=$ctl LLAMA8_CLIENT_LIB=$lib
 export LLAMA8_TEST_MODEL=$t/model PYTHONPATH=$pydir PYTHONDONTWRITEBYTECODE=1
-"$daemon" --model "$t/model" --socket "$LLAMA8_SOCKET" 2>"$t/daemon.log" &
-pid=$!
-for _ in $(seq 600); do [ -S "$LLAMA8_SOCKET" ] && break; sleep 0.05; done
-[ -S "$LLAMA8_SOCKET" ] || { echo "FAIL: llama8d did not start"; cat "$t/daemon.log"; exit 1; }
 "$py" -m pytest -q -p no:cacheprovider "$tests"

@@ -13,19 +13,12 @@ shelldir=$(realpath "$5") driver=$(realpath "$6")
 command -v zsh >/dev/null && zsh -fc 'zmodload zsh/zpty' 2>/dev/null ||
     { echo "no zsh with zpty: skipped"; exit 77; }
 
-t=$(mktemp -d "${TMPDIR:-/tmp}/l8-shell.XXXXXX")
-pid=
-trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; wait 2>/dev/null; rm -rf "$t"' EXIT
+# shellcheck source=tiny_daemon.sh
+source "$(dirname "$0")/tiny_daemon.sh"
+tiny_daemon shell "$daemon" "$mkmodel" "$tokenizer"
+export LLAMA8_SOCKET=$sock
 fail=0
 bad() { echo "FAIL: $*"; fail=1; }
-
-"$mkmodel" --preset tiny --seed 1 --out "$t/model" --tokenizer "$tokenizer" >"$t/mk.log" 2>&1 ||
-    { echo "FAIL: llama8-mkmodel"; cat "$t/mk.log"; exit 1; }
-export LLAMA8_SOCKET=$t/llama8d.sock
-"$daemon" --model "$t/model" --socket "$LLAMA8_SOCKET" 2>"$t/daemon.log" &
-pid=$!
-for _ in $(seq 600); do [ -S "$LLAMA8_SOCKET" ] && break; sleep 0.05; done
-[ -S "$LLAMA8_SOCKET" ] || { echo "FAIL: llama8d did not start"; cat "$t/daemon.log"; exit 1; }
 
 mkdir -p "$t/proj" "$t/zdot"
 cd "$t/proj" || exit 1

@@ -12,16 +12,9 @@ vim -Nu NONE -i NONE -es -c 'if !has("job") || !has("channel") || !exists("*win_
     -c 'qa!' </dev/null >/dev/null 2>&1 ||
     { echo "no vim with +job, +channel and win_execute: skipped"; exit 77; }
 
-t=$(mktemp -d "${TMPDIR:-/tmp}/l8-vim.XXXXXX")
-pid=
-trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; wait 2>/dev/null; rm -rf "$t"' EXIT
-"$mkmodel" --preset tiny --seed 1 --out "$t/model" --tokenizer "$tokenizer" >"$t/mk.log" 2>&1 ||
-    { echo "FAIL: llama8-mkmodel"; cat "$t/mk.log"; exit 1; }
-sock=$t/llama8d.sock
-"$daemon" --model "$t/model" --socket "$sock" 2>"$t/daemon.log" &
-pid=$!
-for _ in $(seq 200); do [ -S "$sock" ] && break; sleep 0.05; done
-[ -S "$sock" ] || { echo "FAIL: llama8d did not start"; cat "$t/daemon.log"; exit 1; }
+# shellcheck source=tiny_daemon.sh
+source "$(dirname "$0")/tiny_daemon.sh"
+tiny_daemon vim "$daemon" "$mkmodel" "$tokenizer"
 
 # The reference: generate prints the reply and one newline.
 "$ctl" generate --socket "$sock" --max-new 24 "Say hi" >"$t/want.txt" ||
