@@ -125,6 +125,15 @@ static int shell_getopt(int argc, char **argv, const struct option *lo, struct g
     return -1;
 }
 
+/* Runs generate on a's words, "--" and text (ours; freed with a). */
+static int run_generate(struct gen_argv *a, char *text)
+{
+    gv_push(a, "--");
+    if (gv_push_own(a, text) < 0)
+        return CTL_FAIL;
+    return ctl_generate(a->n, a->v);
+}
+
 /* ------------------------------------------------------------- suggest */
 
 static void suggest_usage(FILE *f)
@@ -211,10 +220,7 @@ int ctl_suggest(int argc, char **argv)
         free(text);
         goto out;
     }
-    gv_push(&a, "--");
-    if (gv_push_own(&a, text) < 0)
-        goto out;
-    rc = ctl_generate(a.n, a.v);
+    rc = run_generate(&a, text);
 out:
     free(shell_env);
     gv_free(&a);
@@ -277,17 +283,10 @@ int ctl_explain(int argc, char **argv)
     char *user = cmd ? xprintf("Command: %s\n\nIts output:\n%s%.*s", cmd, cut,
                                (int)(len - from), out + from)
                      : xprintf("Its output:\n%s%.*s", cut, (int)(len - from), out + from);
-    if (gv_push_own(&a, xprintf("--system=The user's shell command failed. From the command "
-                                "and its output, explain briefly what went wrong and how to "
-                                "fix it; end with the corrected command where there is "
-                                "one.")) < 0) {
-        free(user);
-        goto done;
-    }
-    gv_push(&a, "--");
-    if (gv_push_own(&a, user) < 0)
-        goto done;
-    rc = ctl_generate(a.n, a.v);
+    gv_push(&a, "--system=The user's shell command failed. From the command and its output, "
+                "explain briefly what went wrong and how to fix it; end with the corrected "
+                "command where there is one.");
+    rc = run_generate(&a, user);
 done:
     free(out);
     free(cmd);

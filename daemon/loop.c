@@ -354,10 +354,15 @@ static void begin_drain(struct l8d *d)
  * that no connection came in meanwhile (end_idle_exit): one accepted in
  * the race is served, and one still in the listening socket's queue
  * waits there, under socket activation, for the next start. */
+static bool nobody_here(const struct l8d *d)
+{
+    return !d->n_sessions && !d->step_in_flight && l8_sched_idle(d->sched) &&
+           d->state == L8D_RUNNING;
+}
+
 static void idle_check(struct l8d *d, uint64_t now)
 {
-    if (d->n_sessions || d->step_in_flight || !l8_sched_idle(d->sched) ||
-        d->state != L8D_RUNNING || !d->conf.idle_exit_s) {
+    if (!nobody_here(d) || !d->conf.idle_exit_s) {
         d->idle_since_ns = now;
         return;
     }
@@ -372,8 +377,7 @@ static void end_idle_exit(struct l8d *d)
     if (!d->idle_exit || d->accept_armed)
         return;
     d->idle_exit = false;
-    if (d->n_sessions || d->step_in_flight || !l8_sched_idle(d->sched) ||
-        d->state != L8D_RUNNING) {
+    if (!nobody_here(d)) {
         d->idle_since_ns = l8d_now_ns();       /* someone came: go on */
         return;
     }

@@ -22,8 +22,8 @@
  *                 (more: over blocks of rows kept in L2): AVX-512 BF16 and
  *                 VBMI where vdpbf16ps runs at the rate of FMA (AMD Zen 4);
  *   L8_FP8_AVX512 the same up to 4 tokens; beyond, f32 FMA (the tiled
- *                 format, see cpu_fp8.c), where vdpbf16ps runs at a quarter
- *                 of FMA's rate (Intel);
+ *                 format, see cpu_fp8.c), where vdpbf16ps does half the
+ *                 multiply-adds of FMA (Intel);
  *   L8_FP8_VEC    f32 vectors (the AVX2 and the baseline x86-64 clones, or
  *                 any GCC target), the same additions one by one.
  * Activations are packed for the kernel (l8_fp8_pack), in the lane order

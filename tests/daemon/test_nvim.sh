@@ -17,11 +17,7 @@ command -v nvim >/dev/null &&
 source "$(dirname "$0")/tiny_daemon.sh"
 tiny_daemon nvim "$daemon" "$mkmodel" "$tokenizer"
 
-"$ctl" generate --socket "$sock" --max-new 24 "Say hi" >"$t/want.txt" ||
-    { echo "FAIL: llama8ctl generate"; exit 1; }
-[ "$(wc -l <"$t/want.txt")" -ge 2 ] || { echo "FAIL: the reference reply has one line"; exit 1; }
-"$ctl" generate --socket "$sock" --max-new 200 "Say hi" >"$t/want_long.txt" ||
-    { echo "FAIL: llama8ctl generate --max-new 200"; exit 1; }
+editor_references "$ctl"
 
 # The start of each test script: the plugin, talking to socket $1, and the
 # helpers: the llama8 messages so far, waiting for n of them, a reply's lines.

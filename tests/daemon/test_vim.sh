@@ -16,14 +16,7 @@ vim -Nu NONE -i NONE -es -c 'if !has("job") || !has("channel") || !exists("*win_
 source "$(dirname "$0")/tiny_daemon.sh"
 tiny_daemon vim "$daemon" "$mkmodel" "$tokenizer"
 
-# The reference: generate prints the reply and one newline.
-"$ctl" generate --socket "$sock" --max-new 24 "Say hi" >"$t/want.txt" ||
-    { echo "FAIL: llama8ctl generate"; exit 1; }
-# A reply with no newline in it would not check the line splitting.
-[ "$(wc -l <"$t/want.txt")" -ge 2 ] || { echo "FAIL: the reference reply has one line"; exit 1; }
-# A longer one, to edit the buffer while it streams.
-"$ctl" generate --socket "$sock" --max-new 200 "Say hi" >"$t/want_long.txt" ||
-    { echo "FAIL: llama8ctl generate --max-new 200"; exit 1; }
+editor_references "$ctl"
 
 # The start of each Vim script: the plugin, talking to socket $1.
 preamble()

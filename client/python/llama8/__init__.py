@@ -27,8 +27,8 @@ import errno as _errno
 import math
 import os
 from collections import deque
-from typing import Any, AsyncIterator, Deque, Dict, Iterable, Iterator, List, NamedTuple, \
-    Optional, Sequence, Union
+from typing import Any, AsyncIterator, Deque, Dict, Iterable, List, NamedTuple, Optional, \
+    Sequence, Union
 
 __all__ = ["Client", "AsyncClient", "Stream", "Token", "Error"]
 
@@ -179,7 +179,9 @@ def _errno_error(rc: int, what: str, client: Any = None) -> Error:
 class Token(NamedTuple):
     """One generated token: its id, the text it completes ("" while a
     character's bytes are held back, and for a stop id), its index in the
-    reply, its log-probability (None unless asked for with logprobs)."""
+    reply, its log-probability (None unless asked for with logprobs). Bytes
+    still held back when the reply ends come as a last Token of id -1 (as
+    U+FFFD, like llama8ctl's done text)."""
     id: int
     text: str
     index: int
