@@ -373,9 +373,37 @@ static int take_welcome(struct l8c_client *c, const Llama8__Welcome *w,
     return 0;
 }
 
+/* A Loading message: the daemon is still loading; tell the caller. */
+static void take_loading(const Llama8__Loading *lo, const struct l8c_connect_opts *o)
+{
+    if (!o || !o->on_loading)
+        return;
+    struct l8c_loading l = {
+        .model_name = lo->model_name ? lo->model_name : "",
+        .stage = lo->stage ? lo->stage : "",
+        .weight_bytes = lo->weight_bytes,
+        .placed_bytes = lo->placed_bytes < lo->weight_bytes ? lo->placed_bytes : lo->weight_bytes,
+        .elapsed_s = (double)lo->elapsed_ms / 1e3,
+    };
+    o->on_loading(o->arg, &l);
+}
+
 int l8c_connect(const char *path, const char *name, struct l8c_client **out,
                 char err[L8C_ERRLEN])
 {
+    struct l8c_connect_opts o = { .name = name };
+    return l8c_connect_with(path, &o, out, err);
+}
+
+/* Without a Loading message or the Welcome for this long, the daemon is
+ * not coming (a loading one says how far it is every quarter second). */
+#define CONNECT_SILENCE_MS 120000
+
+int l8c_connect_with(const char *path, const struct l8c_connect_opts *o,
+                     struct l8c_client **out, char err[L8C_ERRLEN])
+{
+    const char *name = o ? o->name : NULL;
+    const uint64_t t_end = o && o->wait_ms > 0 ? l8c_now_ns() + (uint64_t)o->wait_ms * 1000000u : 0;
     struct sockaddr_un sa = { .sun_family = AF_UNIX };
     int fds[L8_N_FDS], nfds = 0, rc;
     Llama8__DaemonMessage *dm = NULL;
@@ -404,6 +432,7 @@ int l8c_connect(const char *path, const char *name, struct l8c_client **out,
     Llama8__Hello hello = LLAMA8__HELLO__INIT;
     hello.protocol_version = L8_PROTO_VERSION;
     hello.client_name = (char *)(name ? name : "libllama8client");
+    hello.wait_loading = true;
     Llama8__ClientMessage cm = LLAMA8__CLIENT_MESSAGE__INIT;
     cm.msg_case = LLAMA8__CLIENT_MESSAGE__MSG_HELLO;
     cm.hello = &hello;
@@ -411,12 +440,30 @@ int l8c_connect(const char *path, const char *name, struct l8c_client **out,
      * clients, permissions) and hung up: its Error is still queued. */
     bool sent = send_ctl(c, &cm) == 0;
     c->dead = false;
-    /* Loading can take a while under socket activation: wait long. */
-    dm = recv_ctl(c, sent ? 120000 : 1000, fds, &nfds, &rc);
+    /* A daemon still loading sends Loading messages until its Welcome. */
+    for (;;) {
+        int wait = sent ? CONNECT_SILENCE_MS : 1000;
+        if (t_end) {
+            uint64_t now = l8c_now_ns();
+            int left = now >= t_end ? 0 : (int)((t_end - now + 999999) / 1000000u);
+            wait = left < wait ? left : wait;
+        }
+        dm = recv_ctl(c, wait, fds, &nfds, &rc);
+        if (dm && dm->msg_case == LLAMA8__DAEMON_MESSAGE__MSG_LOADING) {
+            for (int k = 0; k < nfds; k++)
+                close(fds[k]);
+            take_loading(dm->loading, o);
+            llama8__daemon_message__free_unpacked(dm, NULL);
+            continue;
+        }
+        break;
+    }
     if (!dm) {
         for (int k = 0; k < nfds; k++)
             close(fds[k]);
-        if (rc == -ETIMEDOUT)
+        if (rc == -ETIMEDOUT && t_end && l8c_now_ns() >= t_end)
+            set_err(c, 0, "the daemon is still loading (waited %d ms)", o->wait_ms);
+        else if (rc == -ETIMEDOUT)
             set_err(c, 0, "no answer from the daemon");
         goto err;
     }

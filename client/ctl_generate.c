@@ -257,10 +257,53 @@ const char *ctl_why(struct l8c_client *c, int rc)
     return e[0] ? e : strerror(-rc);
 }
 
+/* While the daemon loads: a progress bar on a terminal, else one line. */
+struct load_view {
+    bool tty, shown;
+};
+
+static void show_loading(void *arg, const struct l8c_loading *l)
+{
+    struct load_view *v = arg;
+    if (!v->tty) {
+        if (!v->shown)
+            fprintf(stderr, "llama8ctl: llama8d is loading %s (%s); waiting\n", l->model_name,
+                    l->stage);
+        v->shown = true;
+        return;
+    }
+    v->shown = true;
+    char bar[31] = "";
+    int pct = -1;
+    if (l->weight_bytes) {
+        pct = (int)(l->placed_bytes * 100 / l->weight_bytes);
+        int fill = pct * 30 / 100;
+        for (int i = 0; i < 30; i++)
+            bar[i] = i < fill ? '#' : '.';
+        bar[30] = 0;
+    }
+    if (pct >= 0)
+        fprintf(stderr, "\r\033[Kllama8d: loading %s: [%s] %3d%% %s", l->model_name, bar, pct,
+                l->stage);
+    else
+        fprintf(stderr, "\r\033[Kllama8d: loading %s: %s", l->model_name, l->stage);
+}
+
 int ctl_connect(const char *socket, const char *name, struct l8c_client **out)
 {
     char err[L8C_ERRLEN];
-    int rc = l8c_connect(socket, name, out, err);
+    struct load_view v = { .tty = isatty(STDERR_FILENO) };
+    struct l8c_connect_opts o = { .name = name, .on_loading = show_loading, .arg = &v };
+    uint64_t t0 = l8c_now_ns();
+    int rc = l8c_connect_with(socket, &o, out, err);
+    if (v.shown) {
+        double s = (double)(l8c_now_ns() - t0) / 1e9;
+        if (rc == 0)
+            fprintf(stderr, v.tty ? "\r\033[Kllama8d: ready (waited %.1f s)\n"
+                                  : "llama8ctl: llama8d ready (waited %.1f s)\n", s);
+        else if (v.tty)
+            fputc('\n', stderr);
+    }
     if (rc == 0)
         return CTL_OK;
     if (rc == -ENOENT || rc == -ECONNREFUSED || rc == -ENAMETOOLONG) {

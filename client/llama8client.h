@@ -111,10 +111,39 @@ void l8c_params_init(struct l8c_params *p);
 const char *l8c_default_socket(void);
 
 /* Connect to the daemon at path (NULL: l8c_default_socket()), handshake,
- * map the rings. name appears in the daemon's logs (may be NULL).
+ * map the rings; a daemon still loading its model is waited for.
+ * name appears in the daemon's logs (may be NULL).
  * On failure *out is untouched and, if err is not NULL, it says why. */
 int l8c_connect(const char *path, const char *name, struct l8c_client **out,
                 char err[L8C_ERRLEN]);
+/* How far a daemon that is still loading its model is, as it says while
+ * it loads (about every quarter second until the Welcome). The strings
+ * live until the callback returns. */
+struct l8c_loading {
+    const char *model_name;
+    const char *stage;          /* "reading the checkpoint", "placing the weights",
+                                   "warming up", "reading the tokenizer" */
+    uint64_t weight_bytes;      /* what the engine places; 0: not known yet */
+    uint64_t placed_bytes;      /* placed so far, <= weight_bytes */
+    double elapsed_s;           /* since the daemon started */
+};
+
+struct l8c_connect_opts {
+    const char *name;           /* as l8c_connect's */
+    /* Most ms to wait for a daemon that is still loading; 0: while it
+     * keeps saying how far it is (and 2 min without a word). */
+    int wait_ms;
+    /* Called from inside l8c_connect_with for each Loading message (NULL:
+     * none); arg is its first argument. */
+    void (*on_loading)(void *arg, const struct l8c_loading *l);
+    void *arg;
+};
+
+/* l8c_connect with options: how long to wait for a daemon that is still
+ * loading, and a callback that hears how far it is. l8c_connect waits as
+ * wait_ms 0 does, silently. */
+int l8c_connect_with(const char *path, const struct l8c_connect_opts *opts,
+                     struct l8c_client **out, char err[L8C_ERRLEN]);
 /* Close the connection; the daemon cancels what is still running.
  * l8c_close(NULL) is a no-op. */
 void l8c_close(struct l8c_client *c);

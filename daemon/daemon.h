@@ -145,6 +145,13 @@ struct l8d {
     uint64_t next_client_id;
     gid_t allowed_gid;
     bool have_group;
+    /* While the model loads (lobby.c): what the load is doing, how far the
+     * engine is in placing the weights (both read by the lobby's thread),
+     * and the lobby holding the connections made meanwhile. */
+    _Atomic(const char *) load_stage;
+    struct l8_progress load_progress;
+    struct l8d_lobby *lobby;
+    char start_error[L8_ERRLEN + 64]; /* why the start failed, for those waiting */
     /* The step in flight. */
     bool step_in_flight;
     struct l8_seq *step_seqs;
@@ -254,6 +261,20 @@ struct Llama8__DaemonMessage;
 int  l8d_send_msg(int fd, const struct Llama8__DaemonMessage *m, const int *fds, int nfds);
 /* The administrator: root and the daemon's own user. */
 bool l8d_uid_is_admin(uid_t uid);
+/* May the peer with credentials cr on fd connect (root, the daemon's user,
+ * the allowed group)? Safe on any thread. */
+struct ucred;
+bool l8d_peer_allowed(struct l8d *d, int fd, const struct ucred *cr);
+/* Answer a connection we will not serve with an Error, and close it. */
+void l8d_refuse(struct l8d *d, int fd, int code, const char *msg);
+
+/* lobby.c: accept and hold the connections made while the model loads,
+ * telling those who asked how far it is; on its own thread, from before
+ * the load (listen_fd bound) until l8d_lobby_stop. Stopped with failed
+ * NULL, the held connections become sessions (after the session slots
+ * and the ring exist); otherwise each is refused with that message. */
+int  l8d_lobby_start(struct l8d *d);
+void l8d_lobby_stop(struct l8d *d, const char *failed);
 
 /* admin.c: the daemon-wide requests of a welcomed session, each answered
  * on its socket. A StatusRequest: the Status. */

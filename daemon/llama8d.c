@@ -9,6 +9,7 @@
 #include <libgen.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -323,12 +324,23 @@ static int setup(struct l8d *d, int argc, char **argv)
     snprintf(tmp, sizeof(tmp), "%s", d->model_dir);
     snprintf(d->model_name, sizeof(d->model_name), "%s", basename(tmp));
 
+    /* Bound before the load: a client connecting meanwhile waits in the
+     * lobby (hearing how far the load is), and a second daemon on this
+     * path is refused now, not after a load of its own. */
+    atomic_store(&d->load_stage, "reading the checkpoint");
+    if ((rc = get_listen_socket(d)) < 0)
+        return rc;
+    if ((rc = l8d_lobby_start(d)) < 0) {
+        log_err("accepting connections during the load: %s", strerror(-rc));
+        return rc;
+    }
     sd_notifyf(0, "STATUS=loading %s\nEXTEND_TIMEOUT_USEC=%llu", d->model_dir, 600000000ull);
     log_info("loading %s", d->model_dir);
     uint64_t t0 = l8d_now_ns();
     if ((rc = l8_model_load(d->model_dir, d->conf.threads, &d->model, lerr)) < 0) {
         log_err("loading the model: %s", lerr);
         sd_notifyf(0, "STATUS=failed to load %s: %s", d->model_dir, lerr);
+        snprintf(d->start_error, sizeof d->start_error, "loading the model: %s", lerr);
         return rc;
     }
     const struct l8_config *cfg = &d->model->cfg;
@@ -337,6 +349,7 @@ static int setup(struct l8d *d, int argc, char **argv)
              (double)d->model->weight_bytes / (1 << 20), (double)(l8d_now_ns() - t0) / 1e9);
 
     sd_notify(0, "STATUS=creating the engine");
+    atomic_store(&d->load_stage, "placing the weights");
     struct l8_engine_opts eo = {
         .numerics = d->conf.numerics, .page_size = d->conf.page_size,
         .n_pages = d->conf.kv_pages, .kv_bytes = d->conf.kv_mib << 20,
@@ -347,6 +360,7 @@ static int setup(struct l8d *d, int argc, char **argv)
         .no_graphs = !d->conf.cuda_graphs, .no_pdl = !d->conf.cuda_pdl,
         .profile_file = d->conf.profile_file[0] ? d->conf.profile_file : NULL,
         .lm_head_fp8 = d->conf.lm_head_fp8,
+        .progress = &d->load_progress,
         .log = l8_log_lines,
     };
     if (d->conf.backend_auto) {
@@ -359,6 +373,7 @@ static int setup(struct l8d *d, int argc, char **argv)
             if (L8_HAVE_CUDA)
                 log_notice("cuda engine unavailable (%s): using cpu", lerr);
             d->conf.backend = L8_BACKEND_CPU;
+            atomic_store(&d->load_progress.done, 0);
         }
     }
     if (!d->engine && d->conf.numerics_auto)
@@ -366,6 +381,8 @@ static int setup(struct l8d *d, int argc, char **argv)
     if (!d->engine &&
         (rc = l8_engine_create(d->model, d->conf.backend, &eo, &d->engine, lerr)) < 0) {
         log_err("creating the %s engine: %s", l8_backend_name(d->conf.backend), lerr);
+        snprintf(d->start_error, sizeof d->start_error, "creating the %s engine: %s",
+                 l8_backend_name(d->conf.backend), lerr);
         return rc;
     }
 
@@ -401,6 +418,7 @@ static int setup(struct l8d *d, int argc, char **argv)
     d->speculate = d->conf.speculate == L8D_SPECULATE_NGRAM;   /* auto: measured below */
     if (!d->conf.no_warmup) {
         sd_notify(0, "STATUS=warming up");
+        atomic_store(&d->load_stage, "warming up");
         uint64_t tw = l8d_now_ns();
         if ((rc = warm_up(d, 1)) < 0) {
             log_err("warm-up step failed: %s", strerror(-rc));
@@ -454,6 +472,7 @@ static int setup(struct l8d *d, int argc, char **argv)
         log_err("creating the scheduler: %s", strerror(-rc));
         return rc;
     }
+    atomic_store(&d->load_stage, "reading the tokenizer");
     if ((rc = start_constraints(d)) < 0)
         return rc;
     log_info("KV pool: %u pages of %u positions; context %u, batch %u, step budget %u tokens; "
@@ -482,8 +501,7 @@ static int setup(struct l8d *d, int argc, char **argv)
         log_err("io_uring: %s", strerror(-rc));
         return rc;
     }
-    if ((rc = get_listen_socket(d)) < 0)
-        return rc;
+    l8d_lobby_stop(d, NULL);
     if (sd_watchdog_enabled(0, &d->watchdog_usec) <= 0)
         d->watchdog_usec = 0;
     l8d_notify_ready(d);
@@ -497,6 +515,8 @@ static int setup(struct l8d *d, int argc, char **argv)
 static void teardown(struct l8d *d)
 {
     /* The ring first: no op may complete into a freed session. */
+    l8d_lobby_stop(d, d->start_error[0] ? d->start_error
+                                        : "llama8d failed to start (its log says why)");
     if (d->ring.ring_fd > 0)
         io_uring_queue_exit(&d->ring);
     for (uint32_t i = 0; d->sessions && i < d->n_slots; i++)

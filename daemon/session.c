@@ -102,6 +102,14 @@ static void refuse(struct l8d *d, int fd, uid_t uid, int code, const char *msg)
     close(fd);
 }
 
+void l8d_refuse(struct l8d *d, int fd, int code, const char *msg)
+{
+    struct ucred cr;
+    socklen_t len = sizeof cr;
+    refuse(d, fd, getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) == 0 ? cr.uid : (uid_t)-1,
+           code, msg);
+}
+
 int l8d_send_msg(int fd, const Llama8__DaemonMessage *m, const int *fds, int nfds)
 {
     uint8_t buf[L8_MAX_CTL_MSG];
@@ -147,7 +155,7 @@ static int32_t max_priority(const struct l8d_session *s)
  * its primary gid (SO_PEERCRED) and supplementary groups (SO_PEERGROUPS),
  * falling back to the group database (getgrouplist) if the kernel cannot
  * say. */
-static bool peer_allowed(struct l8d *d, int fd, const struct ucred *cr)
+bool l8d_peer_allowed(struct l8d *d, int fd, const struct ucred *cr)
 {
     if (l8d_uid_is_admin(cr->uid))
         return true;
@@ -208,7 +216,7 @@ int l8d_session_accept(struct l8d *d, int fd)
     }
     uint64_t skipped;
     char more[64];
-    if (!peer_allowed(d, fd, &cr)) {
+    if (!l8d_peer_allowed(d, fd, &cr)) {
         if (l8_log_ratelimit(&d->rl_denied, l8d_now_ns(), &skipped))
             log_notice("refused pid %d uid %u: not root and not in group '%s'%s", (int)cr.pid,
                        (unsigned)cr.uid, d->conf.allowed_group, l8_log_more(more, skipped));

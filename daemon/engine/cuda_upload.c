@@ -111,6 +111,8 @@ static void *up_worker(void *arg)
                 cudaSuccess ||
             cudaEventRecord(ev[k], st) != cudaSuccess)
             goto fail;
+        if (u->progress)   /* read from the host: the copy itself may still run */
+            atomic_fetch_add_explicit(&u->progress->done, n, memory_order_relaxed);
         k ^= 1;
     }
     if (cudaStreamSynchronize(st) != cudaSuccess)
@@ -190,6 +192,8 @@ int l8_upload_run(struct l8_upload *u, cudaStream_t st, double *secs, double *vs
     pthread_mutex_init(&u->mu, NULL);
     u->next_job = u->next_off = 0;
     u->failed = 0;
+    if (u->progress)
+        atomic_store_explicit(&u->progress->total, u->bytes, memory_order_relaxed);
     for (int i = 0; i < UPLOAD_THREADS; i++) {
         if (pthread_create(&th[i], NULL, up_worker, u) != 0)
             break;

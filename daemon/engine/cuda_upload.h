@@ -16,7 +16,8 @@
 #include "engine.h"
 
 /* Zero-initialize; l8_upload_add jobs; l8_upload_run; l8_upload_free.
- * Only `bytes` (the total) is for the caller to read. */
+ * Only `bytes` (the total) is for the caller to read, and `progress` to
+ * set. */
 struct l8_upload_job {
     const void *src;
     void *dst;
@@ -33,6 +34,7 @@ struct l8_upload {
     pthread_mutex_t mu;
     size_t next_job, next_off;
     int failed;
+    struct l8_progress *progress; /* the caller's; NULL: none (engine.h) */
 };
 
 /* Copy bytes from src (host) to dst (device) at run; what names it in

@@ -37,6 +37,13 @@ typedef void l8_engine_log_fn(void *ud, int level, const char *msg);
 /* The default: "llama8 " msg on stderr, every level. */
 void l8_engine_log_stderr(void *ud, int level, const char *msg);
 
+/* Bytes of weights the engine copies into its own memory at creation (cpu:
+ * its huge-page arena; cuda: the device), and of those the ones copied so
+ * far: total is set before the first copy, done grows to it. */
+struct l8_progress {
+    _Atomic uint64_t total, done;
+};
+
 struct l8_engine_opts {
     enum l8_numerics numerics;
     uint32_t page_size;      /* positions per KV page (e.g. 16) */
@@ -73,6 +80,9 @@ struct l8_engine_opts {
                                 of each phase, as a table to log and JSON to this
                                 file when the engine is destroyed; it turns
                                 decode graphs off. NULL or "": none */
+    struct l8_progress *progress; /* how far placing the weights is, for another
+                                thread to show while the engine is created;
+                                NULL: not counted */
     l8_engine_log_fn *log;   /* the engine's messages; NULL: l8_engine_log_stderr */
     void *log_ud;            /* log's first argument */
 };

@@ -15,6 +15,7 @@
  * dtype, as the FP8-dynamic recipe's ignore list says). */
 #include <errno.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -142,14 +143,17 @@ static void *xalloc(uint64_t *total, size_t bytes)
 #define COPY_PIECE (2u << 20)
 
 struct wcopy { const uint8_t *src; uint8_t *dst; size_t bytes; };
-struct wcopy_job { const struct wcopy *p; };
+struct wcopy_job { const struct wcopy *p; struct l8_progress *progress; };
 
 static void wcopy_chunk(void *ctx, size_t b, size_t e_, int tid)
 {
     const struct wcopy_job *j = ctx;
     (void)tid;
-    for (size_t i = b; i < e_; i++)
+    for (size_t i = b; i < e_; i++) {
         memcpy(j->p[i].dst, j->p[i].src, j->p[i].bytes);
+        if (j->progress)
+            atomic_fetch_add_explicit(&j->progress->done, j->p[i].bytes, memory_order_relaxed);
+    }
 }
 
 /* Places `bytes` at the arena's cursor, and the pieces that copy src there. */
@@ -165,7 +169,8 @@ static uint8_t *wplace(uint8_t *base, size_t *at, const void *src, size_t bytes,
 }
 
 /* lm_fp8: room for the FP8 lm_head's codes instead of a copy of the dense one. */
-static int resident_weights(struct cpu *e, bool lm_fp8, uint8_t **lm_codes)
+static int resident_weights(struct cpu *e, bool lm_fp8, uint8_t **lm_codes,
+                            struct l8_progress *progress)
 {
     const struct l8_model *m = e->m;
     const uint32_t nl = e->c->n_layers;
@@ -209,7 +214,13 @@ static int resident_weights(struct cpu *e, bool lm_fp8, uint8_t **lm_codes)
         *lm_codes = wplace(base, &at, NULL, lm_bytes, NULL, NULL);
     else
         e->lm_head.data = wplace(base, &at, D->data, lm_bytes, p, &np);
-    struct wcopy_job j = { p };
+    struct wcopy_job j = { p, progress };
+    if (progress) {
+        uint64_t sum = 0;
+        for (size_t i = 0; i < np; i++)
+            sum += p[i].bytes;
+        atomic_store_explicit(&progress->total, sum, memory_order_relaxed);
+    }
     l8_tp_for(e->tp, np, 1, wcopy_chunk, &j);
     free(p);
     return 0;
@@ -342,7 +353,7 @@ static int cpu_create(const struct l8_model *m, const struct l8_engine_opts *o,
     if (l8_cpu_ws_init(&e->ws, nt, e->max_in > c->hidden ? e->max_in : c->hidden) < 0)
         goto nomem;
     uint8_t *lm_codes = NULL;
-    if (resident_weights(e, o->lm_head_fp8, &lm_codes) < 0)
+    if (resident_weights(e, o->lm_head_fp8, &lm_codes, o->progress) < 0)
         goto nomem;
     if (o->lm_head_fp8 && quantize_lm_head(e, lm_codes, &mem->weights) < 0)
         goto nomem;

@@ -566,11 +566,12 @@ static int upload_add(struct l8_upload *up, const void *src, void *dst, size_t b
  * their rows), uploaded and verified (cuda_upload.h). The device buffers are e's
  * (cuda_destroy frees them, whatever happens here); the job list and the
  * host's converted copies are this function's. */
-static int upload_weights(struct cuda_engine *e, struct create_acct *a, char err[L8_ERRLEN])
+static int upload_weights(struct cuda_engine *e, struct create_acct *a,
+                          struct l8_progress *progress, char err[L8_ERRLEN])
 {
     const struct l8_model *m = e->m;
     const uint32_t H = e->c->hidden, D = e->c->head_dim, NL = e->c->n_layers;
-    struct l8_upload up = { 0 };
+    struct l8_upload up = { .progress = progress };
     void *conv_embed = NULL, *conv_lm = NULL;
     const void *src;
     size_t bytes;
@@ -873,7 +874,7 @@ static int cuda_create(const struct l8_model *m, const struct l8_engine_opts *o,
     if ((rc = check_shape(e, err)))
         goto err;
     l8k_set_pdl(!o->no_pdl);   /* before this engine's first launch */
-    if ((rc = open_stream(e, err)) || (rc = upload_weights(e, &a, err)) ||
+    if ((rc = open_stream(e, err)) || (rc = upload_weights(e, &a, o->progress, err)) ||
         (rc = alloc_activations(e, &a, err)) || (rc = alloc_kv_pool(e, o, &a, err)) ||
         (rc = alloc_graphs(e, o, &a, err)) || (rc = device_memory(&free_b, &total_b, err)))
         goto err;

@@ -21,6 +21,10 @@
  *    tokens and cache hits, no step figures; root sees everyone's (needs
  *    root, else skipped);
  *  - socket activation through systemd-socket-activate (skipped if absent);
+ *  - connections made during the load (waiting in the socket before llama8d
+ *    starts, as under socket activation): Loading messages, then the
+ *    Welcome; a failed load tells them why; a second daemon on a live
+ *    socket is refused before it loads;
  *  - SIGHUP reloads the configuration: RELOADING=1 then READY=1, the live
  *    keys applied (flags still win; max_clients up, then down under the
  *    clients connected), the others listed in Status as
@@ -29,10 +33,13 @@
  *    while draining;
  *  - Status's tokens/s right after a short reply.
  * argv: llama8d model-dir */
-#include "ipc_helper.h"
+#include "ipc_raw.h"
 
+#include <fcntl.h>
 #include <grp.h>
 #include <poll.h>
+#include <pthread.h>
+#include <sys/stat.h>
 
 static const char *bin, *model;
 
@@ -858,6 +865,220 @@ static int wait_exit(pid_t pid, int ms)
     return -1;
 }
 
+/* A listening socket at a fresh path in dir, as systemd holds one. */
+static int listen_at(char dir[64], char path[108], const char *name)
+{
+    snprintf(dir, 64, "/tmp/l8load-XXXXXX");
+    REQUIRE(mkdtemp(dir), "mkdtemp");
+    snprintf(path, 108, "%s/%s", dir, name);
+    int lfd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    strcpy(sa.sun_path, path);
+    REQUIRE(lfd >= 0 && bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+            listen(lfd, 64) == 0, "listen: %s", strerror(errno));
+    return lfd;
+}
+
+/* llama8d on the socket lfd (LISTEN_FDS), serving model_dir. */
+static pid_t start_activated(int lfd, const char *model_dir)
+{
+    pid_t p = fork();
+    REQUIRE(p >= 0, "fork");
+    if (p == 0) {
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || dup2(lfd, 3) != 3)
+            _exit(127);
+        char pidbuf[16];
+        snprintf(pidbuf, sizeof(pidbuf), "%d", (int)getpid());
+        setenv("LISTEN_FDS", "1", 1);
+        setenv("LISTEN_PID", pidbuf, 1);
+        execl(bin, bin, "--model", model_dir, "--socket", "/nonexistent/dir/x.sock", "--config",
+              "/dev/null", "--threads", "1", "--allowed-group", "", (char *)NULL);
+        _exit(127);
+    }
+    return p;
+}
+
+static void hello_waiting(int fd)
+{
+    uint8_t buf[256];
+    Llama8__Hello h = LLAMA8__HELLO__INIT;
+    h.protocol_version = L8_PROTO_VERSION;
+    h.client_name = "waiting";
+    h.wait_loading = true;
+    Llama8__ClientMessage m = LLAMA8__CLIENT_MESSAGE__INIT;
+    m.msg_case = LLAMA8__CLIENT_MESSAGE__MSG_HELLO;
+    m.hello = &h;
+    size_t n = llama8__client_message__pack(&m, buf);
+    REQUIRE(send(fd, buf, n, 0) == (ssize_t)n, "send hello");
+}
+
+/* Reads Loading messages up to the message that is not one: that one's
+ * case (0 on hang-up or silence), the Loadings counted in *n, each checked. */
+static int read_loading(int fd, const char *name, int *n, Llama8__DaemonMessage **last)
+{
+    uint64_t placed = 0, total = 0;
+    *n = 0;
+    for (;;) {
+        int fds[3] = { -1, -1, -1 };
+        Llama8__DaemonMessage *m = raw_recv(fd, fds, 60000);
+        if (!m)
+            return 0;
+        if (m->msg_case != LLAMA8__DAEMON_MESSAGE__MSG_LOADING) {
+            for (int i = 0; i < 3; i++)
+                if (fds[i] >= 0)
+                    close(fds[i]);
+            int c = (int)m->msg_case;
+            *last = m;
+            return c;
+        }
+        const Llama8__Loading *l = m->loading;
+        CHECK(!strcmp(l->model_name, name) && l->stage[0] && l->placed_bytes <= l->weight_bytes &&
+              l->placed_bytes >= placed && (total == 0 || l->weight_bytes == total) &&
+              l->elapsed_ms < 60000,
+              "Loading %d: model '%s' stage '%s', %llu of %llu bytes, %llu ms", *n, l->model_name,
+              l->stage, (unsigned long long)l->placed_bytes, (unsigned long long)l->weight_bytes,
+              (unsigned long long)l->elapsed_ms);
+        placed = l->placed_bytes;
+        total = l->weight_bytes ? l->weight_bytes : total;
+        (*n)++;
+        llama8__daemon_message__free_unpacked(m, NULL);
+    }
+}
+
+struct lib_wait { const char *path; int calls; int rc; uint64_t last_placed, last_total; };
+
+static void count_loading(void *arg, const struct l8c_loading *l)
+{
+    struct lib_wait *w = arg;
+    w->calls++;
+    w->last_placed = l->placed_bytes;
+    w->last_total = l->weight_bytes;
+}
+
+static void *lib_connect(void *arg)
+{
+    struct lib_wait *w = arg;
+    struct l8c_connect_opts o = { .name = "lib waiting", .on_loading = count_loading, .arg = w };
+    struct l8c_client *c;
+    char err[L8C_ERRLEN];
+    w->rc = l8c_connect_with(w->path, &o, &c, err);
+    if (w->rc == 0) {
+        uint32_t prompt[4] = { 1, 9, 8, 7 };
+        static struct tstream s[2];
+        if (submit_fixed(c, 1, prompt, 4, 5) != 0 || !tcollect(c, s, 1, 1, 30000) || s[1].n != 5)
+            w->rc = -EIO;
+        l8c_close(c);
+    }
+    return NULL;
+}
+
+/* Connections made while llama8d loads, each waiting in the socket before
+ * it starts (as under socket activation): one whose Hello set wait_loading
+ * hears Loading messages, then its Welcome; one whose Hello did not, only
+ * the Welcome; the library's callback sees the progress and its request is
+ * served. A load that fails tells each of those waiting why, and a second
+ * daemon on a live daemon's socket is refused before it loads anything. */
+static void test_connect_during_load(void)
+{
+    char dir[64], path[108];
+    int lfd = listen_at(dir, path, "load.sock");
+    int a = raw_socket(path), b = raw_socket(path);
+    hello_waiting(a);
+    raw_hello(b, L8_PROTO_VERSION);
+    struct lib_wait w = { .path = path };
+    pthread_t th;
+    REQUIRE(pthread_create(&th, NULL, lib_connect, &w) == 0, "thread");
+    usleep(100000);     /* its Hello waits in the socket too */
+    pid_t pid = start_activated(lfd, model);
+    char name[256];
+    snprintf(name, sizeof(name), "%s", model);
+    const char *base = strrchr(name, '/') ? strrchr(name, '/') + 1 : name;
+    int n = 0;
+    Llama8__DaemonMessage *m = NULL;
+    int got = read_loading(a, base, &n, &m);
+    CHECK(got == LLAMA8__DAEMON_MESSAGE__MSG_WELCOME && n >= 1,
+          "waiting client: %d Loading messages, then message %d", n, got);
+    if (m)
+        llama8__daemon_message__free_unpacked(m, NULL);
+    m = NULL;
+    got = read_loading(b, base, &n, &m);
+    CHECK(got == LLAMA8__DAEMON_MESSAGE__MSG_WELCOME && n == 0,
+          "a Hello without wait_loading: %d Loading messages, then message %d", n, got);
+    if (m)
+        llama8__daemon_message__free_unpacked(m, NULL);
+    pthread_join(th, NULL);
+    CHECK(w.rc == 0 && w.calls >= 1 && w.last_total > 0 && w.last_placed <= w.last_total,
+          "library client during the load: rc %d, %d callbacks, %llu of %llu bytes", w.rc,
+          w.calls, (unsigned long long)w.last_placed, (unsigned long long)w.last_total);
+    CHECK(one_request(path), "a request after the load");
+    printf("connect during load: %d Loading messages to the library's client\n", w.calls);
+    close(a);
+    close(b);
+
+    /* A second daemon on this one's socket path: refused before loading. */
+    char err_path[128];
+    snprintf(err_path, sizeof(err_path), "%s/second.err", dir);
+    pid_t p2 = fork();
+    REQUIRE(p2 >= 0, "fork");
+    if (p2 == 0) {
+        int fd = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        if (fd < 0 || dup2(fd, 2) != 2)
+            _exit(127);
+        unsetenv("LISTEN_FDS");
+        execl(bin, bin, "--model", model, "--socket", path, "--config", "/dev/null",
+              "--allowed-group", "", (char *)NULL);
+        _exit(127);
+    }
+    int st = wait_exit(p2, 10000);
+    char log[4096] = "";
+    FILE *f = fopen(err_path, "r");
+    if (f) {
+        log[fread(log, 1, sizeof(log) - 1, f)] = 0;
+        fclose(f);
+    }
+    CHECK(st == 1 && strstr(log, "another daemon is listening there") && !strstr(log, "loading"),
+          "a second daemon on the socket: status %d, log: %s", st, log);
+    unlink(err_path);
+    kill(pid, SIGTERM);
+    CHECK(wait_exit(pid, 10000) == 0, "the activated daemon stops");
+    close(lfd);
+    unlink(path);
+
+    /* A load that fails: the waiting client is told why. */
+    char bad[128], cfg_src[512], cfg_dst[160];
+    snprintf(bad, sizeof(bad), "%s/broken", dir);
+    REQUIRE(mkdir(bad, 0700) == 0, "mkdir");
+    snprintf(cfg_src, sizeof(cfg_src), "%s/config.json", model);
+    snprintf(cfg_dst, sizeof(cfg_dst), "%s/config.json", bad);
+    FILE *in = fopen(cfg_src, "r"), *out = fopen(cfg_dst, "w");
+    REQUIRE(in && out, "copy config.json");
+    char buf[8192];
+    size_t k;
+    while ((k = fread(buf, 1, sizeof(buf), in)) > 0)
+        fwrite(buf, 1, k, out);
+    fclose(in);
+    fclose(out);
+    lfd = listen_at(dir, path, "fail.sock");
+    a = raw_socket(path);
+    hello_waiting(a);
+    pid = start_activated(lfd, bad);
+    m = NULL;
+    got = read_loading(a, "broken", &n, &m);
+    CHECK(got == LLAMA8__DAEMON_MESSAGE__MSG_ERROR && m && m->error->code == LLAMA8__ERROR_CODE__INTERNAL &&
+          strstr(m->error->message, "loading the model"),
+          "a failed load: message %d, %s", got,
+          got == LLAMA8__DAEMON_MESSAGE__MSG_ERROR ? m->error->message : "");
+    if (m)
+        llama8__daemon_message__free_unpacked(m, NULL);
+    CHECK(wait_exit(pid, 10000) == 1, "a failed load exits 1");
+    close(a);
+    close(lfd);
+    unlink(path);
+    unlink(cfg_dst);
+    rmdir(bad);
+    rmdir(dir);
+}
+
 /* idle_exit_s: a connected client keeps the daemon; once none is left for
  * that long it exits 0 with STOPPING=1. Then under socket activation, the
  * listening socket held across starts as systemd holds it (this test is
@@ -971,6 +1192,7 @@ int main(int argc, char **argv)
     test_prefix_cache_scope();
     test_status_scope();
     test_socket_activation();
+    test_connect_during_load();
     test_idle_exit();
     test_reload();
     test_rate();
