@@ -24,11 +24,17 @@ int ctl_tokenize(int argc, char **argv);
 int ctl_detokenize(int argc, char **argv);
 
 /* Shared helpers (llama8ctl.c). */
-/* Read all of fd 0 into a malloc'd buffer (NUL-terminated, *len bytes); negative errno. */
-int ctl_read_stdin(char **buf, size_t *len);
+/* Read all of fd 0 into a malloc'd buffer (NUL-terminated, *len bytes);
+ * negative errno, -EFBIG past max bytes (0: CTL_STDIN_MAX, 1 GiB). */
+#define CTL_STDIN_MAX (1u << 30)
+int ctl_read_stdin(char **buf, size_t *len, size_t max);
 /* argv[from..argc) joined by single spaces, malloc'd (*len bytes, NUL-terminated; ""
  * when there are none); NULL when out of memory. */
 char *ctl_join_args(int from, int argc, char **argv, size_t *len);
+/* A bad command line: getopt has said what (as "llama8ctl COMMAND: ..."),
+ * or extra names an argument left over; then one line pointing at
+ * --help. Returns CTL_USAGE. */
+int ctl_usage_error(const char *extra);
 /* The tokenizer path: the option's value, else $LLAMA8_TOKENIZER, else $LLAMA8_MODEL
  * (a model directory); NULL if none is set. */
 const char *ctl_tokenizer_path(const char *opt);

@@ -260,7 +260,7 @@ int ctl_bench(int argc, char **argv)
         case O_POLL: spin = true; break;
         case O_SOCKET: sock = optarg; break;
         case 'h': bench_usage(stdout); return CTL_OK;
-        default: bench_usage(stderr); return CTL_USAGE;
+        default: return ctl_usage_error(NULL);
         }
         if (dst) {
             char *end;

@@ -24,10 +24,14 @@ void ctl_req_opts_init(struct ctl_req_opts *o)
     o->params.stop_ids = o->stop;
 }
 
-void ctl_default_max_new(struct l8c_params *p, const struct l8c_info *in)
+void ctl_default_max_new(struct l8c_params *p, const struct l8c_info *in, size_t n_prompt)
 {
-    if (!p->max_new_tokens)
-        p->max_new_tokens = in->max_new_tokens < 256 ? in->max_new_tokens : 256;
+    if (p->max_new_tokens)
+        return;
+    uint32_t m = in->max_new_tokens < 256 ? in->max_new_tokens : 256;
+    if (n_prompt < in->context_length && in->context_length - n_prompt < m)
+        m = (uint32_t)(in->context_length - n_prompt);
+    p->max_new_tokens = m ? m : 1;
 }
 
 void ctl_req_opts_free(struct ctl_req_opts *o)
@@ -171,19 +175,17 @@ int ctl_plain_opts(int argc, char **argv, void (*usage)(FILE *), const char **so
         case 'j': *json = true; break;
         case O_SOCKET: *sock = optarg; break;
         case 'h': usage(stdout); return CTL_OK;
-        default: usage(stderr); return CTL_USAGE;
+        default: return ctl_usage_error(NULL);
         }
     }
-    if (optind < argc) {
-        usage(stderr);
-        return CTL_USAGE;
-    }
+    if (optind < argc)
+        return ctl_usage_error(argv[optind]);
     return -1;
 }
 
 /* generate's and chat's own options (below CTL_OPT_BASE). */
 enum { CMD_RAW = 1, CMD_IDS, CMD_SYSTEM, CMD_JSON, CMD_MESSAGES, CMD_GRAMMAR, CMD_JSON_SCHEMA,
-       CMD_REGEX, CMD_JSON_OBJECT, CMD_TOOLS, CMD_TOOL_CHOICE };
+       CMD_REGEX, CMD_JSON_OBJECT, CMD_TOOLS, CMD_TOOL_CHOICE, CMD_STDIN_FIRST };
 
 #define TOOLS_LONGOPTS \
     {"tools", required_argument, 0, CMD_TOOLS}, \
@@ -231,8 +233,10 @@ static int req_getopt(int argc, char **argv, const struct option *lo, struct ctl
         ctl_req_opts_free(o);
         if (rc < 0)
             return CTL_USAGE;
-        usage(opt == 'h' ? stdout : stderr);
-        return opt == 'h' ? CTL_OK : CTL_USAGE;
+        if (opt != 'h')
+            return ctl_usage_error(NULL);
+        usage(stdout);
+        return CTL_OK;
     }
     if (choice && ctl_tool_choice_parse(choice, &tools->choice) < 0) {
         fprintf(stderr, "llama8ctl: --tool-choice: auto, required or none, not: %s\n", choice);
@@ -484,7 +488,9 @@ static int run_one(struct l8c_client *c, struct stream_ctx *x, const uint32_t *i
 {
     uint64_t id;
     char why[L8C_ERRLEN];
-    int code = l8c_check_request(c, ids, (uint32_t)n, x->s.p, why);
+    struct l8c_params p = *x->s.p;   /* an unset max_new: what fits after this prompt */
+    ctl_default_max_new(&p, l8c_info(c), n);
+    int code = l8c_check_request(c, ids, (uint32_t)n, &p, why);
     if (code) {
         fprintf(stderr, "llama8ctl: the daemon would refuse this request (%s): %s\n",
                 l8c_err_name(code), why);
@@ -493,7 +499,7 @@ static int run_one(struct l8c_client *c, struct stream_ctx *x, const uint32_t *i
     x->t_submit = l8c_now_ns();
     x->prompt = (uint32_t)n;
     x->cached = x->tokens = 0;
-    int rc = l8c_submit(c, ids, (uint32_t)n, x->s.p, &id);
+    int rc = l8c_submit(c, ids, (uint32_t)n, &p, &id);
     if (rc < 0) {
         fprintf(stderr, "llama8ctl: submit: %s\n", rc == -EINVAL ? "bad arguments" : strerror(-rc));
         return CTL_FAIL;
@@ -595,8 +601,12 @@ static void generate_usage(FILE *f)
 {
     fprintf(f,
         "Usage: llama8ctl generate [OPTIONS] [TEXT...]\n"
-        "Send TEXT (or stdin) to llama8d as a user message in the Llama 3.1 chat format and\n"
-        "print the reply as it is generated.\n\n"
+        "Send TEXT to llama8d as a user message in the Llama 3.1 chat format and print the\n"
+        "reply as it is generated. Without TEXT, or with TEXT \"-\", the message is stdin;\n"
+        "with TEXT and stdin not a terminal, it is TEXT, a blank line, then stdin:\n"
+        "  git diff | llama8ctl generate \"Write a commit message for this diff\"\n"
+        "(stdin up to 16 MiB).\n\n"
+        "  --stdin-first          stdin first, then a blank line and TEXT\n"
         "  --raw                  no chat format: <|begin_of_text|> + the text's tokens\n"
         "  --ids IDS              the prompt as token ids (\"1 2 3\"); prints ids back\n"
         "  --system TEXT          a system message (chat format)\n"
@@ -645,7 +655,7 @@ static void generate_usage(FILE *f)
 
 /* generate's own options. */
 struct gen_args {
-    bool raw, json, messages;
+    bool raw, json, messages, stdin_first;
     const char *ids, *system;
     /* The constraint: its kind (enum l8c_constraint), option ("--grammar")
      * and argument (a file, the regex, NULL for --json-object); the option
@@ -669,6 +679,7 @@ static bool gen_opt(int opt, const char *arg, void *ctx)
     case CMD_SYSTEM: g->system = arg; return true;
     case CMD_JSON: g->json = true; return true;
     case CMD_MESSAGES: g->messages = true; return true;
+    case CMD_STDIN_FIRST: g->stdin_first = true; return true;
     }
     for (size_t i = 0; i < sizeof cons / sizeof cons[0]; i++) {
         if (cons[i].opt != opt)
@@ -730,6 +741,52 @@ static int gen_constraint(const struct gen_args *g, struct l8c_params *p, char *
     return -1;
 }
 
+/* The message: TEXT, stdin, or both (TEXT, a blank line, stdin; stdin_first
+ * swaps them) where TEXT is given and stdin is not a terminal. An empty
+ * stdin adds nothing. */
+#define GEN_STDIN_MAX (16u << 20)
+static int read_message(int argc, char **argv, bool stdin_first, bool messages, char **text,
+                        size_t *len)
+{
+    const bool dash = optind + 1 == argc && !strcmp(argv[optind], "-");
+    char *arg = NULL, *in = NULL;
+    size_t alen = 0, ilen = 0;
+    if (optind < argc && !dash && !(arg = ctl_join_args(optind, argc, argv, &alen)))
+        return -ENOMEM;
+    if (!arg || (!messages && !isatty(0))) {
+        int rc = ctl_read_stdin(&in, &ilen, GEN_STDIN_MAX);
+        if (rc < 0) {
+            if (rc == -EFBIG)
+                fprintf(stderr, "llama8ctl: stdin is over %u MiB, more than any context holds\n",
+                        GEN_STDIN_MAX >> 20);
+            else
+                fprintf(stderr, "llama8ctl: reading stdin: %s\n", strerror(-rc));
+            free(arg);
+            return rc;
+        }
+    }
+    if (!arg || !ilen) {
+        *text = arg ? arg : in;
+        *len = arg ? alen : ilen;
+        free(arg ? in : NULL);
+        return 0;
+    }
+    const char *first = stdin_first ? in : arg, *second = stdin_first ? arg : in;
+    size_t n1 = stdin_first ? ilen : alen, n2 = stdin_first ? alen : ilen;
+    char *t = malloc(n1 + 2 + n2 + 1);
+    if (t) {
+        memcpy(t, first, n1);
+        memcpy(t + n1, "\n\n", 2);
+        memcpy(t + n1 + 2, second, n2);
+        t[n1 + 2 + n2] = 0;
+        *text = t;
+        *len = n1 + 2 + n2;
+    }
+    free(arg);
+    free(in);
+    return t ? 0 : -ENOMEM;
+}
+
 int ctl_generate(int argc, char **argv)
 {
     static const struct option lo[] = {
@@ -737,6 +794,7 @@ int ctl_generate(int argc, char **argv)
         {"raw", no_argument, 0, CMD_RAW}, {"ids", required_argument, 0, CMD_IDS},
         {"system", required_argument, 0, CMD_SYSTEM}, {"json", no_argument, 0, CMD_JSON},
         {"messages", no_argument, 0, CMD_MESSAGES},
+        {"stdin-first", no_argument, 0, CMD_STDIN_FIRST},
         {"logprobs", no_argument, 0, CTL_OPT_LOGPROBS},
         {"grammar", required_argument, 0, CMD_GRAMMAR},
         {"json-schema", required_argument, 0, CMD_JSON_SCHEMA},
@@ -821,7 +879,6 @@ int ctl_generate(int argc, char **argv)
     }
     if ((rc = ctl_connect(o.socket, "llama8ctl generate", &c)) != CTL_OK)
         goto out;
-    ctl_default_max_new(&o.params, l8c_info(c));
     rc = CTL_FAIL;
     if (!ids_arg) {
         if (ctl_load_tokenizer(o.tokenizer, c, &tok) < 0 || l8tok_stream_new(tok, &st) < 0)
@@ -834,13 +891,8 @@ int ctl_generate(int argc, char **argv)
         }
         if (tools.n && tools.choice == CTL_TOOLS_REQUIRED)
             snprintf(cwhat, sizeof cwhat, "--tool-choice required (the schema of --tools' calls)");
-        if (optind < argc) {
-            if (!(text = ctl_join_args(optind, argc, argv, &tlen)))
-                goto out;
-        } else if (ctl_read_stdin(&text, &tlen) < 0) {
-            fprintf(stderr, "llama8ctl: reading stdin failed\n");
+        if (read_message(argc, argv, g.stdin_first, messages, &text, &tlen) < 0)
             goto out;
-        }
         if (messages) {
             const char *bad;
             json_object *root = ctl_parse_json(text, tlen, &bad);
@@ -953,7 +1005,6 @@ int ctl_chat(int argc, char **argv)
     size_t cap = 0;
     if ((rc = ctl_connect(o.socket, "llama8ctl chat", &c)) != CTL_OK)
         goto out;
-    ctl_default_max_new(&o.params, l8c_info(c));
     rc = CTL_FAIL;
     if (ctl_load_tokenizer(o.tokenizer, c, &tok) < 0 || l8tok_stream_new(tok, &st) < 0 ||
         (o.n_stop_text &&

@@ -47,7 +47,8 @@ enum {
     "  --tokenizer FILE       tokenizer.json or model dir (default: the served model's)\n" \
     "  --temperature T        0 = greedy (default)\n" \
     "  --top-k K  --top-p P  --min-p P  --repetition-penalty R  --seed S\n" \
-    "  --max-new N            new tokens (default 256, or the daemon's limit if lower)\n" \
+    "  --max-new N            new tokens (default 256, or the daemon's limit or the\n" \
+    "                         context left after the prompt if lower)\n" \
     "  --stop ID              extra stop token id (repeatable)\n" \
     "  --stop-text TEXT       end the reply where TEXT appears, TEXT not printed\n" \
     "                         (repeatable; the escapes \\n \\t \\r \\\\ are read)\n" \
@@ -76,8 +77,10 @@ void ctl_req_opts_free(struct ctl_req_opts *o);
  * (message printed). */
 int ctl_req_opt(struct ctl_req_opts *o, int opt, const char *arg);
 /* max_new_tokens left at 0 (the options' default): 256, or the daemon's
- * max_new_tokens where that is lower. */
-void ctl_default_max_new(struct l8c_params *p, const struct l8c_info *in);
+ * max_new_tokens where that is lower, or the room the context has after a
+ * prompt of n_prompt tokens where that is lower still (at least 1: a
+ * prompt that fills the context is refused for itself). */
+void ctl_default_max_new(struct l8c_params *p, const struct l8c_info *in, size_t n_prompt);
 /* The command line of a daemon command whose only options are --socket
  * PATH, --json (where json is not NULL) and --help, with no arguments: -1
  * to go on, else its exit status (CTL_OK after --help, CTL_USAGE). */

@@ -51,6 +51,7 @@ struct pipe {
     bool eof;                       /* stdin ended */
     bool full;                      /* a submit or cancel found the rings full */
     char *line;                     /* the line read so far */
+    uint64_t line_no;               /* of the line taken last, from 1 */
     size_t len, cap;
     bool skip;                      /* dropping the rest of a line past PIPE_MAX_LINE */
 };
@@ -489,7 +490,7 @@ static void take_request(struct pipe *P, json_object *root)
     }
     /* What the daemon would refuse with a bare error code, refused here with
      * the limit it breaks. */
-    ctl_default_max_new(&q->params, P->info);
+    ctl_default_max_new(&q->params, P->info, q->prompt.n);
     char why[L8C_ERRLEN];
     int code = l8c_check_request(P->c, q->prompt.ids, (uint32_t)q->prompt.n, &q->params, why);
     if (code) {
@@ -538,14 +539,18 @@ static void take_line(struct pipe *P, const char *s, size_t n)
     size_t i = 0;
     while (i < n && (s[i] == ' ' || s[i] == '\t' || s[i] == '\r'))
         i++;
+    P->line_no++;
     if (i == n)
         return;     /* blank lines are allowed */
     const char *why;
     json_object *root = ctl_parse_json(s, n, &why);
     json_object *cancel;
-    if (!root || !json_object_is_type(root, json_type_object)) {
-        say_error(NULL, "BAD_MESSAGE", "a line must be one JSON object%s%s", why ? ": " : "",
-                  why ? why : "");
+    if (!root) {
+        say_error(NULL, "BAD_MESSAGE", "line %" PRIu64 " is not a JSON object: %s", P->line_no,
+                  why);
+    } else if (!json_object_is_type(root, json_type_object)) {
+        say_error(NULL, "BAD_MESSAGE", "line %" PRIu64 " is JSON %s, not an object", P->line_no,
+                  json_type_to_name(json_object_get_type(root)));
     } else if (json_object_object_get_ex(root, "cancel", &cancel)) {
         take_cancel(P, root, cancel);
     } else {
@@ -572,7 +577,8 @@ static int read_input(struct pipe *P)
         const char *nl = memchr(buf + i, '\n', (size_t)(r - i));
         size_t k = nl ? (size_t)(nl - (buf + i)) : (size_t)(r - i);
         if (!P->skip && P->len + k > PIPE_MAX_LINE) {
-            say_error(NULL, "BAD_MESSAGE", "a line longer than %u bytes: dropped", PIPE_MAX_LINE);
+            say_error(NULL, "BAD_MESSAGE", "line %" PRIu64 " is longer than %u bytes: dropped",
+                      P->line_no + 1, PIPE_MAX_LINE);
             P->skip = true;
         }
         if (!P->skip) {
@@ -591,6 +597,8 @@ static int read_input(struct pipe *P)
         if (nl) {
             if (!P->skip)
                 take_line(P, P->line, P->len);
+            else
+                P->line_no++;   /* counted as take_line counts */
             P->len = 0;
             P->skip = false;
             i++;
@@ -770,7 +778,8 @@ static void pipe_usage(FILE *f)
         "   \"grammar\":S | \"json_schema\":{...}|S | \"regex\":S | \"json_object\":B,\n"
         "   \"tools\":[TOOL,...], \"tool_choice\":\"auto|required|none\"}\n"
         "  ID: a string or an integer, unique among the requests still running;\n"
-        "  \"max_new\" defaults to 256, or the daemon's max_new_tokens if lower;\n"
+        "  \"max_new\" defaults to 256, or the daemon's max_new_tokens or the context\n"
+        "  left after the prompt if lower;\n"
         "  \"priority\": higher first; above 0 only for root and llama8d's user;\n"
         "  \"messages\" and \"text\" are chat-formatted, \"raw\" is <|begin_of_text|> + S;\n"
         "  a message's role may also be \"ipython\" (or \"tool\"), a tool's result, and an\n"
@@ -820,13 +829,11 @@ int ctl_pipe(int argc, char **argv)
         case CTL_OPT_SOCKET: sock = optarg; break;
         case CTL_OPT_TOKENIZER: tok_path = optarg; break;
         case 'h': pipe_usage(stdout); return CTL_OK;
-        default: pipe_usage(stderr); return CTL_USAGE;
+        default: return ctl_usage_error(NULL);
         }
     }
-    if (optind < argc) {
-        pipe_usage(stderr);
-        return CTL_USAGE;
-    }
+    if (optind < argc)
+        return ctl_usage_error(argv[optind]);
     struct pipe P = {0};
     int rc = ctl_connect(sock, "llama8ctl pipe", &P.c);
     if (rc != CTL_OK)

@@ -119,8 +119,10 @@ static int shell_getopt(int argc, char **argv, const struct option *lo, struct g
         }
         if (opt != 'h' && opt != '?' && own && own(opt, optarg, ctx))
             continue;
-        usage(opt == 'h' ? stdout : stderr);
-        return opt == 'h' ? CTL_OK : CTL_USAGE;
+        if (opt != 'h')
+            return ctl_usage_error(NULL);
+        usage(stdout);
+        return CTL_OK;
     }
     return -1;
 }
@@ -262,7 +264,7 @@ int ctl_explain(int argc, char **argv)
         goto done;
     }
     rc = CTL_FAIL;
-    int e = ctl_read_stdin(&out, &len);
+    int e = ctl_read_stdin(&out, &len, 0);
     if (e < 0) {
         fprintf(stderr, "llama8ctl explain: reading stdin: %s\n", strerror(-e));
         goto done;

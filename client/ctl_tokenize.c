@@ -66,7 +66,7 @@ static int load_tokenizer(const char *opt, l8tok **tok)
 static int input_text(int argc, char **argv, char **text, size_t *len)
 {
     if (optind >= argc) {
-        int rc = ctl_read_stdin(text, len);
+        int rc = ctl_read_stdin(text, len, 0);
         if (rc < 0)
             fprintf(stderr, "llama8ctl: reading stdin: %s\n", strerror(-rc));
         return rc;
@@ -132,7 +132,7 @@ int ctl_tokenize(int argc, char **argv)
         case OPT_DATE: date = optarg; break;
         case OPT_NO_GEN: no_gen = true; break;
         case 'h': tokenize_usage(stdout); return CTL_OK;
-        default: tokenize_usage(stderr); return CTL_USAGE;
+        default: return ctl_usage_error(NULL);
         }
     }
     if (!chat && (system || messages || date || no_gen)) {
@@ -267,7 +267,7 @@ int ctl_detokenize(int argc, char **argv)
         case 't': tok_path = optarg; break;
         case 'j': json = true; break;
         case 'h': detokenize_usage(stdout); return CTL_OK;
-        default: detokenize_usage(stderr); return CTL_USAGE;
+        default: return ctl_usage_error(NULL);
         }
     }
     l8tok_ids ids = {0};

@@ -31,8 +31,17 @@ static const struct ctl_cmd commands[] = {
 
 #define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))
 
-/* Cap on what a command reads from stdin. */
-#define CTL_STDIN_MAX (1u << 30)
+/* "llama8ctl COMMAND": the command's argv[0], so that getopt's messages
+ * name it. */
+static char ctl_cmd[64] = "llama8ctl";
+
+int ctl_usage_error(const char *extra)
+{
+    if (extra)
+        fprintf(stderr, "%s: unexpected argument '%s'\n", ctl_cmd, extra);
+    fprintf(stderr, "Try '%s --help'.\n", ctl_cmd);
+    return CTL_USAGE;
+}
 
 char *ctl_join_args(int from, int argc, char **argv, size_t *len)
 {
@@ -55,18 +64,16 @@ char *ctl_join_args(int from, int argc, char **argv, size_t *len)
     return b;
 }
 
-int ctl_read_stdin(char **buf, size_t *len)
+int ctl_read_stdin(char **buf, size_t *len, size_t max)
 {
     size_t cap = 1 << 16, n = 0;
+    if (!max || max > CTL_STDIN_MAX)
+        max = CTL_STDIN_MAX;
     char *b = malloc(cap);
     if (!b)
         return -ENOMEM;
     for (;;) {
         if (cap - n < 4096) {
-            if (cap >= CTL_STDIN_MAX) {
-                free(b);
-                return -EFBIG;
-            }
             char *nb = realloc(b, cap * 2);
             if (!nb) {
                 free(b);
@@ -85,7 +92,10 @@ int ctl_read_stdin(char **buf, size_t *len)
         }
         if (r == 0)
             break;
-        n += (size_t)r;
+        if ((n += (size_t)r) > max) {
+            free(b);
+            return -EFBIG;
+        }
     }
     b[n] = 0;
     *buf = b;
@@ -152,6 +162,36 @@ static size_t parsed_keys(json_object *o)
     return keys;
 }
 
+/* Why s[0, n) is not JSON, in words, where the parser stopped (end). */
+static const char *json_why(enum json_tokener_error e, const char *s, size_t n, size_t end)
+{
+    static char buf[160];
+    const char *what;
+    switch (e) {
+    case json_tokener_success: return "it is null";   /* json-c's NULL object */
+    case json_tokener_continue:
+    case json_tokener_error_parse_eof: return "it ends too early";
+    case json_tokener_error_depth: return "nested too deeply";
+    case json_tokener_error_parse_null:
+    case json_tokener_error_parse_boolean: what = "not a JSON word (true, false, null)"; break;
+    case json_tokener_error_parse_number: what = "a malformed number"; break;
+    case json_tokener_error_parse_string: what = "a bad escape in a string"; break;
+    case json_tokener_error_parse_utf8_string: what = "invalid UTF-8 in a string"; break;
+    case json_tokener_error_parse_object_key_name: what = "a key must be a quoted string"; break;
+    case json_tokener_error_parse_object_key_sep: what = "':' expected after a key"; break;
+    case json_tokener_error_parse_object_value_sep: what = "',' or '}' expected"; break;
+    case json_tokener_error_parse_array: what = "',' or ']' expected"; break;
+    default: what = "unexpected character"; break;
+    }
+    size_t at = end < n ? end : n ? n - 1 : 0;   /* the byte the parser stopped on */
+    unsigned char ch = at < n ? (unsigned char)s[at] : 0;
+    if (ch >= 0x20 && ch < 0x7f)
+        snprintf(buf, sizeof buf, "%s, at byte %zu ('%c')", what, at + 1, ch);
+    else
+        snprintf(buf, sizeof buf, "%s, at byte %zu", what, at + 1);
+    return buf;
+}
+
 json_object *ctl_parse_json(const char *s, size_t n, const char **why)
 {
     json_tokener *jt = n <= INT_MAX ? json_tokener_new_ex(64) : NULL;
@@ -162,16 +202,16 @@ json_object *ctl_parse_json(const char *s, size_t n, const char **why)
     json_tokener_set_flags(jt, JSON_TOKENER_STRICT | JSON_TOKENER_VALIDATE_UTF8);
     json_object *root = json_tokener_parse_ex(jt, s, (int)n);
     enum json_tokener_error e = json_tokener_get_error(jt);
-    size_t end = root ? json_tokener_get_parse_end(jt) : n;
+    size_t end = json_tokener_get_parse_end(jt);   /* the value's end, or where it failed */
     /* the whole input: a value that ends early (an object, say) leaves the
      * rest unread, and a number or literal at the end waits for more */
     if (!root && e == json_tokener_continue) {
         root = json_tokener_parse_ex(jt, "", 1);
         e = json_tokener_get_error(jt);
+        end = n;
     }
     json_tokener_free(jt);
-    *why = root ? NULL : e == json_tokener_continue ? "it ends too early"
-                                                     : json_tokener_error_desc(e);
+    *why = root ? NULL : json_why(e, s, n, end);
     for (size_t k = end; root && k < n; k++)
         if (!json_space(s[k])) {
             json_object_put(root);
@@ -344,9 +384,12 @@ int main(int argc, char **argv)
         return CTL_OK;
     }
     for (size_t i = 0; i < N_COMMANDS; i++)
-        if (!strcmp(name, commands[i].name))
+        if (!strcmp(name, commands[i].name)) {
+            snprintf(ctl_cmd, sizeof ctl_cmd, "llama8ctl %s", name);
+            argv[1] = ctl_cmd;
             return commands[i].run(argc - 1, argv + 1);
-    fprintf(stderr, "llama8ctl: unknown command '%s'\n", name);
-    usage(stderr);
+        }
+    fprintf(stderr, "llama8ctl: unknown command '%s'\nTry 'llama8ctl --help' for the commands.\n",
+            name);
     return CTL_USAGE;
 }

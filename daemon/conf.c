@@ -137,14 +137,19 @@ static int parse_u64(const char *v, uint64_t max, uint64_t *out)
     return 0;
 }
 
+static const struct key *find_key(const char *name)
+{
+    for (size_t i = 0; i < N_KEYS; i++)
+        if (strcmp(keys[i].name, name) == 0)
+            return &keys[i];
+    return NULL;
+}
+
 int l8d_conf_set(struct l8d_conf *c, const char *key, const char *value,
                  char err[L8D_ERRLEN])
 {
-    const struct key *k = NULL;
+    const struct key *k = find_key(key);
     uint64_t u;
-    for (size_t i = 0; i < N_KEYS; i++)
-        if (strcmp(keys[i].name, key) == 0)
-            k = &keys[i];
     if (!k) {
         snprintf(err, L8D_ERRLEN, "unknown key '%s'", key);
         return -ENOENT;
@@ -460,6 +465,11 @@ int l8d_conf_from_args(struct l8d_conf *c, int argc, char **argv, char err[L8D_E
         for (char *p = key; *p; p++)
             if (*p == '-')
                 *p = '_';
+        if (strcmp(key, "config") && !find_key(key)) {
+            snprintf(err, L8D_ERRLEN, "unknown option '%.*s' (see --help)",
+                     (int)(eq ? (size_t)(eq - a) : strlen(a)), a);
+            return -EINVAL;
+        }
         if (eq) {
             v = eq + 1;
         } else {
@@ -472,10 +482,7 @@ int l8d_conf_from_args(struct l8d_conf *c, int argc, char **argv, char err[L8D_E
         if (!strcmp(key, "config"))
             continue;
         if ((rc = l8d_conf_set(c, key, v, msg)) < 0) {
-            if (rc == -ENOENT)
-                snprintf(err, L8D_ERRLEN, "unknown option '%s' (see --help)", a);
-            else
-                memcpy(err, msg, L8D_ERRLEN);
+            memcpy(err, msg, L8D_ERRLEN);
             return -EINVAL;
         }
     }

@@ -121,7 +121,7 @@ static void notify_systemd(struct l8d_lobby *L)
 static void *lobby_main(void *arg)
 {
     struct l8d_lobby *L = arg;
-    uint64_t next_tick = l8d_now_ns();
+    uint64_t next_tick = l8d_now_ns() + LOBBY_TICK_MS * 1000000ull;
     for (;;) {
         uint32_t np = 0;
         L->pfd[np++] = (struct pollfd){ L->wake_fd, POLLIN, 0 };

@@ -1283,6 +1283,52 @@ static void test_bench(void)
 
 /* ---------------------------------------------------------------- errors */
 
+/* generate's TEXT with stdin piped in: the instruction, a blank line, then
+ * stdin, as one user message (the reply equals that of the joined text
+ * given as TEXT); --stdin-first swaps them; "-" is stdin alone; an empty
+ * stdin adds nothing; stdin past 16 MiB is refused. */
+static void test_stdin_text(void)
+{
+    static const char piped[] = "--- a/x.c\n+++ b/x.c\n+int x;\n";
+    struct buf want = {0}, got = {0};
+    const char *joined[] = { bin_ctl, "generate", "--socket", dmn.sock, "--max-new", "24",
+                             "Write a commit message\n\n--- a/x.c\n+++ b/x.c\n+int x;\n", NULL };
+    run_ok(joined, NULL, 0, &want);
+    const char *both[] = { bin_ctl, "generate", "--socket", dmn.sock, "--max-new", "24", "Write",
+                           "a", "commit", "message", NULL };
+    run_ok(both, piped, sizeof piped - 1, &got);
+    CHECK(want.p && got.p && !strcmp(want.p, got.p), "TEXT + stdin: %s, want %s", got.p, want.p);
+    const char *swapped_joined[] = { bin_ctl, "generate", "--socket", dmn.sock, "--max-new", "24",
+                                     "--", "--- a/x.c\n+++ b/x.c\n+int x;\n\n\nWrite", NULL };
+    run_ok(swapped_joined, NULL, 0, &want);
+    const char *swapped[] = { bin_ctl, "generate", "--socket", dmn.sock, "--max-new", "24",
+                              "--stdin-first", "Write", NULL };
+    run_ok(swapped, piped, sizeof piped - 1, &got);
+    CHECK(!strcmp(want.p, got.p), "--stdin-first: %s, want %s", got.p, want.p);
+    const char *text[] = { bin_ctl, "generate", "--socket", dmn.sock, "--max-new", "24", "hello",
+                           NULL };
+    run_ok(text, NULL, 0, &want);
+    const char *dash[] = { bin_ctl, "generate", "--socket", dmn.sock, "--max-new", "24", "-",
+                           NULL };
+    run_ok(dash, "hello", 5, &got);
+    CHECK(!strcmp(want.p, got.p), "TEXT -: %s, want %s", got.p, want.p);
+    /* A differing reply proves the stdin was read at all. */
+    run_ok(text, "more", 4, &got);
+    CHECK(strcmp(want.p, got.p), "TEXT with stdin \"more\" replied as to TEXT alone");
+    size_t big = (16u << 20) + 1;
+    char *huge = malloc(big);
+    REQUIRE(huge, "malloc");
+    memset(huge, 'a', big);
+    struct buf e = {0};
+    int rc = run_cmd(text, huge, big, &got, &e);
+    CHECK(rc == 1 && e.p && strstr(e.p, "stdin is over 16 MiB"), "16 MiB + 1 of stdin: exit %d, %s",
+          rc, e.p);
+    free(huge);
+    buf_free(&e);
+    buf_free(&want);
+    buf_free(&got);
+}
+
 static void expect_exit(const char *const *argv, const char *in, int want, const char *needle)
 {
     struct buf o = {0}, e = {0};
@@ -1399,6 +1445,50 @@ static void test_errors(void)
         free(o.p);
         CHECK(tdaemon_stop(&small) == 0, "the small daemon's exit status");
     }
+    /* pipe names the line that is not a request, and what is wrong with it
+     * in words, not json-c's. */
+    {
+        const char *pipe[] = { bin_ctl, "pipe", "--socket", dmn.sock, NULL };
+        static const char lines[] = "nope\n\n[1]\n{\"id\":1,\"text\":\"hi\",\"max_new\":1} x\n";
+        struct buf o = {0}, e = {0};
+        int rc = run_cmd(pipe, lines, sizeof lines - 1, &o, &e);
+        CHECK(rc == 0 && o.p &&
+              strstr(o.p, "\"line 1 is not a JSON object: not a JSON word (true, false, null), "
+                          "at byte 2 ('o')\"") &&
+              strstr(o.p, "\"line 3 is JSON array, not an object\"") &&
+              strstr(o.p, "\"line 4 is not a JSON object: unexpected character, at byte 34 "
+                          "('x')\""), "pipe's messages for lines that are not requests: %s", o.p);
+        buf_free(&o);
+        buf_free(&e);
+    }
+    /* A 64-position context: an unset --max-new is what fits after the
+     * prompt (36 tokens: 28), in generate and in pipe; an explicit one
+     * that does not fit is refused with the limit. */
+    {
+        struct tdaemon small;
+        const char *extra[] = { "--max-ctx", "64", NULL };
+        tdaemon_start(&small, bin_d, model, extra);
+        const char *gen[] = { bin_ctl, "generate", "--socket", small.sock, "--stats", "hi", NULL };
+        struct buf o = {0}, e = {0};
+        int rc = run_cmd(gen, NULL, 0, &o, &e);
+        CHECK(rc == 0 && e.p && strstr(e.p, "36 prompt tokens") && strstr(e.p, "28 generated"),
+              "generate with an unset --max-new in a 64-position context: exit %d, stderr %s", rc,
+              e.p);
+        buf_free(&o);
+        buf_free(&e);
+        const char *pipe[] = { bin_ctl, "pipe", "--socket", small.sock, NULL };
+        static const char line[] = "{\"id\":1,\"text\":\"hi\"}\n";
+        rc = run_cmd(pipe, line, sizeof line - 1, &o, &e);
+        CHECK(rc == 0 && o.p &&
+              strstr(o.p, "\"event\":\"done\",\"id\":1,\"reason\":\"length\",\"tokens\":28,"),
+              "pipe with an unset max_new in a 64-position context: exit %d, stdout %s", rc, o.p);
+        buf_free(&o);
+        buf_free(&e);
+        const char *big[] = { bin_ctl, "generate", "--socket", small.sock, "--max-new", "100", "hi",
+                              NULL };
+        expect_exit(big, NULL, 1, "max_new_tokens 100: the daemon takes 1 to 63");
+        CHECK(tdaemon_stop(&small) == 0, "the 64-position daemon's exit status");
+    }
     /* --help: 0 everywhere. */
     static const char *const cmds[] = { "generate", "chat", "pipe", "status", "bench",
                                         "tokenize", "detokenize" };
@@ -1473,6 +1563,7 @@ int main(int argc, char **argv)
     test_pipe();
     test_bench();
     test_errors();
+    test_stdin_text();
 
     status_settled(&s);
     CHECK(s.pages_used == 0, "pages still used after everything finished: %" PRId64,

@@ -159,6 +159,15 @@ int main(void)
     char *argv2[] = { "llama8d", "--config", "/tmp/l8ipc-test.conf", "--bogus", "1", NULL };
     CHECK(l8d_conf_from_args(&c, 5, argv2, err) == -EINVAL, "bogus flag");
     CHECK(strstr(err, "unknown option '--bogus'"), "message: %s", err);
+    /* Unknown before anything else: not "needs a value" as the last
+     * argument, and named without its value. */
+    char *argv2b[] = { "llama8d", "--model", "/m", "--frobnicate", NULL };
+    CHECK(l8d_conf_from_args(&c, 4, argv2b, err) == -EINVAL &&
+          !strcmp(err, "unknown option '--frobnicate' (see --help)"), "an unknown last flag: %s",
+          err);
+    char *argv2c[] = { "llama8d", "--model", "/m", "--frob=1", NULL };
+    CHECK(l8d_conf_from_args(&c, 4, argv2c, err) == -EINVAL &&
+          !strcmp(err, "unknown option '--frob' (see --help)"), "an unknown flag=value: %s", err);
     char *argv3[] = { "llama8d", "--config", "/nonexistent/llama8d.conf", "--model", "/m", NULL };
     CHECK(l8d_conf_from_args(&c, 5, argv3, err) == -EINVAL, "missing config");
     char *argv3d[] = { "llama8d", "--config", "/tmp", "--model", "/m", NULL };

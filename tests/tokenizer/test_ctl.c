@@ -154,11 +154,11 @@ int main(int argc, char **argv)
           r.err);
     /* --messages takes one strict JSON value and nothing after it */
     static const char *const not_json[][2] = {
-        { "[{\"role\":\"user\",\"content\":\"x\"}] x", "unexpected character" },
-        { "[{\"role\":\"user\",\"content\":\"x\"},]", "unexpected character" },
-        { "[{\"role\":\"user\",/*c*/\"content\":\"x\"}]", "quoted object property" },
-        { "[{\"role\":\"user\",\"content\":\"\xff\"}]", "invalid utf-8" },
-        { "[{\"role\":\"user\"", "unexpected end of data" },
+        { "[{\"role\":\"user\",\"content\":\"x\"}] x", "unexpected character, at byte 33 ('x')" },
+        { "[{\"role\":\"user\",\"content\":\"x\"},]", "at byte 32 (']')" },
+        { "[{\"role\":\"user\",/*c*/\"content\":\"x\"}]", "a key must be a quoted string, at byte 17" },
+        { "[{\"role\":\"user\",\"content\":\"\xff\"}]", "invalid UTF-8 in a string" },
+        { "[{\"role\":\"user\"", "it ends too early" },
     };
     for (size_t i = 0; i < sizeof not_json / sizeof not_json[0]; i++) {
         RUN(&r, not_json[i][0], "tokenize", "--chat", "--messages");
