@@ -1,5 +1,5 @@
 /* ctl_tokenize.c: `llama8ctl tokenize` and `llama8ctl detokenize`, which need only the
- * tokenizer.json, not the daemon. */
+ * tokenizer.json; without one named, they ask a running llama8d for its model's. */
 #include "ctl.h"
 
 #include <errno.h>
@@ -11,7 +11,7 @@
 
 #include <json-c/json.h>
 
-#include "llama8_tokenizer.h"
+#include "llama8client.h"
 
 
 static void tokenize_usage(FILE *f)
@@ -20,8 +20,11 @@ static void tokenize_usage(FILE *f)
             "Usage: llama8ctl tokenize [OPTIONS] [TEXT...]\n"
             "Encode TEXT (the arguments joined by single spaces) or, with no arguments, all of\n"
             "stdin byte for byte (a trailing newline included), and print the token ids.\n\n"
-            "  -t, --tokenizer FILE   tokenizer.json or a model directory\n"
-            "                         (default $LLAMA8_TOKENIZER, else $LLAMA8_MODEL)\n"
+            "  -t, --tokenizer FILE   tokenizer.json or a model directory (default\n"
+            "                         $LLAMA8_TOKENIZER, else $LLAMA8_MODEL, else the model\n"
+            "                         of the llama8d at --socket)\n"
+            "      --socket PATH      the daemon to ask (default $LLAMA8_SOCKET, else\n"
+            "                         /run/llama8d/llama8d.sock)\n"
             "  -j, --json             print a JSON array instead of space-separated ids\n"
             "  -n, --no-special       special tokens written in the text are plain text\n"
             "  -c, --chat             the text is a user message: apply the Llama 3.1 chat\n"
@@ -43,8 +46,11 @@ static void detokenize_usage(FILE *f)
     fprintf(f, "Usage: llama8ctl detokenize [OPTIONS] [ID...]\n"
                "Decode token ids (the arguments or, with none, stdin: decimal ids separated by\n"
                "spaces, newlines or commas) and write the text's exact bytes to stdout.\n\n"
-               "  -t, --tokenizer FILE   tokenizer.json or a model directory\n"
-               "                         (default $LLAMA8_TOKENIZER, else $LLAMA8_MODEL)\n"
+               "  -t, --tokenizer FILE   tokenizer.json or a model directory (default\n"
+               "                         $LLAMA8_TOKENIZER, else $LLAMA8_MODEL, else the model\n"
+               "                         of the llama8d at --socket)\n"
+               "      --socket PATH      the daemon to ask (default $LLAMA8_SOCKET, else\n"
+               "                         /run/llama8d/llama8d.sock)\n"
                "  -j, --json             input is a JSON array of ids; print {\"text\": ...}\n"
                "                         (bytes that are not UTF-8 become U+FFFD)\n"
                "  -h, --help\n\n"
@@ -52,14 +58,24 @@ static void detokenize_usage(FILE *f)
                "token), 2 bad command line\n");
 }
 
-static int load_tokenizer(const char *opt, l8tok **tok)
+/* --tokenizer, the environment, or the model directory of the daemon at
+ * sock (as generate finds it). */
+static int load_tokenizer(const char *opt, const char *sock, l8tok **tok)
 {
     const char *path = ctl_tokenizer_path(opt);
-    if (!path) {
-        fprintf(stderr, "llama8ctl: no tokenizer: pass --tokenizer FILE or set LLAMA8_TOKENIZER\n");
+    if (path)
+        return ctl_tokenizer_load(path, NULL, tok) < 0 ? CTL_FAIL : CTL_OK;
+    struct l8c_client *c;
+    char err[L8C_ERRLEN];
+    struct l8c_connect_opts o = { .name = "llama8ctl tokenize" };
+    if (l8c_connect_with(sock, &o, &c, err) < 0) {
+        fprintf(stderr, "llama8ctl: no tokenizer: pass --tokenizer FILE, set LLAMA8_TOKENIZER, "
+                        "or start llama8d (%s)\n", err);
         return CTL_USAGE;
     }
-    return ctl_tokenizer_load(path, NULL, tok) < 0 ? CTL_FAIL : CTL_OK;
+    int rc = ctl_tokenizer_load(l8c_info(c)->model_dir, NULL, tok);
+    l8c_close(c);
+    return rc < 0 ? CTL_FAIL : CTL_OK;
 }
 
 /* The arguments joined by spaces, or stdin. */
@@ -101,7 +117,7 @@ static void print_ids(const l8tok_ids *ids, bool json)
     putchar('\n');
 }
 
-enum { OPT_DATE = 256, OPT_NO_GEN };
+enum { OPT_DATE = 256, OPT_NO_GEN, OPT_SOCKET };
 
 int ctl_tokenize(int argc, char **argv)
 {
@@ -114,10 +130,11 @@ int ctl_tokenize(int argc, char **argv)
         {"messages", no_argument, NULL, 'm'},
         {"date", required_argument, NULL, OPT_DATE},
         {"no-generation-prompt", no_argument, NULL, OPT_NO_GEN},
+        {"socket", required_argument, NULL, OPT_SOCKET},
         {"help", no_argument, NULL, 'h'},
         {0},
     };
-    const char *tok_path = NULL, *system = NULL, *date = NULL;
+    const char *tok_path = NULL, *system = NULL, *date = NULL, *sock = NULL;
     bool json = false, no_special = false, chat = false, messages = false, no_gen = false;
     int c;
     optind = 1;
@@ -131,6 +148,7 @@ int ctl_tokenize(int argc, char **argv)
         case 'm': messages = true; break;
         case OPT_DATE: date = optarg; break;
         case OPT_NO_GEN: no_gen = true; break;
+        case OPT_SOCKET: sock = optarg; break;
         case 'h': tokenize_usage(stdout); return CTL_OK;
         default: return ctl_usage_error(NULL);
         }
@@ -145,7 +163,7 @@ int ctl_tokenize(int argc, char **argv)
     }
 
     l8tok *tok = NULL;
-    int st = load_tokenizer(tok_path, &tok);
+    int st = load_tokenizer(tok_path, sock, &tok);
     if (st != CTL_OK)
         return st;
     char *text = NULL;
@@ -255,10 +273,11 @@ int ctl_detokenize(int argc, char **argv)
     static const struct option opts[] = {
         {"tokenizer", required_argument, NULL, 't'},
         {"json", no_argument, NULL, 'j'},
+        {"socket", required_argument, NULL, OPT_SOCKET},
         {"help", no_argument, NULL, 'h'},
         {0},
     };
-    const char *tok_path = NULL;
+    const char *tok_path = NULL, *sock = NULL;
     bool json = false;
     int c;
     optind = 1;
@@ -266,6 +285,7 @@ int ctl_detokenize(int argc, char **argv)
         switch (c) {
         case 't': tok_path = optarg; break;
         case 'j': json = true; break;
+        case OPT_SOCKET: sock = optarg; break;
         case 'h': detokenize_usage(stdout); return CTL_OK;
         default: return ctl_usage_error(NULL);
         }
@@ -286,7 +306,7 @@ int ctl_detokenize(int argc, char **argv)
         st = CTL_USAGE;
         goto out;
     }
-    st = load_tokenizer(tok_path, &tok);
+    st = load_tokenizer(tok_path, sock, &tok);
     if (st != CTL_OK)
         goto out;
     rc = l8tok_decode(tok, ids.ids, ids.n, &out, &out_len);

@@ -311,8 +311,12 @@ static int setup(struct l8d *d, int argc, char **argv)
             d->allowed_gid = pgr->gr_gid;
             d->have_group = true;
         } else {
-            log_notice("group '%s' does not exist: only root and uid %u may connect",
-                       d->conf.allowed_group, (unsigned)geteuid());
+            if (geteuid() == 0)
+                log_notice("group '%s' does not exist: only root may connect",
+                           d->conf.allowed_group);
+            else
+                log_notice("group '%s' does not exist: only root and uid %u may connect",
+                           d->conf.allowed_group, (unsigned)geteuid());
         }
     }
 
@@ -344,6 +348,9 @@ static int setup(struct l8d *d, int argc, char **argv)
         return rc;
     }
     const struct l8_config *cfg = &d->model->cfg;
+    if (cfg->rope_theta_absent)
+        log_notice("%s/config.json has no \"rope_theta\": using %g, the default of Hugging Face's "
+                   "LlamaConfig (Llama 3.1's is 500000)", d->model_dir, (double)cfg->rope_theta);
     log_info("model %s: %u layers, hidden %u, vocab %u, %.1f MiB of weights in %.2f s",
              d->model_name, cfg->n_layers, cfg->hidden, cfg->vocab,
              (double)d->model->weight_bytes / (1 << 20), (double)(l8d_now_ns() - t0) / 1e9);

@@ -329,6 +329,7 @@ static int parse_obj(struct json_object *o, const char *path, struct l8_config *
         return r;
 
     c->n_kv_heads = c->n_heads;
+    c->kv_heads_absent = !get(o, "num_key_value_heads");
     if ((r = get_u32(o, path, "num_key_value_heads", false, 1, L8_CFG_MAX_HEADS,
                      &c->n_kv_heads, err)))
         return r;
@@ -367,6 +368,7 @@ static int parse_obj(struct json_object *o, const char *path, struct l8_config *
     c->rms_eps = (float)d;
 
     d = L8_DEFAULT_ROPE_THETA;
+    c->rope_theta_absent = !get(o, "rope_theta");
     if ((v = get(o, "rope_theta")) && (r = get_num(v, path, "rope_theta", &d, err)))
         return r;
     if (d <= 1)

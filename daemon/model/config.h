@@ -27,11 +27,13 @@ struct l8_config {
     uint32_t n_layers;      /* num_hidden_layers */
     uint32_t n_heads;       /* num_attention_heads */
     uint32_t n_kv_heads;    /* num_key_value_heads (n_heads % n_kv_heads == 0) */
+    bool kv_heads_absent;   /* ... not in config.json: n_heads, as Hugging Face reads it */
     uint32_t head_dim;      /* head_dim, or hidden / n_heads when absent */
     uint32_t vocab;         /* vocab_size */
     uint32_t max_pos;       /* max_position_embeddings */
     float rms_eps;          /* rms_norm_eps */
     float rope_theta;       /* rope_theta */
+    bool rope_theta_absent; /* ... not in config.json: Hugging Face's default, 10000 */
     enum l8_rope_type rope_type;
     float rope_factor;          /* llama3: factor */
     float rope_low_freq_factor; /* llama3: low_freq_factor */

@@ -181,6 +181,12 @@ static int need_proj(struct loader *L, uint32_t layer, const char *module, uint3
     snprintf(mod, sizeof mod, "model.layers.%u.%s", layer, module);
     snprintf(name, sizeof name, "%s.weight", mod);
     int r = need(L, name, 2, shape, false, &w);
+    if (r && L->c->kv_heads_absent && (!strcmp(module, "self_attn.k_proj") ||
+                                       !strcmp(module, "self_attn.v_proj"))) {
+        size_t n = strlen(L->err);
+        snprintf(L->err + n, L8_ERRLEN - n, " (config.json has no \"num_key_value_heads\", "
+                 "read as \"num_attention_heads\" = %u)", L->c->n_heads);
+    }
     if (r)
         return r;
 

@@ -1283,6 +1283,17 @@ static void test_bench(void)
 
 /* ---------------------------------------------------------------- errors */
 
+static void expect_exit(const char *const *argv, const char *in, int want, const char *needle)
+{
+    struct buf o = {0}, e = {0};
+    int rc = run_cmd(argv, in, in ? strlen(in) : 0, &o, &e);
+    CHECK(rc == want, "%s: exit %d, want %d; stderr: %s", argv_str(argv), rc, want, e.p);
+    CHECK(!needle || (e.p && strstr(e.p, needle)), "%s: stderr lacks \"%s\": %s", argv_str(argv),
+          needle, e.p);
+    free(o.p);
+    free(e.p);
+}
+
 /* generate's TEXT with stdin piped in: the instruction, a blank line, then
  * stdin, as one user message (the reply equals that of the joined text
  * given as TEXT); --stdin-first swaps them; "-" is stdin alone; an empty
@@ -1315,6 +1326,22 @@ static void test_stdin_text(void)
     /* A differing reply proves the stdin was read at all. */
     run_ok(text, "more", 4, &got);
     CHECK(strcmp(want.p, got.p), "TEXT with stdin \"more\" replied as to TEXT alone");
+    /* tokenize and detokenize without a tokenizer named ask the daemon for
+     * its model's; with none there, they say how to give one. */
+    unsetenv("LLAMA8_TOKENIZER");
+    unsetenv("LLAMA8_MODEL");
+    const char *tk_named[] = { bin_ctl, "tokenize", "--tokenizer", model, "Say hi", NULL };
+    const char *tk_asked[] = { bin_ctl, "tokenize", "--socket", dmn.sock, "Say hi", NULL };
+    run_ok(tk_named, NULL, 0, &want);
+    run_ok(tk_asked, NULL, 0, &got);
+    CHECK(!strcmp(want.p, got.p) && strlen(got.p) > 2, "tokenize through the daemon: %s, want %s",
+          got.p, want.p);
+    const char *dt_asked[] = { bin_ctl, "detokenize", "--socket", dmn.sock, "46864 15960", NULL };
+    run_ok(dt_asked, NULL, 0, &got);
+    CHECK(!strcmp(got.p, "Say hi"), "detokenize through the daemon: '%s'", got.p);
+    const char *tk_none[] = { bin_ctl, "tokenize", "--socket", "/nonexistent/x.sock", "hi", NULL };
+    expect_exit(tk_none, NULL, 2, "no tokenizer: pass --tokenizer FILE, set LLAMA8_TOKENIZER, "
+                                  "or start llama8d");
     size_t big = (16u << 20) + 1;
     char *huge = malloc(big);
     REQUIRE(huge, "malloc");
@@ -1327,17 +1354,6 @@ static void test_stdin_text(void)
     buf_free(&e);
     buf_free(&want);
     buf_free(&got);
-}
-
-static void expect_exit(const char *const *argv, const char *in, int want, const char *needle)
-{
-    struct buf o = {0}, e = {0};
-    int rc = run_cmd(argv, in, in ? strlen(in) : 0, &o, &e);
-    CHECK(rc == want, "%s: exit %d, want %d; stderr: %s", argv_str(argv), rc, want, e.p);
-    CHECK(!needle || (e.p && strstr(e.p, needle)), "%s: stderr lacks \"%s\": %s", argv_str(argv),
-          needle, e.p);
-    free(o.p);
-    free(e.p);
 }
 
 static void test_errors(void)

@@ -39,6 +39,7 @@ static void test_golden(void)
     CHECK(c.n_heads == 4 && c.n_kv_heads == 1 && c.head_dim == 128);
     CHECK(c.vocab == 2048 && c.max_pos == 131072);
     CHECK(c.rms_eps == 1e-5f && c.rope_theta == 500000.0f);
+    CHECK(!c.kv_heads_absent && !c.rope_theta_absent);
     CHECK(c.rope_type == L8_ROPE_LLAMA3 && c.rope_factor == 8.0f &&
           c.rope_low_freq_factor == 1.0f && c.rope_high_freq_factor == 4.0f &&
           c.rope_orig_max_pos == 8192);
@@ -91,6 +92,8 @@ static void test_defaults(void)
     }
     CHECK(c.n_kv_heads == 8 && c.head_dim == 32);
     CHECK(c.rope_theta == 10000.0f && c.rope_type == L8_ROPE_DEFAULT);
+    CHECK(c.kv_heads_absent == (strstr(min, "num_key_value_heads") == NULL) &&
+          c.rope_theta_absent);
     CHECK(c.bos == -1 && c.n_eos == 1 && c.eos[0] == 7);
     CHECK(!c.tie_embeddings && c.quant == L8_QUANT_NONE && c.n_ignore == 0);
     CHECK(c.rms_eps == 1e-6f);

@@ -610,6 +610,11 @@ static void test_broken_golden(void)
     broken_config("num_key_value_heads", "3", -EINVAL, "config.json",
                   "num_key_value_heads", "num_attention_heads");
     broken_config("hidden_size", "\"wide\"", -EINVAL, "config.json", "hidden_size", "integer");
+    /* An absent num_key_value_heads is num_attention_heads (Hugging Face's
+     * reading): with grouped k/v tensors the shape error names the key. */
+    broken_config("num_key_value_heads", NULL, -EINVAL, "self_attn.k_proj.weight",
+                  "expected [512, 512]", "(config.json has no \"num_key_value_heads\", read as "
+                  "\"num_attention_heads\" = 4)");
     /* Consistent config, wrong for these tensors. */
     broken_config("head_dim", "64", -EINVAL, q0, "expected [256, 512]", SHARD1);
     broken_config("intermediate_size", "1000", -EINVAL, "model.layers.0.mlp.gate_proj.weight",
