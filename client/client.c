@@ -60,6 +60,7 @@ struct l8c_client {
     char last_err[L8C_ERRLEN];
     struct l8c_info info;
     char *s_daemon_version, *s_model_name, *s_model_dir, *s_backend;
+    l8tok *tok;                     /* l8c_tokenizer's, loaded on first use */
 };
 
 static const char *const err_names[] = {
@@ -173,7 +174,22 @@ void l8c_close(struct l8c_client *c)
     free(c->s_model_name);
     free(c->s_model_dir);
     free(c->s_backend);
+    l8tok_free(c->tok);
     free(c);
+}
+
+const l8tok *l8c_tokenizer(struct l8c_client *c)
+{
+    if (c->tok)
+        return c->tok;
+    char path[4096 + 32];
+    snprintf(path, sizeof path, "%s/tokenizer.json", c->info.model_dir);
+    int rc = l8tok_load(path, &c->tok);
+    if (rc < 0) {
+        c->tok = NULL;
+        set_err(c, 0, "the served model's tokenizer %s: %s", path, strerror(-rc));
+    }
+    return c->tok;
 }
 
 static int send_ctl(struct l8c_client *c, const Llama8__ClientMessage *m)

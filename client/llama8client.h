@@ -1,6 +1,13 @@
 /* llama8client.h - talk to llama8d: connect, submit token prompts, stream
  * generated tokens back, cancel, ask for status.
  *
+ * Two layers. Text in, text out (at the end of this file):
+ *   l8c_connect(NULL, "my-tool", &c, err);
+ *   l8c_generate_text(c, "Why is the sky blue?", NULL, print_piece, NULL, &reply);
+ * and underneath, the calls that layer is made of: l8c_submit a prompt of
+ * token ids (l8chat_encode with l8c_tokenizer(c)), l8c_wait_events for its
+ * TOKEN events, l8tok_stream_push each into text, until DONE.
+ *
  * The library speaks the protocol of proto/llama8.proto and the shared
  * memory ABI of proto/l8_shm.h: the handshake and status travel on a
  * SOCK_SEQPACKET Unix socket, requests and tokens on a per-client
@@ -334,6 +341,49 @@ const char *l8c_done_name(int reason);
 
 /* CLOCK_MONOTONIC in ns, the clock of event t_ns fields. */
 uint64_t l8c_now_ns(void);
+
+/* ---------------------------------------------------------------- text in, text out
+ * The one-call layer over the calls above (client_text.c): the served
+ * model's tokenizer (found from the Welcome), the chat format, the stream
+ * decoder and the special tokens are taken care of. A call runs one
+ * request to its end and reads c's events meanwhile: events of other
+ * requests on c are dropped, so give it a client of its own (or make the
+ * requests with the calls above). */
+
+/* The served model's tokenizer, loaded from l8c_info(c)->model_dir on
+ * first use and kept until l8c_close; NULL when it cannot be loaded
+ * (l8c_last_error says why). */
+const l8tok *l8c_tokenizer(struct l8c_client *c);
+
+/* How a reply ended. */
+struct l8c_reply {
+    int reason;                 /* enum l8_done_reason (l8c_done_name); 0 after an error */
+    uint32_t prompt_tokens;
+    uint32_t cached_tokens;     /* of those, from the prefix cache */
+    uint32_t tokens;            /* generated */
+    int error;                  /* the daemon's code (enum l8_err, l8c_err_name), 0: none */
+    char message[L8C_ERRLEN];   /* what went wrong, when the call failed */
+};
+
+/* Called with each piece of the reply's text as it arrives (whole UTF-8
+ * characters, special tokens left out); a nonzero return cancels the
+ * request (the reply then ends with reason "cancelled"). */
+typedef int l8c_text_fn(void *arg, const char *text, size_t len);
+
+/* Send msgs[n] in the Llama 3.1 chat format and stream the reply's text to
+ * fn(arg, ...). p: the request's parameters (NULL: l8c_params_init's, with
+ * max_new_tokens lowered to what the context holds after the prompt). out
+ * (may be NULL) says how it ended. 0 when the reply ended (any reason);
+ * otherwise a negative errno with out->message saying why: -EIO for a
+ * request the daemon refused (out->error its code), -ENOENT without a
+ * tokenizer, -EILSEQ for a message that is not UTF-8, or l8c_submit's and
+ * l8c_wait_events' errors. */
+int l8c_chat_stream(struct l8c_client *c, const struct l8chat_msg *msgs, size_t n,
+                    const struct l8c_params *p, l8c_text_fn *fn, void *arg,
+                    struct l8c_reply *out);
+/* l8c_chat_stream of one user message, text (NUL-terminated). */
+int l8c_generate_text(struct l8c_client *c, const char *text, const struct l8c_params *p,
+                      l8c_text_fn *fn, void *arg, struct l8c_reply *out);
 
 #ifdef __cplusplus
 }
