@@ -4,8 +4,10 @@
 # sysusers.d and tmpfiles.d under PREFIX/lib, llama8d in PREFIX/sbin with
 # the unit's ExecStart pointing at it, the client library's header, the
 # bash completion under both programs' names, the zsh completion where it
-# finds the bash one's parser, the shell key bindings, the Python package, the Vim and Neovim packages, and the man pages when the
-# build made them (help2man), which groff reads without a warning.
+# finds the bash one's parser, the shell key bindings, the Python package,
+# the Vim and Neovim packages, and the man pages when the build made them
+# (help2man), which groff reads without a warning; outside /usr, llama8ctl
+# runs without LD_LIBRARY_PATH on the installed library.
 set -euo pipefail
 meson=$1 build=$2 prefix=$3
 d=$(mktemp -d "${TMPDIR:-/tmp}/l8-install.XXXXXX")
@@ -42,6 +44,19 @@ if [ -z "$zshfn" ]; then
 elif [ ! -e "$(dirname "$zshfn")/../../bash-completion/completions/llama8ctl" ]; then
     echo "FAIL: $zshfn does not find the bash completion at ../../bash-completion/completions"
     fail=1
+fi
+# Outside /usr, the installed programs find the installed library without
+# LD_LIBRARY_PATH (a RUNPATH relative to themselves): not the build's copy.
+if [ "$prefix" != /usr ]; then
+    ctl=$d$prefix/bin/llama8ctl
+    lib=$(env -u LD_LIBRARY_PATH ldd "$ctl" 2>&1 | awk '/libllama8client/ {print $3}')
+    if ! env -u LD_LIBRARY_PATH "$ctl" --version >/dev/null 2>&1; then
+        echo "FAIL: the installed llama8ctl does not start without LD_LIBRARY_PATH:"
+        env -u LD_LIBRARY_PATH "$ctl" --version 2>&1 | head -3 || true; fail=1
+    elif [ "$(realpath "$lib")" != "$(realpath "$(find "$d$prefix" -name libllama8client.so.0)")" ]
+    then
+        echo "FAIL: the installed llama8ctl loads $lib, not the installed library"; fail=1
+    fi
 fi
 grep -q "^ExecStart=$prefix/sbin/llama8d " "$d$prefix/lib/systemd/system/llama8d.service" ||
     { echo "FAIL: the unit's ExecStart is not $prefix/sbin/llama8d"; fail=1; }

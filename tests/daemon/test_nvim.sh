@@ -104,12 +104,23 @@ vim.fn.writefile({ 'finished' }, '$t/finished.txt')
 vim.cmd('qa!')
 LUA
 
+# A copy of llama8ctl away from the build's library.
+mkdir "$t/nolib" && cp "$ctl" "$t/nolib/llama8ctl"
 { preamble "$t/nobody.sock"; cat <<LUA; } >"$t/nodaemon.lua"
 vim.cmd('Llama8 Say hi')
 vim.wait(10000, function() return messages():find('exited', 1, true) ~= nil end, 10)
 check(messages():find('llama8: .*nobody.sock'), 'no socket message: ' .. messages())
 check(messages():find('llama8: llama8ctl pipe exited (status 3) with 1 request(s) open', 1, true),
       'no exit message: ' .. messages())
+-- A llama8ctl that cannot load its library: the status and what it means.
+vim.g.llama8_ctl = '$t/nolib/llama8ctl'
+vim.env.LD_LIBRARY_PATH = nil
+vim.cmd('messages clear')
+vim.cmd('Llama8 Say hi')
+vim.wait(10000, function() return messages():find('exited', 1, true) ~= nil end, 10)
+check(messages():find('llama8: llama8ctl pipe exited (status 127) with 1 request(s) open: ' ..
+                      'llama8ctl not found or cannot load libllama8client', 1, true),
+      'no 127 message: ' .. messages())
 vim.fn.writefile(errors, '$t/errors2.txt')
 vim.cmd('qa!')
 LUA

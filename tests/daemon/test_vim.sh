@@ -110,6 +110,8 @@ call writefile(['finished'], '$t/finished.txt')
 qa!
 EOF
 
+# A copy of llama8ctl away from the build's library.
+mkdir "$t/nolib" && cp "$ctl" "$t/nolib/llama8ctl"
 { preamble "$t/nobody.sock"; cat <<EOF; } >"$t/nodaemon.vim"
 Llama8 Say hi
 let t0 = reltime()
@@ -118,6 +120,16 @@ while reltimefloat(reltime(t0)) < 10 && execute('messages') !~# 'exited'
 endwhile
 call assert_match('llama8: .*nobody.sock', execute('messages'))
 call assert_match('llama8: llama8ctl pipe exited (status 3) with 1 request(s) open', execute('messages'))
+" A llama8ctl that cannot load its library: the status and what it means.
+let g:llama8_ctl = '$t/nolib/llama8ctl'
+let \$LD_LIBRARY_PATH = ''
+messages clear
+Llama8 Say hi
+let t0 = reltime()
+while reltimefloat(reltime(t0)) < 10 && execute('messages') !~# 'exited'
+  sleep 10m
+endwhile
+call assert_match('llama8: llama8ctl pipe exited (status 127) with 1 request(s) open: llama8ctl not found or cannot load libllama8client', execute('messages'))
 call writefile(v:errors, '$t/errors2.txt')
 qa!
 EOF

@@ -153,8 +153,9 @@ endfunction
 
 function! s:on_exit(job, status) abort
   if !empty(s:reqs)
-    call s:error(printf('llama8ctl pipe exited (status %d) with %d request(s) open',
-          \ a:status, len(s:reqs)))
+    call s:error(printf('llama8ctl pipe exited (status %d) with %d request(s) open%s',
+          \ a:status, len(s:reqs), a:status == 127
+          \ ? ': llama8ctl not found or cannot load libllama8client' : ''))
   endif
   for r in values(s:reqs)
     call s:mark(r, 0)
