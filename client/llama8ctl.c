@@ -12,8 +12,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "l8_build.h"
 #include "daemon/model/read_file.h"
+#include "l8_build.h"
+#include "l8_json.h"
 
 static const struct ctl_cmd commands[] = {
     {"tokenize", ctl_tokenize, "text -> token ids (no daemon needed)"},
@@ -113,118 +114,25 @@ int ctl_quote_len(const char *s, int max)
     return max;
 }
 
-/* JSON's white space. */
-static bool json_space(char c)
-{
-    return c == ' ' || c == '\t' || c == '\r' || c == '\n';
-}
-
-/* The object keys in valid JSON s[n], and whether one has an escaped NUL
- * (json-c keeps keys as C strings: "max_new\u0000x" would be read as
- * max_new). */
-static size_t scan_keys(const char *s, size_t n, bool *nul_key)
-{
-    size_t keys = 0;
-    *nul_key = false;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] != '"')
-            continue;
-        bool nul = false;
-        for (i++; i < n && s[i] != '"'; i++)
-            if (s[i] == '\\') {
-                nul |= i + 5 < n && !memcmp(s + i + 1, "u0000", 5);
-                i++;   /* the escaped character; \uXXXX's digits hold no quote */
-            }
-        size_t k = i + 1;
-        while (k < n && json_space(s[k]))
-            k++;
-        if (k < n && s[k] == ':') {
-            keys++;
-            *nul_key |= nul;
-        }
-    }
-    return keys;
-}
-
-/* The keys json-c kept (a key given twice in one object is kept once). */
-static size_t parsed_keys(json_object *o)
-{
-    size_t keys = 0;
-    if (json_object_is_type(o, json_type_object)) {
-        json_object_object_foreach(o, k, v) {
-            (void)k;
-            keys += 1 + parsed_keys(v);
-        }
-    } else if (json_object_is_type(o, json_type_array)) {
-        for (size_t i = 0; i < json_object_array_length(o); i++)
-            keys += parsed_keys(json_object_array_get_idx(o, i));
-    }
-    return keys;
-}
-
-/* Why s[0, n) is not JSON, in words, where the parser stopped (end). */
-static const char *json_why(enum json_tokener_error e, const char *s, size_t n, size_t end)
-{
-    static char buf[160];
-    const char *what;
-    switch (e) {
-    case json_tokener_success: return "it is null";   /* json-c's NULL object */
-    case json_tokener_continue:
-    case json_tokener_error_parse_eof: return "it ends too early";
-    case json_tokener_error_depth: return "nested too deeply";
-    case json_tokener_error_parse_null:
-    case json_tokener_error_parse_boolean: what = "not a JSON word (true, false, null)"; break;
-    case json_tokener_error_parse_number: what = "a malformed number"; break;
-    case json_tokener_error_parse_string: what = "a bad escape in a string"; break;
-    case json_tokener_error_parse_utf8_string: what = "invalid UTF-8 in a string"; break;
-    case json_tokener_error_parse_object_key_name: what = "a key must be a quoted string"; break;
-    case json_tokener_error_parse_object_key_sep: what = "':' expected after a key"; break;
-    case json_tokener_error_parse_object_value_sep: what = "',' or '}' expected"; break;
-    case json_tokener_error_parse_array: what = "',' or ']' expected"; break;
-    default: what = "unexpected character"; break;
-    }
-    size_t at = end < n ? end : n ? n - 1 : 0;   /* the byte the parser stopped on */
-    unsigned char ch = at < n ? (unsigned char)s[at] : 0;
-    if (ch >= 0x20 && ch < 0x7f)
-        snprintf(buf, sizeof buf, "%s, at byte %zu ('%c')", what, at + 1, ch);
-    else
-        snprintf(buf, sizeof buf, "%s, at byte %zu", what, at + 1);
-    return buf;
-}
-
 json_object *ctl_parse_json(const char *s, size_t n, const char **why)
 {
-    json_tokener *jt = n <= INT_MAX ? json_tokener_new_ex(64) : NULL;
-    if (!jt) {
-        *why = n <= INT_MAX ? "out of memory" : "too long";
-        return NULL;
-    }
-    json_tokener_set_flags(jt, JSON_TOKENER_STRICT | JSON_TOKENER_VALIDATE_UTF8);
-    json_object *root = json_tokener_parse_ex(jt, s, (int)n);
-    enum json_tokener_error e = json_tokener_get_error(jt);
-    size_t end = json_tokener_get_parse_end(jt);   /* the value's end, or where it failed */
-    /* the whole input: a value that ends early (an object, say) leaves the
-     * rest unread, and a number or literal at the end waits for more */
-    if (!root && e == json_tokener_continue) {
-        root = json_tokener_parse_ex(jt, "", 1);
-        e = json_tokener_get_error(jt);
-        end = n;
-    }
-    json_tokener_free(jt);
-    *why = root ? NULL : json_why(e, s, n, end);
-    for (size_t k = end; root && k < n; k++)
-        if (!json_space(s[k])) {
-            json_object_put(root);
-            root = NULL;
-            *why = "more after the value";
-        }
-    bool nul_key = false;
-    if (root && (scan_keys(s, end, &nul_key) != parsed_keys(root) || nul_key)) {
-        json_object_put(root);
-        root = NULL;
-        *why = nul_key ? "a key with a NUL character (\\u0000)" : "a key given twice in an object";
-    }
-    return root;
+    struct l8json_error e;
+    json_object *root = l8json_parse(s, n, &e);
+    if (root)
+        return root;
+    /* Where: the byte on one line (a pipe's request), else line and column. */
+    static char buf[200];
+    const unsigned char ch = e.offset < n ? (unsigned char)s[e.offset] : 0;
+    char at[64] = "";
+    if (e.line == 1)
+        snprintf(at, sizeof at, ", at byte %u", e.column);
+    else if (e.line)
+        snprintf(at, sizeof at, ", at line %u, column %u", e.line, e.column);
+    if (at[0] && ch >= 0x20 && ch < 0x7f && e.offset < n)
+        snprintf(at + strlen(at), sizeof at - strlen(at), " ('%c')", ch);
+    snprintf(buf, sizeof buf, "%s%s", e.why, e.offset < n || !e.line ? at : "");
+    *why = buf;
+    return NULL;
 }
 
 /* An assistant message's "tool_calls" (OpenAI's form, one call: the Llama

@@ -157,7 +157,7 @@ int main(int argc, char **argv)
         { "[{\"role\":\"user\",\"content\":\"x\"}] x", "unexpected character, at byte 33 ('x')" },
         { "[{\"role\":\"user\",\"content\":\"x\"},]", "at byte 32 (']')" },
         { "[{\"role\":\"user\",/*c*/\"content\":\"x\"}]", "a key must be a quoted string, at byte 17" },
-        { "[{\"role\":\"user\",\"content\":\"\xff\"}]", "invalid UTF-8 in a string" },
+        { "[{\"role\":\"user\",\"content\":\"\xff\"}]", "invalid UTF-8, at byte 28" },
         { "[{\"role\":\"user\"", "it ends too early" },
     };
     for (size_t i = 0; i < sizeof not_json / sizeof not_json[0]; i++) {
