@@ -1,5 +1,5 @@
-/* ctl_generate.c: `llama8ctl generate` and `llama8ctl chat`, and the helpers
- * the daemon commands share (ctl_ipc.h). */
+/* ctl_generate.c: `llama8ctl generate`, one request streamed (ctl_run_one,
+ * which chat shares), and the helpers the daemon commands share (ctl_ipc.h). */
 #include "ctl_ipc.h"
 
 #include <errno.h>
@@ -183,37 +183,9 @@ int ctl_plain_opts(int argc, char **argv, void (*usage)(FILE *), const char **so
     return -1;
 }
 
-/* generate's and chat's own options (below CTL_OPT_BASE). */
-enum { CMD_RAW = 1, CMD_IDS, CMD_SYSTEM, CMD_JSON, CMD_MESSAGES, CMD_GRAMMAR, CMD_JSON_SCHEMA,
-       CMD_REGEX, CMD_JSON_OBJECT, CMD_TOOLS, CMD_TOOL_CHOICE, CMD_STDIN_FIRST };
-
-#define TOOLS_LONGOPTS \
-    {"tools", required_argument, 0, CMD_TOOLS}, \
-    {"tool-choice", required_argument, 0, CMD_TOOL_CHOICE}
-#define TOOLS_HELP \
-    "  --tools FILE           offer the tools of FILE (a JSON array of tool definitions,\n" \
-    "                         {\"type\":\"function\",\"function\":{\"name\":...,\n" \
-    "                         \"description\":...,\"parameters\":{JSON Schema}}} or the\n" \
-    "                         bare function objects; up to 1 MiB) in the chat format; a\n" \
-    "                         reply that is a call of one is followed by the line\n" \
-    "                           tool call: NAME ARGUMENTS\n" \
-    "                         (ARGUMENTS a JSON object on one line; NAME as a JSON string\n" \
-    "                         where it has other than letters, digits, _ . -)\n" \
-    "  --tool-choice auto|required|none\n" \
-    "                         auto (default): the model may call one or answer;\n" \
-    "                         required: the reply is a call of one (a JSON Schema\n" \
-    "                         constraint, so no other constraint); none: not offered\n"
-
-/* The option loop of generate and chat: the request options go to o
- * (ctl_req_opt), --tools and --tool-choice to tools (the file read and
- * checked after the loop, before any daemon is asked), the command's own to
- * own(opt, optarg, ctx), which returns false for one it does not know.
- * Returns -1 to go on, else the command's exit status (CTL_OK after --help,
- * CTL_USAGE, CTL_FAIL for a tools file that cannot be read or is not one),
- * o and tools freed then. */
-static int req_getopt(int argc, char **argv, const struct option *lo, struct ctl_req_opts *o,
-                      struct ctl_tools *tools, bool (*own)(int opt, const char *arg, void *ctx),
-                      void *ctx, void (*usage)(FILE *))
+int ctl_req_getopt(int argc, char **argv, const struct option *lo, struct ctl_req_opts *o,
+                   struct ctl_tools *tools, bool (*own)(int opt, const char *arg, void *ctx),
+                   void *ctx, void (*usage)(FILE *))
 {
     int opt, rc;
     const char *file = NULL, *choice = NULL;
@@ -354,25 +326,9 @@ int ctl_parse_ids(const char *s, l8tok_ids *out)
 /* ---------------------------------------------------------------- streaming */
 
 /* generate's and chat's request: the reply, printed or as --json events. */
-struct stream_ctx {
-    struct ctl_stream s;
-    bool json;
-    char *text;              /* the reply, collected for chat (may be NULL) */
-    size_t text_len, text_cap;
-    bool collect;
-    bool stats;              /* --stats: the figures below, on stderr at the end */
-    const char *constraint;  /* the constraint's option for messages ("--grammar FILE"),
-                                or NULL */
-    const struct ctl_tools *tools;   /* offered: a reply that is a call is shown as one */
-    char *call;              /* with keep_call: that call as the assistant turn's text
-                                (l8chat_format_tool_call), malloc'd */
-    bool keep_call;
-    uint64_t t_submit, t_first, t_last;   /* CLOCK_MONOTONIC ns, the daemon's for tokens */
-    uint32_t prompt, cached, tokens;
-};
 
 /* --stats: one line on what the request cost. */
-static void print_stats(const struct stream_ctx *x, const char *reason)
+static void print_stats(const struct ctl_run *x, const char *reason)
 {
     if (!x->stats)
         return;
@@ -388,7 +344,7 @@ static void print_stats(const struct stream_ctx *x, const char *reason)
 }
 
 /* The reply's text so far, for chat's history and the tool call. */
-static void collect_text(struct stream_ctx *x, const char *s, size_t n)
+static void collect_text(struct ctl_run *x, const char *s, size_t n)
 {
     if (n && x->collect) {
         if (x->text_len + n + 1 > x->text_cap) {
@@ -426,7 +382,7 @@ static void print_tool_name(const char *name)
 /* The reply ended (reason, for a message): where tools are offered and it
  * is a call of one, say so (--json: the tool_call event, before done; text:
  * the "tool call:" line, after the reply's), and keep it for chat. */
-static void show_tool_call(struct stream_ctx *x, uint64_t rid, const char *reason)
+static void show_tool_call(struct ctl_run *x, uint64_t rid, const char *reason)
 {
     if (!x->tools)
         return;
@@ -457,7 +413,7 @@ static void show_tool_call(struct stream_ctx *x, uint64_t rid, const char *reaso
 /* A stop string ended the reply at event e: cancel the request, wait for
  * the daemon to confirm (its events are not shown), and report the end
  * as --json's done event. */
-static int end_at_stop_text(struct l8c_client *c, struct stream_ctx *x, const struct l8_event *e)
+static int end_at_stop_text(struct l8c_client *c, struct ctl_run *x, const struct l8_event *e)
 {
     if (x->json)
         show_tool_call(x, e->request_id, "stop_text");
@@ -483,8 +439,7 @@ static int end_at_stop_text(struct l8c_client *c, struct stream_ctx *x, const st
     return CTL_FAIL;
 }
 
-/* Submit one prompt and stream its events until DONE or ERROR. */
-static int run_one(struct l8c_client *c, struct stream_ctx *x, const uint32_t *ids, size_t n)
+int ctl_run_one(struct l8c_client *c, struct ctl_run *x, const uint32_t *ids, size_t n)
 {
     uint64_t id;
     char why[L8C_ERRLEN];
@@ -506,11 +461,17 @@ static int run_one(struct l8c_client *c, struct stream_ctx *x, const uint32_t *i
     }
     ctl_stream_reset(&x->s);
     struct l8_event ev[64];
+    x->cancelled = false;
     for (;;) {
-        int k = l8c_wait_events(c, ev, 64, -1);
+        /* Watching for an interrupt: wake to look at least every 50 ms. */
+        int k = l8c_wait_events(c, ev, 64, x->interrupt ? 50 : -1);
         if (k < 0) {
             fprintf(stderr, "llama8ctl: %s\n", ctl_why(c, k));
             return CTL_FAIL;
+        }
+        if (x->interrupt && *x->interrupt && !x->cancelled) {
+            *x->interrupt = 0;
+            x->cancelled = l8c_cancel(c, id) == 0;   /* DONE (cancelled) follows */
         }
         uint64_t now = l8c_now_ns();
         for (int i = 0; i < k; i++) {
@@ -807,7 +768,7 @@ int ctl_generate(int argc, char **argv)
     struct ctl_tools tools;
     int rc;
     ctl_req_opts_init(&o);
-    if ((rc = req_getopt(argc, argv, lo, &o, &tools, gen_opt, &g, generate_usage)) >= 0)
+    if ((rc = ctl_req_getopt(argc, argv, lo, &o, &tools, gen_opt, &g, generate_usage)) >= 0)
         return rc;
     const bool raw = g.raw, json = g.json, messages = g.messages;
     const char *ids_arg = g.ids, *system = g.system;
@@ -929,11 +890,11 @@ int ctl_generate(int argc, char **argv)
             goto out;
         }
     }
-    struct stream_ctx x = { .s = { .tok = tok, .st = st, .stop = stop, .info = l8c_info(c),
+    struct ctl_run x = { .s = { .tok = tok, .st = st, .stop = stop, .info = l8c_info(c),
                                    .p = &o.params }, .json = json, .stats = o.stats,
                             .constraint = cwhat[0] ? cwhat : NULL,
                             .tools = co.n_tools ? &tools : NULL, .collect = co.n_tools > 0 };
-    rc = run_one(c, &x, ids.ids, ids.n);
+    rc = ctl_run_one(c, &x, ids.ids, ids.n);
     ctl_stream_free(&x.s);
     free(x.text);
     free(x.call);
@@ -944,157 +905,6 @@ out:
     ctl_req_opts_free(&o);
     free(text);
     l8tok_ids_free(&ids);
-    l8tok_stream_free(st);
-    l8tok_free(tok);
-    l8c_close(c);
-    return rc;
-}
-
-/* ---------------------------------------------------------------- chat */
-
-static void chat_usage(FILE *f)
-{
-    fprintf(f,
-        "Usage: llama8ctl chat [OPTIONS]\n"
-        "Talk with the model: each line of stdin is a user message; the whole conversation\n"
-        "is re-sent each turn (the daemon's prefix cache makes that cheap). Empty line or\n"
-        "EOF ends; \"/reset\" forgets the history. With --tools, a reply that calls a tool\n"
-        "is kept in the history as the call, and a line \"/tool RESULT\" answers it: RESULT\n"
-        "(the tool's output, any text) is sent as the ipython (tool) message and the model\n"
-        "replies to it.\n\n"
-        "  --system TEXT          a system message\n"
-        TOOLS_HELP
-        CTL_COMMON_HELP
-        "  -h, --help\n");
-}
-
-#define CHAT_MAX_MSGS 1024
-
-/* chat's own option: --system. */
-static bool chat_opt(int opt, const char *arg, void *ctx)
-{
-    if (opt != CMD_SYSTEM)
-        return false;
-    *(const char **)ctx = arg;
-    return true;
-}
-
-int ctl_chat(int argc, char **argv)
-{
-    static const struct option lo[] = {
-        CTL_COMMON_LONGOPTS, {"system", required_argument, 0, CMD_SYSTEM}, TOOLS_LONGOPTS,
-        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
-    };
-    struct ctl_req_opts o;
-    struct ctl_tools tools;
-    struct l8chat_opts co;
-    const char *system = NULL;
-    int rc;
-    ctl_req_opts_init(&o);
-    l8chat_opts_init(&co);
-    if ((rc = req_getopt(argc, argv, lo, &o, &tools, chat_opt, &system, chat_usage)) >= 0)
-        return rc;
-    struct l8c_client *c = NULL;
-    l8tok *tok = NULL;
-    l8tok_stream *st = NULL;
-    l8tok_stop *stop = NULL;
-    struct l8chat_msg msgs[CHAT_MAX_MSGS];
-    char *owned[CHAT_MAX_MSGS];
-    size_t nm = 0, base = 0;
-    char *line = NULL;
-    size_t cap = 0;
-    if ((rc = ctl_connect(o.socket, "llama8ctl chat", &c)) != CTL_OK)
-        goto out;
-    rc = CTL_FAIL;
-    if (ctl_load_tokenizer(o.tokenizer, c, &tok) < 0 || l8tok_stream_new(tok, &st) < 0 ||
-        (o.n_stop_text &&
-         l8tok_stop_new((const char *const *)o.stop_text, o.n_stop_text, &stop) < 0))
-        goto out;
-    if (ctl_tools_apply(&tools, tok, &co, &o.params, o.stop) < 0) {
-        fprintf(stderr, "llama8ctl: --tools: no room for the tool turn's stop ids (give fewer "
-                        "--stop), or a tokenizer without <|eot_id|>\n");
-        goto out;
-    }
-    if (system) {
-        msgs[nm] = (struct l8chat_msg){ L8CHAT_SYSTEM, system, strlen(system) };
-        owned[nm++] = NULL;
-        base = 1;
-    }
-    bool tty = isatty(0);
-    for (;;) {
-        if (tty)
-            fputs("> ", stderr);
-        ssize_t len = getline(&line, &cap, stdin);
-        if (len <= 0)
-            break;
-        while (len && (line[len - 1] == '\n' || line[len - 1] == '\r'))
-            line[--len] = 0;
-        if (!len)
-            break;
-        if (!strcmp(line, "/reset")) {
-            while (nm > base)
-                free(owned[--nm]);
-            continue;
-        }
-        if (nm + 2 > CHAT_MAX_MSGS) {
-            fprintf(stderr, "llama8ctl: conversation too long; /reset\n");
-            continue;
-        }
-        /* "/tool RESULT": the answer to the tool call just made. */
-        enum l8chat_role role = L8CHAT_USER;
-        const char *msg = line;
-        if (!strncmp(line, "/tool", 5) && (line[5] == ' ' || !line[5])) {
-            if (!co.n_tools || nm == base || msgs[nm - 1].role != L8CHAT_ASSISTANT ||
-                !line[5] || !line[6]) {
-                fprintf(stderr, "llama8ctl: /tool RESULT answers a reply, with --tools\n");
-                continue;
-            }
-            role = L8CHAT_IPYTHON;
-            msg = line + 6;
-        }
-        owned[nm] = strdup(msg);
-        msgs[nm] = (struct l8chat_msg){ role, owned[nm], strlen(msg) };
-        nm++;
-        l8tok_ids ids = {0};
-        int erc = l8chat_encode(tok, msgs, nm, &co, &ids);
-        if (erc < 0) {
-            fprintf(stderr, "llama8ctl: encoding: %s\n", strerror(-erc));
-            free(owned[--nm]);
-            l8tok_ids_free(&ids);
-            continue;
-        }
-        struct stream_ctx x = { .s = { .tok = tok, .st = st, .stop = stop, .info = l8c_info(c),
-                                       .p = &o.params }, .collect = true, .stats = o.stats,
-                                .tools = co.n_tools ? &tools : NULL, .keep_call = true };
-        int r = run_one(c, &x, ids.ids, ids.n);
-        ctl_stream_free(&x.s);
-        l8tok_ids_free(&ids);
-        if (r != CTL_OK) {
-            free(x.text);
-            free(x.call);
-            free(owned[--nm]);
-            if (l8c_last_error(c, NULL)[0])
-                goto out;   /* the connection is gone */
-            continue;
-        }
-        /* A call is kept as the template writes an assistant turn with
-         * tool_calls. */
-        if (x.call) {
-            free(x.text);
-            x.text = x.call;
-        }
-        owned[nm] = x.text ? x.text : strdup("");
-        msgs[nm] = (struct l8chat_msg){ L8CHAT_ASSISTANT, owned[nm], strlen(owned[nm]) };
-        nm++;
-    }
-    rc = CTL_OK;
-out:
-    while (nm > base)
-        free(owned[--nm]);
-    free(line);
-    ctl_tools_free(&tools);
-    l8tok_stop_free(stop);
-    ctl_req_opts_free(&o);
     l8tok_stream_free(st);
     l8tok_free(tok);
     l8c_close(c);

@@ -3,6 +3,7 @@
  * event printing. */
 #pragma once
 #include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -183,3 +184,60 @@ void ctl_tools_free(struct ctl_tools *t);
  * id. */
 json_object *ctl_tool_call_event(const char *name, const char *arguments_json,
                                  const char *id_key, json_object *id);
+
+/* generate's and chat's own options (below CTL_OPT_BASE). */
+enum { CMD_RAW = 1, CMD_IDS, CMD_SYSTEM, CMD_JSON, CMD_MESSAGES, CMD_GRAMMAR, CMD_JSON_SCHEMA,
+       CMD_REGEX, CMD_JSON_OBJECT, CMD_TOOLS, CMD_TOOL_CHOICE, CMD_STDIN_FIRST };
+
+#define TOOLS_LONGOPTS \
+    {"tools", required_argument, 0, CMD_TOOLS}, \
+    {"tool-choice", required_argument, 0, CMD_TOOL_CHOICE}
+#define TOOLS_HELP \
+    "  --tools FILE           offer the tools of FILE (a JSON array of tool definitions,\n" \
+    "                         {\"type\":\"function\",\"function\":{\"name\":...,\n" \
+    "                         \"description\":...,\"parameters\":{JSON Schema}}} or the\n" \
+    "                         bare function objects; up to 1 MiB) in the chat format; a\n" \
+    "                         reply that is a call of one is followed by the line\n" \
+    "                           tool call: NAME ARGUMENTS\n" \
+    "                         (ARGUMENTS a JSON object on one line; NAME as a JSON string\n" \
+    "                         where it has other than letters, digits, _ . -)\n" \
+    "  --tool-choice auto|required|none\n" \
+    "                         auto (default): the model may call one or answer;\n" \
+    "                         required: the reply is a call of one (a JSON Schema\n" \
+    "                         constraint, so no other constraint); none: not offered\n"
+
+/* The option loop of generate and chat: the request options go to o
+ * (ctl_req_opt), --tools and --tool-choice to tools (the file read and
+ * checked after the loop, before any daemon is asked), the command's own to
+ * own(opt, optarg, ctx), which returns false for one it does not know.
+ * Returns -1 to go on, else the command's exit status (CTL_OK after --help,
+ * CTL_USAGE, CTL_FAIL for a tools file that cannot be read or is not one),
+ * o and tools freed then. */
+int ctl_req_getopt(int argc, char **argv, const struct option *lo, struct ctl_req_opts *o,
+                   struct ctl_tools *tools, bool (*own)(int opt, const char *arg, void *ctx),
+                   void *ctx, void (*usage)(FILE *));
+
+/* One request of generate or chat, as it streams. */
+struct ctl_run {
+    struct ctl_stream s;
+    bool json;
+    char *text;              /* the reply, collected for chat (may be NULL) */
+    size_t text_len, text_cap;
+    bool collect;
+    bool stats;              /* --stats: the figures below, on stderr at the end */
+    const char *constraint;  /* the constraint's option for messages ("--grammar FILE"),
+                                or NULL */
+    const struct ctl_tools *tools;   /* offered: a reply that is a call is shown as one */
+    char *call;              /* with keep_call: that call as the assistant turn's text
+                                (l8chat_format_tool_call), malloc'd */
+    bool keep_call;
+    uint64_t t_submit, t_first, t_last;   /* CLOCK_MONOTONIC ns, the daemon's for tokens */
+    uint32_t prompt, cached, tokens;
+    /* chat on a terminal: set (by a SIGINT handler) to cancel the reply;
+     * cancelled says it was. NULL: not watched. */
+    volatile sig_atomic_t *interrupt;
+    bool cancelled;
+};
+/* Submit one prompt (an unset max_new: what fits after it) and print its
+ * events until DONE or ERROR: CTL_OK or CTL_FAIL (the reason printed). */
+int ctl_run_one(struct l8c_client *c, struct ctl_run *x, const uint32_t *ids, size_t n);
