@@ -10,7 +10,7 @@
 
 static void clients_usage(FILE *f)
 {
-    fprintf(f, "Usage: llama8ctl clients [--socket PATH] [--json]\n"
+    fprintf(f, "Usage: llama8ctl clients [--socket PATH] [--wait] [--json]\n"
                "List the clients connected to llama8d, oldest first: id, pid, uid, how long\n"
                "connected, requests in flight (REQS), of them running in a sequence slot (RUN),\n"
                "the KV pages they hold, requests done, prompt tokens, tokens generated, name.\n"
@@ -18,6 +18,7 @@ static void clients_usage(FILE *f)
                "the daemon's user see every client, anyone else the clients of their own uid.\n\n"
                "  --socket PATH          daemon socket (default $LLAMA8_SOCKET, else\n"
                "                         /run/llama8d/llama8d.sock)\n"
+               CTL_WAIT_HELP
                "  -j, --json             one JSON array, an object per client\n"
                "  -h, --help\n\n"
                "exit status: 0 ok, 1 the daemon failed to answer, 2 bad command line,\n"

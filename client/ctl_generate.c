@@ -147,6 +147,7 @@ int ctl_req_opt(struct ctl_req_opts *o, int opt, const char *arg)
     case CTL_OPT_STATS: o->stats = true; return 1;
     case CTL_OPT_IGNORE_EOS: p->ignore_eos = true; return 1;
     case CTL_OPT_NO_SPECULATE: p->no_speculate = true; return 1;
+    case CTL_OPT_WAIT: return ctl_wait_opt(arg);
     case CTL_OPT_PRIORITY: {
         char *end;
         long x = strtol(arg, &end, 0);
@@ -163,10 +164,10 @@ int ctl_req_opt(struct ctl_req_opts *o, int opt, const char *arg)
 
 int ctl_plain_opts(int argc, char **argv, void (*usage)(FILE *), const char **sock, bool *json)
 {
-    enum { O_SOCKET = 1 };
+    enum { O_SOCKET = 1, O_WAIT };
     static const struct option lo[] = {
         {"json", no_argument, 0, 'j'}, {"socket", required_argument, 0, O_SOCKET},
-        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
+        {"wait", optional_argument, 0, O_WAIT}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
     };
     int opt;
     optind = 1;
@@ -174,6 +175,10 @@ int ctl_plain_opts(int argc, char **argv, void (*usage)(FILE *), const char **so
         switch (opt) {
         case 'j': *json = true; break;
         case O_SOCKET: *sock = optarg; break;
+        case O_WAIT:
+            if (ctl_wait_opt(optarg) < 0)
+                return CTL_USAGE;
+            break;
         case 'h': usage(stdout); return CTL_OK;
         default: return ctl_usage_error(NULL);
         }
@@ -265,13 +270,37 @@ static void show_loading(void *arg, const struct l8c_loading *l)
         fprintf(stderr, "\r\033[Kllama8d: loading %s: %s", l->model_name, l->stage);
 }
 
+int ctl_wait_s = -1;
+
+int ctl_wait_opt(const char *arg)
+{
+    uint64_t v = 60;
+    if (arg && parse_u64("wait", arg, 86400, &v) < 0)
+        return -1;
+    ctl_wait_s = (int)v;
+    return 1;
+}
+
 int ctl_connect(const char *socket, const char *name, struct l8c_client **out)
 {
     char err[L8C_ERRLEN];
     struct load_view v = { .tty = isatty(STDERR_FILENO) };
-    struct l8c_connect_opts o = { .name = name, .on_loading = show_loading, .arg = &v };
+    struct l8c_connect_opts o = { .name = name, .on_loading = show_loading, .arg = &v,
+                                  .wait_ms = ctl_wait_s > 0 ? ctl_wait_s * 1000 : 0 };
     uint64_t t0 = l8c_now_ns();
-    int rc = l8c_connect_with(socket, &o, out, err);
+    const uint64_t until = t0 + (uint64_t)(ctl_wait_s > 0 ? ctl_wait_s : 0) * 1000000000u;
+    int rc;
+    /* --wait: a daemon not listening yet (being started by hand, say) is
+     * tried again every 100 ms. */
+    for (bool said = false;; said = true) {
+        rc = l8c_connect_with(socket, &o, out, err);
+        if ((rc != -ENOENT && rc != -ECONNREFUSED) || l8c_now_ns() >= until)
+            break;
+        if (!said)
+            fprintf(stderr, "llama8ctl: waiting up to %d s for llama8d at %s\n", ctl_wait_s,
+                    socket ? socket : l8c_default_socket());
+        usleep(100000);
+    }
     if (v.shown) {
         double s = (double)(l8c_now_ns() - t0) / 1e9;
         if (rc == 0)

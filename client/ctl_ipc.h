@@ -24,7 +24,7 @@ enum {
     CTL_OPT_SOCKET, CTL_OPT_TEMP, CTL_OPT_TOPK, CTL_OPT_TOPP, CTL_OPT_MINP,
     CTL_OPT_REP, CTL_OPT_SEED, CTL_OPT_MAXNEW, CTL_OPT_STOP, CTL_OPT_LOGPROBS,
     CTL_OPT_IGNORE_EOS, CTL_OPT_PRIORITY, CTL_OPT_TOKENIZER, CTL_OPT_STOP_TEXT,
-    CTL_OPT_STATS, CTL_OPT_NO_SPECULATE,
+    CTL_OPT_STATS, CTL_OPT_NO_SPECULATE, CTL_OPT_WAIT,
 };
 #define CTL_COMMON_LONGOPTS \
     {"socket", required_argument, 0, CTL_OPT_SOCKET}, \
@@ -41,10 +41,18 @@ enum {
     {"ignore-eos", no_argument, 0, CTL_OPT_IGNORE_EOS}, \
     {"no-speculate", no_argument, 0, CTL_OPT_NO_SPECULATE}, \
     {"priority", required_argument, 0, CTL_OPT_PRIORITY}, \
-    {"stats", no_argument, 0, CTL_OPT_STATS}
+    {"stats", no_argument, 0, CTL_OPT_STATS}, \
+    {"wait", optional_argument, 0, CTL_OPT_WAIT}
+/* --wait[=SECONDS], for every command that talks to the daemon. */
+#define CTL_WAIT_HELP \
+    "  --wait                 wait up to 60 s (--wait=SECONDS: that long) for a daemon\n" \
+    "                         that is not listening yet or still loading; without it, a\n" \
+    "                         daemon that is not there is an error, and one that is\n" \
+    "                         loading is waited for as long as the load goes on\n"
 #define CTL_COMMON_HELP \
     "  --socket PATH          daemon socket (default $LLAMA8_SOCKET, else\n" \
     "                         /run/llama8d/llama8d.sock)\n" \
+    CTL_WAIT_HELP \
     "  --tokenizer FILE       tokenizer.json or model dir (default: the served model's)\n" \
     "  --temperature T        0 = greedy (default)\n" \
     "  --top-k K  --top-p P  --min-p P  --repetition-penalty R  --seed S\n" \
@@ -91,6 +99,10 @@ int ctl_plain_opts(int argc, char **argv, void (*usage)(FILE *), const char **so
 const char *ctl_why(struct l8c_client *c, int rc);
 /* Connect; prints why not. Returns CTL_OK, CTL_NOCONN or CTL_FAIL. */
 int ctl_connect(const char *socket, const char *name, struct l8c_client **out);
+/* --wait's SECONDS (-1: not given), which ctl_connect reads; ctl_wait_opt
+ * takes the option's argument (NULL: 60): 1, or -1 with the message said. */
+extern int ctl_wait_s;
+int ctl_wait_opt(const char *arg);
 /* Load the tokenizer: --tokenizer, else the served model's directory. */
 int ctl_load_tokenizer(const char *opt, const struct l8c_client *c, l8tok **out);
 /* Parse "1 2 3" / "1,2,3" into ids (malloc'd). -EINVAL. */

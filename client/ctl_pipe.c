@@ -766,7 +766,7 @@ static int pipe_loop(struct pipe *P)
 static void pipe_usage(FILE *f)
 {
     fprintf(f,
-        "Usage: llama8ctl pipe [--socket PATH] [--tokenizer FILE]\n"
+        "Usage: llama8ctl pipe [--socket PATH] [--wait] [--tokenizer FILE]\n"
         "Requests as JSON lines on stdin, their events as JSON lines on stdout, any number\n"
         "in flight over one connection: for editors and scripts.\n\n"
         "A request (one line; \"id\" and one prompt are required, the rest optional):\n"
@@ -808,6 +808,7 @@ static void pipe_usage(FILE *f)
         "At the end of stdin the requests in flight finish, then it exits.\n\n"
         "  --socket PATH          daemon socket (default $LLAMA8_SOCKET, else\n"
         "                         /run/llama8d/llama8d.sock)\n"
+        CTL_WAIT_HELP
         "  --tokenizer FILE       tokenizer.json or model dir (default: the served model's)\n"
         "  -h, --help\n\n"
         "exit status: 0 stdin ended and every request ended, 1 the daemon went away or\n"
@@ -818,6 +819,7 @@ int ctl_pipe(int argc, char **argv)
 {
     static const struct option lo[] = {
         {"socket", required_argument, 0, CTL_OPT_SOCKET},
+        {"wait", optional_argument, 0, CTL_OPT_WAIT},
         {"tokenizer", required_argument, 0, CTL_OPT_TOKENIZER},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
     };
@@ -827,6 +829,10 @@ int ctl_pipe(int argc, char **argv)
     while ((opt = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
         switch (opt) {
         case CTL_OPT_SOCKET: sock = optarg; break;
+        case CTL_OPT_WAIT:
+            if (ctl_wait_opt(optarg) < 0)
+                return CTL_USAGE;
+            break;
         case CTL_OPT_TOKENIZER: tok_path = optarg; break;
         case 'h': pipe_usage(stdout); return CTL_OK;
         default: return ctl_usage_error(NULL);

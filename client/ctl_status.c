@@ -10,10 +10,11 @@
 
 static void status_usage(FILE *f)
 {
-    fprintf(f, "Usage: llama8ctl status [--socket PATH] [--json]\n"
+    fprintf(f, "Usage: llama8ctl status [--socket PATH] [--wait] [--json]\n"
                "Print the served model, KV pool use, clients, requests, errors sent, tokens/s and uptime.\n"
                "A user other than root and the daemon's user sees their own uid's requests,\n"
                "tokens, cache hits and errors, and the pool's figures (own_uid in --json).\n\n"
+               CTL_WAIT_HELP "\n"
                "exit status: 0 ok, 1 the daemon failed to answer, 2 bad command line,\n"
                "3 no daemon at the socket\n");
 }

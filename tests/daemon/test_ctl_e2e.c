@@ -1477,6 +1477,40 @@ static void test_errors(void)
         buf_free(&o);
         buf_free(&e);
     }
+    /* --wait: a daemon that is not there is waited for, then given up on;
+     * one that comes up meanwhile (here: its socket linked to the path
+     * being tried, a second in) is used. */
+    {
+        const char *gone[] = { bin_ctl, "generate", "--socket", "/nonexistent/x.sock",
+                               "--wait=1", "hi", NULL };
+        uint64_t t0 = t_now_ms();
+        expect_exit(gone, NULL, 3, "waiting up to 1 s for llama8d at /nonexistent/x.sock");
+        CHECK(t_now_ms() - t0 >= 1000, "--wait=1 gave up after %llu ms",
+              (unsigned long long)(t_now_ms() - t0));
+        char later[160], out_path[160];
+        snprintf(later, sizeof later, "%s/later.sock", tmpdir);
+        snprintf(out_path, sizeof out_path, "%s/later.out", tmpdir);
+        pid_t kid = fork();
+        REQUIRE(kid >= 0, "fork");
+        if (kid == 0) {
+            int out = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+            if (out < 0 || dup2(out, 1) != 1)
+                _exit(127);
+            execl(bin_ctl, bin_ctl, "generate", "--socket", later, "--wait=60", "--max-new", "4",
+                  "hi", (char *)NULL);
+            _exit(127);
+        }
+        usleep(1000000);
+        REQUIRE(symlink(dmn.sock, later) == 0, "symlink: %s", strerror(errno));
+        int st = -1;
+        waitpid(kid, &st, 0);
+        struct stat sb;
+        CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0 && stat(out_path, &sb) == 0 && sb.st_size > 1,
+              "--wait=60 for a daemon that comes up: status %d, %lld bytes out", st,
+              (long long)(stat(out_path, &sb) == 0 ? sb.st_size : -1));
+        unlink(later);
+        unlink(out_path);
+    }
     /* A 64-position context: an unset --max-new is what fits after the
      * prompt (36 tokens: 28), in generate and in pipe; an explicit one
      * that does not fit is refused with the limit. */
