@@ -91,18 +91,29 @@ class Chat:
         got = self.expect(r"\r?\n> $|\n> ", 60)
         return got
 
-    def wait(self, timeout=10):
-        end = time.time() + timeout
+    def end(self, timeout=20):
+        """Ctrl-D at the prompt; the exit status (None: it did not end). A
+        Ctrl-D that comes before the line editor has the terminal back can
+        be taken by the terminal's own line discipline: pressed again after
+        a second, as a person would."""
+        self.send(b"\x04")
+        end, again = time.time() + timeout, time.time() + 1
         while time.time() < end:
             pid, st = os.waitpid(self.pid, os.WNOHANG)
             if pid:
                 return os.waitstatus_to_exitcode(st)
-            try:
-                os.read(self.fd, 65536)
-            except OSError:
-                pass
-            time.sleep(0.05)
+            if time.time() > again:
+                self.send(b"\x04")
+                again = time.time() + 1
+            r, _, _ = select.select([self.fd], [], [], 0.05)
+            if r:
+                try:
+                    os.read(self.fd, 65536)
+                except OSError:
+                    pass
         os.kill(self.pid, signal.SIGKILL)
+        os.waitpid(self.pid, 0)
+        return None
         return None
 
 
@@ -187,8 +198,7 @@ try:
     conv = saved(c, "after_ctrl_c.json")
     check(conv[-2] == {"role": "user", "content": "again"}, "after Ctrl-C at the prompt: %r"
           % conv[-2:])
-    c.send(b"\x04")
-    check(c.wait() == 0, "Ctrl-D: chat's exit status")
+    check(c.end() == 0, "Ctrl-D: chat's exit status")
 
     # Ctrl-C during a long reply: cancelled, kept, and the chat goes on.
     c = Chat(sock, "--max-new", "3000", "--ignore-eos")
@@ -207,8 +217,7 @@ try:
     time.sleep(0.2)
     c.send(b"/clear\r")
     c.expect(r"cleared.*\n> ")
-    c.send(b"\x04")
-    check(c.wait() == 0, "Ctrl-D after a cancelled reply: chat's exit status")
+    check(c.end() == 0, "Ctrl-D after a cancelled reply: chat's exit status")
 finally:
     d1.terminate()
     d1.wait()
