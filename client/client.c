@@ -110,6 +110,16 @@ const char *l8c_default_socket(void)
     return e && *e ? e : L8_DEFAULT_SOCKET;
 }
 
+uint32_t l8c_max_new_fitting(const struct l8c_info *in, size_t n_prompt, uint32_t cap)
+{
+    uint32_t m = in->max_new_tokens;
+    if (cap && cap < m)
+        m = cap;
+    if (n_prompt < in->context_length && in->context_length - n_prompt < m)
+        m = (uint32_t)(in->context_length - n_prompt);
+    return m ? m : 1;
+}
+
 void l8c_params_init(struct l8c_params *p)
 {
     *p = (struct l8c_params){ .temperature = 0.0f, .top_k = 0, .top_p = 1.0f,

@@ -92,10 +92,7 @@ int l8c_chat_stream(struct l8c_client *c, const struct l8chat_msg *msgs, size_t 
         q = *p;
     } else {
         l8c_params_init(&q);   /* what fits after the prompt, if less */
-        if (prompt.n < in->context_length && in->context_length - prompt.n < q.max_new_tokens)
-            q.max_new_tokens = (uint32_t)(in->context_length - prompt.n);
-        if (q.max_new_tokens > in->max_new_tokens)
-            q.max_new_tokens = in->max_new_tokens;
+        q.max_new_tokens = l8c_max_new_fitting(in, prompt.n, q.max_new_tokens);
     }
     out->prompt_tokens = (uint32_t)prompt.n;
     char why[L8C_ERRLEN];

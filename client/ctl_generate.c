@@ -26,12 +26,8 @@ void ctl_req_opts_init(struct ctl_req_opts *o)
 
 void ctl_default_max_new(struct l8c_params *p, const struct l8c_info *in, size_t n_prompt)
 {
-    if (p->max_new_tokens)
-        return;
-    uint32_t m = in->max_new_tokens < 256 ? in->max_new_tokens : 256;
-    if (n_prompt < in->context_length && in->context_length - n_prompt < m)
-        m = (uint32_t)(in->context_length - n_prompt);
-    p->max_new_tokens = m ? m : 1;
+    if (!p->max_new_tokens)
+        p->max_new_tokens = l8c_max_new_fitting(in, n_prompt, 256);
 }
 
 void ctl_req_opts_free(struct ctl_req_opts *o)

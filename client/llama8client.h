@@ -112,6 +112,11 @@ struct l8c_params {
 /* Greedy, 256 new tokens, no stop ids beyond the model's eos, no
  * constraint. */
 void l8c_params_init(struct l8c_params *p);
+/* The most new tokens a request with a prompt of n_prompt tokens can ask
+ * for: the daemon's max_new_tokens or the context left after the prompt,
+ * whichever is less, and at most cap (0: no cap); at least 1 (a prompt
+ * that fills the context is refused for itself). */
+uint32_t l8c_max_new_fitting(const struct l8c_info *in, size_t n_prompt, uint32_t cap);
 
 /* The socket path used when none is given: $LLAMA8_SOCKET, else
  * /run/llama8d/llama8d.sock. */

@@ -238,9 +238,8 @@ static int set_length(struct oai_gen *g, const struct l8c_info *in, struct oai_e
                       g->prompt.n, in->context_length);
         return -1;
     }
-    uint32_t room = in->context_length - (uint32_t)g->prompt.n;
     g->p.max_new_tokens = g->req->max_tokens ? g->req->max_tokens
-                          : in->max_new_tokens < room ? in->max_new_tokens : room;
+                                             : l8c_max_new_fitting(in, g->prompt.n, 0);
     return 0;
 }
 
