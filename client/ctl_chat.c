@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include <editline/readline.h>
@@ -199,8 +200,49 @@ static void on_sigint(int sig)
     interrupted = 1;
 }
 
+/* A Ctrl-D typed while a reply streams reaches the terminal in cooked mode,
+ * where the line discipline turns it into an end-of-file mark that libedit
+ * then misreads: that Ctrl-D is lost and the next one becomes text. With
+ * VEOF off outside the editor the key stays a byte, which the editor reads
+ * as Ctrl-D. The terminal gets its setting back however chat ends. */
+static struct termios tty_saved;
+static volatile sig_atomic_t tty_changed;
+
+static void tty_restore(void)
+{
+    if (tty_changed)
+        tcsetattr(0, TCSADRAIN, &tty_saved);
+    tty_changed = 0;
+}
+
+static void on_fatal(int sig)
+{
+    tty_restore();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static void tty_keep_ctrl_d(void)
+{
+    struct termios t;
+    if (tcgetattr(0, &tty_saved) < 0)
+        return;
+    t = tty_saved;
+    t.c_cc[VEOF] = _POSIX_VDISABLE;
+    if (tcsetattr(0, TCSADRAIN, &t) < 0)
+        return;
+    tty_changed = 1;
+    atexit(tty_restore);
+    struct sigaction sa = { .sa_handler = on_fatal };
+    sigemptyset(&sa.sa_mask);
+    static const int fatal[] = { SIGTERM, SIGHUP, SIGQUIT };
+    for (size_t i = 0; i < sizeof fatal / sizeof fatal[0]; i++)
+        sigaction(fatal[i], &sa, NULL);
+}
+
 struct input {
     bool tty;
+    bool eof;         /* a Ctrl-D came with the rest of a paste: end after it */
     char *line;       /* getline's, from a pipe */
     size_t cap;
     char history[PATH_MAX + 16];
@@ -254,6 +296,9 @@ static int append(char **msg, size_t *len, const char *s)
  * end of input; *cancelled for a Ctrl-C at the prompt. */
 static char *read_message(struct input *in, bool *cancelled)
 {
+    *cancelled = false;
+    if (in->eof)
+        return NULL;
     char *l = read_line(in, "> ", cancelled);
     if (!l)
         return NULL;
@@ -288,8 +333,10 @@ static char *read_message(struct input *in, bool *cancelled)
     while (more_waiting(in)) {
         bool c;
         char *next = read_line(in, "", &c);
-        if (!next)
+        if (!next) {
+            in->eof = !c;
             break;
+        }
         int rc = append(&msg, &len, next);
         free(next);
         if (rc < 0)
@@ -522,6 +569,7 @@ int ctl_chat(int argc, char **argv)
         struct sigaction sa = { .sa_handler = on_sigint };
         sigemptyset(&sa.sa_mask);
         sigaction(SIGINT, &sa, NULL);
+        tty_keep_ctrl_d();
         history_path(&in);
         if (in.history[0])
             read_history(in.history);
@@ -553,6 +601,7 @@ int ctl_chat(int argc, char **argv)
 out:
     if (in.tty && in.history[0])
         write_history(in.history);
+    tty_restore();
     free(in.line);
     conv_free(&ch.cv);
     ctl_tools_free(&tools);

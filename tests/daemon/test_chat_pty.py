@@ -6,7 +6,8 @@ against a real llama8d on the synthetic tiny checkpoint:
 - a paste of several lines is one message, and so is a \"\"\" block;
 - Ctrl-C during a reply cancels it and keeps the conversation (the partial
   reply included), the next message is answered; Ctrl-C at the prompt drops
-  the line; Ctrl-D ends with status 0;
+  the line; Ctrl-D ends with status 0, also one typed while a reply
+  streams or at the end of a paste;
 - /help, /system, /clear, /save, /load, an unknown command, //TEXT;
 - a conversation that outgrows a 192-position context drops its oldest
   turns with a note instead of refusing (from a pipe).
@@ -59,9 +60,19 @@ class Chat:
         if self.pid == 0:
             os.execve(ctl, [ctl, "chat", "--socket", sock, *args], env)
         self.out = b""
+        self.log = []
 
     def send(self, data):
+        self.log.append((time.time(), ">", data))
         os.write(self.fd, data)
+
+    def read(self):
+        try:
+            b = os.read(self.fd, 65536)
+        except OSError:
+            return b""
+        self.log.append((time.time(), "<", b))
+        return b
 
     def expect(self, pattern, timeout=30):
         """Read until pattern matches what came since the last expect; that text."""
@@ -80,10 +91,7 @@ class Chat:
                 return None
             r, _, _ = select.select([self.fd], [], [], min(left, 0.1))
             if r:
-                try:
-                    self.out += os.read(self.fd, 65536)
-                except OSError:
-                    pass
+                self.out += self.read()
 
     def reply_to(self, line):
         """Send a line; the reply as printed, up to the next prompt."""
@@ -91,30 +99,29 @@ class Chat:
         got = self.expect(r"\r?\n> $|\n> ", 60)
         return got
 
-    def end(self, timeout=20):
-        """Ctrl-D at the prompt; the exit status (None: it did not end). A
-        Ctrl-D that comes before the line editor has the terminal back can
-        be taken by the terminal's own line discipline: pressed again after
-        a second, as a person would."""
-        self.send(b"\x04")
-        end, again = time.time() + timeout, time.time() + 1
+    def wait_exit(self, timeout):
+        """The exit status once it ends by itself (None: not in time)."""
+        end = time.time() + timeout
         while time.time() < end:
             pid, st = os.waitpid(self.pid, os.WNOHANG)
             if pid:
                 return os.waitstatus_to_exitcode(st)
-            if time.time() > again:
-                self.send(b"\x04")
-                again = time.time() + 1
             r, _, _ = select.select([self.fd], [], [], 0.05)
             if r:
-                try:
-                    os.read(self.fd, 65536)
-                except OSError:
-                    pass
+                self.out += self.read()
         os.kill(self.pid, signal.SIGKILL)
         os.waitpid(self.pid, 0)
         return None
-        return None
+
+    def end(self, timeout=20):
+        """Ctrl-D at the prompt, once; the exit status (None: it did not end)."""
+        self.send(b"\x04")
+        st = self.wait_exit(timeout)
+        if st is None:
+            t0 = self.log[0][0]
+            for t, d, b in self.log[-12:]:     # what was typed (>) and shown (<) last
+                print("  %.3f %s %r" % (t - t0, d, b))
+        return st
 
 
 def saved(chat, name):
@@ -198,7 +205,8 @@ try:
     conv = saved(c, "after_ctrl_c.json")
     check(conv[-2] == {"role": "user", "content": "again"}, "after Ctrl-C at the prompt: %r"
           % conv[-2:])
-    check(c.end() == 0, "Ctrl-D: chat's exit status")
+    st = c.end()
+    check(st == 0, "Ctrl-D: chat's exit status %r" % st)
 
     # Ctrl-C during a long reply: cancelled, kept, and the chat goes on.
     c = Chat(sock, "--max-new", "3000", "--ignore-eos")
@@ -217,7 +225,8 @@ try:
     time.sleep(0.2)
     c.send(b"/clear\r")
     c.expect(r"cleared.*\n> ")
-    check(c.end() == 0, "Ctrl-D after a cancelled reply: chat's exit status")
+    st = c.end()
+    check(st == 0, "Ctrl-D after a cancelled reply: chat's exit status %r" % st)
 finally:
     d1.terminate()
     d1.wait()
