@@ -22,6 +22,7 @@ struct req {
     uint64_t arrival;           /* submit order: FIFO within a priority */
     int32_t priority;
     uint32_t cache_scope;
+    uint32_t uid;
     uint32_t *tokens;           /* [cap_tokens] prompt, then generated */
     uint32_t n_tokens, n_prompt, cap_tokens;
     uint32_t *pages;            /* [cap_pages] page table */
@@ -59,6 +60,9 @@ struct list { struct req *head, *tail; uint32_t n; };
 
 struct owner_count { uint64_t owner; uint32_t n; bool used; };
 
+/* A uid with live requests: few (users of one machine), so a list. */
+struct uid_share { uint32_t uid, live, pages; };
+
 struct l8_sched {
     struct l8_sched_opts o;
     struct l8_kvpool *pool;
@@ -82,6 +86,12 @@ struct l8_sched {
                                    for a turn (preempt_for_fair_share) */
     struct l8_history *history; /* speculating: each cache_scope's recent
                                    requests, a second draft source */
+    struct uid_share *uids;     /* [n_uids] of cap_uids: live counts; pages
+                                   counted when needed (count_uid_pages) */
+    uint32_t n_uids, cap_uids;
+    struct req *blocked;        /* the last build's admission that the pool
+                                   could not hold, and its numbers */
+    uint32_t blocked_need, blocked_have;
     /* stats */
     uint64_t preemptions, tokens_generated, prompt_tokens, cached_tokens, steps;
     uint64_t drafted, accepted;
@@ -157,6 +167,61 @@ static void id_remove(struct l8_sched *s, struct req *r)
     r->hnext = NULL;
 }
 
+/* ---- uids ---------------------------------------------------------------- */
+
+static struct uid_share *uid_find(struct l8_sched *s, uint32_t uid)
+{
+    for (uint32_t i = 0; i < s->n_uids; i++)
+        if (s->uids[i].uid == uid)
+            return &s->uids[i];
+    return NULL;
+}
+
+/* Room for one more uid, so that uid_add_live() cannot fail. */
+static int uid_room(struct l8_sched *s)
+{
+    if (s->n_uids < s->cap_uids)
+        return 0;
+    uint32_t cap = s->cap_uids ? 2 * s->cap_uids : 8;
+    struct uid_share *t = realloc(s->uids, cap * sizeof *t);
+    if (!t)
+        return -ENOMEM;
+    s->uids = t;
+    s->cap_uids = cap;
+    return 0;
+}
+
+static void uid_add_live(struct l8_sched *s, uint32_t uid)
+{
+    struct uid_share *u = uid_find(s, uid);
+    if (!u) {
+        u = &s->uids[s->n_uids++];
+        *u = (struct uid_share){ .uid = uid };
+    }
+    u->live++;
+}
+
+/* r is no longer live (freed, or cancelled while in flight). */
+static void unlive(struct l8_sched *s, struct req *r)
+{
+    id_remove(s, r);
+    struct uid_share *u = uid_find(s, r->uid);
+    if (u && --u->live == 0)
+        *u = s->uids[--s->n_uids];
+}
+
+/* Each uid's pages now: page-table entries of its running requests. */
+static void count_uid_pages(struct l8_sched *s)
+{
+    for (uint32_t i = 0; i < s->n_uids; i++)
+        s->uids[i].pages = 0;
+    for (const struct req *r = s->lists[LIST_RUNNING].head; r; r = r->next) {
+        struct uid_share *u = uid_find(s, r->uid);
+        if (u)
+            u->pages += r->n_pages;
+    }
+}
+
 /* ---- pages -------------------------------------------------------------- */
 
 static void release_pages(struct l8_sched *s, struct req *r)
@@ -176,7 +241,9 @@ static void req_free(struct l8_sched *s, struct req *r)
     if (s->history && r->started)
         (void)l8_history_add(s->history, r->cache_scope, r->tokens, r->n_tokens);
     if (r->list != LIST_DOOMED)
-        id_remove(s, r);
+        unlive(s, r);
+    if (s->blocked == r)
+        s->blocked = NULL;
     list_remove(s, r);
     release_pages(s, r);
     if (r->constraint)
@@ -317,7 +384,8 @@ static void preempt_for_fair_share(struct l8_sched *s)
 }
 
 /* Give r pages covering positions [0, npos). When the pool is empty,
- * preempt the youngest running request, possibly r itself (then false).
+ * preempt a held running request, else the youngest, possibly r itself
+ * (then false).
  * Only called while walking the running list oldest first, so a victim
  * (younger than r) is never already in the step. */
 static bool grow_pages(struct l8_sched *s, struct req *r, uint32_t npos)
@@ -329,7 +397,13 @@ static bool grow_pages(struct l8_sched *s, struct req *r, uint32_t npos)
             r->pages[r->n_pages++] = pg;
             continue;
         }
+        /* A held request's pages do nothing (none is in the step). */
         struct req *victim = s->lists[LIST_RUNNING].tail;
+        for (struct req *v = victim; v; v = v->prev)
+            if (v != r && held(s, v)) {
+                victim = v;
+                break;
+            }
         preempt(s, victim);
         if (victim == r)
             return false;
@@ -353,6 +427,8 @@ int l8_sched_new(const struct l8_sched_opts *o, struct l8_sched **out)
     s->o = *o;
     if (!s->o.max_requests)
         s->o.max_requests = L8_SCHED_DEFAULT_MAX_REQUESTS;
+    if (!s->o.max_requests_per_uid || s->o.max_requests_per_uid > s->o.max_requests)
+        s->o.max_requests_per_uid = s->o.max_requests;
     int rc = l8_kvpool_new(o->n_pages, o->page_size, &s->pool);
     if (rc < 0)
         goto err;
@@ -397,6 +473,7 @@ void l8_sched_free(struct l8_sched *s)
     free(s->slots);
     free(s->step_req);
     free(s->owners);
+    free(s->uids);
     free(s);
 }
 
@@ -417,6 +494,7 @@ const char *l8_sched_strerror(int err)
     case L8_SCHED_E_PENALTY: return "repetition_penalty is not finite and above 0";
     case L8_SCHED_E_DUPLICATE_ID: return "request id already in use";
     case L8_SCHED_E_QUEUE_FULL: return "too many requests queued";
+    case L8_SCHED_E_UID_QUEUE_FULL: return "this user's share of the request queue is taken";
     default: return err < 0 && err > -4096 ? strerror(-err) : "unknown error";
     }
 }
@@ -469,6 +547,14 @@ int l8_sched_submit(struct l8_sched *s, const struct l8_sched_req *q,
     uint32_t live = s->lists[LIST_WAITING].n + s->lists[LIST_RUNNING].n;
     if (live >= s->o.max_requests)
         return refuse(why, L8_SCHED_E_QUEUE_FULL, live, s->o.max_requests, NAN);
+    /* The uid's share (scheduler.h): half of what the others left, rounded
+     * up so the last place can be taken. */
+    const struct uid_share *u = uid_find(s, q->uid);
+    const uint32_t mine = u ? u->live : 0;
+    const uint32_t share = (s->o.max_requests - (live - mine) + 1) / 2;
+    const uint32_t cap = share < s->o.max_requests_per_uid ? share : s->o.max_requests_per_uid;
+    if (mine >= cap)
+        return refuse(why, L8_SCHED_E_UID_QUEUE_FULL, mine, cap, NAN);
 
     struct req *r = calloc(1, sizeof(*r));
     if (!r)
@@ -485,7 +571,8 @@ int l8_sched_submit(struct l8_sched *s, const struct l8_sched_req *q,
         r->vout = malloc((s->o.draft_max + 1) * sizeof *r->vout);
         l8_draft_len_init(&r->dl, s->o.draft_max);
     }
-    if (!r->tokens || !r->pages || (q->constraint && !r->mask) || (spec && !r->vout)) {
+    if (!r->tokens || !r->pages || (q->constraint && !r->mask) || (spec && !r->vout) ||
+        uid_room(s) < 0) {
         free(r->tokens);
         free(r->pages);
         free(r->mask);
@@ -502,12 +589,14 @@ int l8_sched_submit(struct l8_sched *s, const struct l8_sched_req *q,
     r->arrival = s->next_arrival++;
     r->priority = q->priority;
     r->cache_scope = q->cache_scope;
+    r->uid = q->uid;
     r->max_new = q->max_new_tokens;
     r->n_stop = q->n_stop;
     if (q->n_stop)
         memcpy(r->stops, q->stop_ids, q->n_stop * sizeof(uint32_t));
     r->sampling = *sp;
     r->logprobs = q->logprobs;
+    uid_add_live(s, r->uid);
     list_insert_sorted(s, LIST_WAITING, r);
     id_insert(s, r);
     return 0;
@@ -519,7 +608,7 @@ static void cancel_one(struct l8_sched *s, struct req *r)
         /* The engine is reading its tokens and writing its pages: keep
          * both until step_done. */
         r->cancelled = true;
-        id_remove(s, r);
+        unlive(s, r);
         list_remove(s, r);
         r->list = LIST_DOOMED;
         struct list *l = &s->lists[LIST_DOOMED];
@@ -657,6 +746,44 @@ static uint32_t draft(struct l8_sched *s, struct req *r, uint32_t room)
     return k;
 }
 
+/* Whether the pool can give r's need pages plus a page of headroom per
+ * running request; if not, pages are freed by preempting requests of the
+ * uid holding the most, when that is more than r's would with them
+ * (scheduler.h): held ones first, then the youngest, of no higher priority
+ * and not in the step being built. */
+static bool pages_for(struct l8_sched *s, const struct req *r, uint32_t need)
+{
+    if ((uint64_t)need + s->lists[LIST_RUNNING].n <= l8_kvpool_available(s->pool))
+        return true;
+    count_uid_pages(s);
+    const struct uid_share *me = uid_find(s, r->uid);
+    const uint64_t mine = (uint64_t)(me ? me->pages : 0) + need;
+    while ((uint64_t)need + s->lists[LIST_RUNNING].n > l8_kvpool_available(s->pool)) {
+        struct uid_share *top = NULL;
+        for (uint32_t i = 0; i < s->n_uids; i++)
+            if (s->uids[i].uid != r->uid && (!top || s->uids[i].pages > top->pages))
+                top = &s->uids[i];
+        if (!top || top->pages <= mine)
+            return false;
+        struct req *victim = NULL;
+        for (struct req *v = s->lists[LIST_RUNNING].tail; v; v = v->prev) {
+            if (v->uid != top->uid || v->in_flight || v->priority > r->priority || !v->n_pages)
+                continue;
+            if (held(s, v)) {
+                victim = v;
+                break;
+            }
+            if (!victim)
+                victim = v;
+        }
+        if (!victim)
+            return false;
+        top->pages -= victim->n_pages;
+        preempt(s, victim);
+    }
+    return true;
+}
+
 /* Admit r: take its cached prefix, then pages for the rest of its known
  * tokens. false (and nothing held) if the pool cannot give them while
  * keeping a page of headroom per running request, which would otherwise
@@ -677,8 +804,10 @@ static bool admit(struct l8_sched *s, struct req *r)
     }
     uint32_t k = r->n_pages;
     uint32_t need = div_up(r->n_tokens, ps) - k;
-    uint32_t headroom = s->lists[LIST_RUNNING].n;
-    if ((uint64_t)need + headroom > l8_kvpool_available(s->pool)) {
+    if (!pages_for(s, r, need)) {
+        s->blocked = r;
+        s->blocked_need = need + s->lists[LIST_RUNNING].n;
+        s->blocked_have = l8_kvpool_available(s->pool);
         release_pages(s, r);
         return false;
     }
@@ -702,6 +831,7 @@ int l8_sched_build_step(struct l8_sched *s, struct l8_seq **seqs, uint32_t *n)
         return -EBUSY;
     uint32_t budget = s->o.max_step_tokens;
     s->n_step = 0;
+    s->blocked = NULL;
     count_owners(s);
     preempt_for_fair_share(s);
 
@@ -946,6 +1076,26 @@ void l8_sched_owner_stats(const struct l8_sched *s, uint64_t owner,
                 out->running += w == LIST_RUNNING;
                 out->pages += r->n_pages;
             }
+}
+
+void l8_sched_waiting(struct l8_sched *s,
+                      void (*fn)(void *ctx, const struct l8_sched_wait *w), void *ctx)
+{
+    uint32_t ahead = 0;
+    for (struct req *r = s->lists[LIST_WAITING].head; r; r = r->next) {
+        if (held(s, r))
+            continue;
+        struct l8_sched_wait w = { .owner = r->owner, .id = r->id, .user = r->user,
+                                   .why = L8_SCHED_WAIT_QUEUE, .ahead = ahead++ };
+        if (r == s->blocked) {
+            w.why = L8_SCHED_WAIT_PAGES;
+            w.need = s->blocked_need;
+            w.have = s->blocked_have;
+        } else if (s->lists[LIST_RUNNING].n >= s->o.max_seqs) {
+            w.why = L8_SCHED_WAIT_SLOTS;
+        }
+        fn(ctx, &w);
+    }
 }
 
 bool l8_sched_idle(const struct l8_sched *s)

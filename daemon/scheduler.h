@@ -49,9 +49,22 @@
  * so waits behind the others of owners running as few as its own. Within
  * one owner, requests run first come, first served.
  *
+ * Between uids (one user's many clients are one party there): the queue
+ * and the pool. A uid may hold half (rounded up) of the max_requests
+ * places that other uids leave, and at most max_requests_per_uid: a uid
+ * alone takes half of the queue, and whoever comes next finds half of
+ * what is left, so no uid exhausts it. A request that admission picks
+ * but the pool cannot hold preempts, for pages, requests of the uid that
+ * holds the most pages, if that is more than its own uid would hold with
+ * it: held requests first (a client that reads no events pins pages that
+ * do nothing; they are recomputed when it reads again), then the youngest,
+ * of no higher priority. Strictly more, so two uids never swap pages back
+ * and forth. A running request that needs a page and finds none takes a
+ * held request's first, then the youngest's (below).
+ *
  * Preemption: when a running request needs a new page and the pool has
- * none (free or reclaimable), the youngest running request (lowest
- * priority, latest arrival) is preempted: its pages are released and it
+ * none (free or reclaimable), a held running request, else the youngest
+ * running request (lowest priority, latest arrival), is preempted: its pages are released and it
  * goes back to the waiting queue, in its original place, with prompt +
  * generated-so-far as the tokens to recompute. Nothing is re-emitted and
  * its sample_index continues, so seeded sampling gives the same tokens as
@@ -130,6 +143,7 @@ enum l8_sched_err {
     L8_SCHED_E_TOP_P        = -5012, /* not in (0, 1] */
     L8_SCHED_E_MIN_P        = -5013, /* not in [0, 1] */
     L8_SCHED_E_PENALTY      = -5014, /* repetition_penalty not finite and > 0 */
+    L8_SCHED_E_UID_QUEUE_FULL = -5015, /* the uid's share of the queue is taken */
 };
 /* The numbers behind a refusal, for the client's error record: what the
  * request asked and the limit it broke (0 where there is none), and the
@@ -139,6 +153,22 @@ struct l8_sched_refusal {
     uint32_t limit;
     float fvalue;
 };
+/* Why a waiting request waits (l8_sched_waiting). */
+enum l8_sched_wait_why {
+    L8_SCHED_WAIT_QUEUE = 1,  /* behind `ahead` requests that come first */
+    L8_SCHED_WAIT_PAGES = 2,  /* next, but the pool cannot give its `need`
+                                 pages (with the running ones' headroom):
+                                 `have` are free or reclaimable */
+    L8_SCHED_WAIT_SLOTS = 3,  /* every sequence slot (max_seqs) is taken */
+};
+struct l8_sched_wait {
+    uint64_t owner, id;
+    void *user;
+    enum l8_sched_wait_why why;
+    uint32_t ahead;           /* waiting requests, not held, before it */
+    uint32_t need, have;      /* PAGES */
+};
+
 /* Text for an l8_sched_err or a negative errno. */
 const char *l8_sched_strerror(int err);
 
@@ -150,6 +180,7 @@ struct l8_sched_opts {
     uint32_t max_ctx;         /* prompt + new tokens of one request */
     uint32_t vocab;
     uint32_t max_requests;    /* live (waiting + running); 0 = default */
+    uint32_t max_requests_per_uid; /* live of one uid; 0 = max_requests */
     /* Receives every event, from l8_sched_step_done() only. */
     void (*on_event)(void *ctx, const struct l8_sched_event *ev);
     /* Optional: true when a request (its `user`) must wait out the next
@@ -185,6 +216,8 @@ struct l8_sched_req {
     int32_t priority;        /* higher runs first; FIFO within a priority */
     uint32_t cache_scope;    /* prefix-cache domain: pages are shared only
                                 with requests of the same scope */
+    uint32_t uid;            /* whose: the queue and the pool are shared
+                                fairly between uids (llama8d: the peer's) */
     bool logprobs;           /* fill event logprobs */
     void *constraint;        /* NULL, or the request's constraint: the
                                 scheduler's once the submit succeeds */
@@ -295,6 +328,10 @@ int  l8_sched_step_done(struct l8_sched *s, struct l8_seq *seqs, uint32_t n,
 void l8_sched_get_stats(const struct l8_sched *s, struct l8_sched_stats *out);
 void l8_sched_owner_stats(const struct l8_sched *s, uint64_t owner,
                           struct l8_sched_owner_stats *out);
+/* Calls fn for each waiting request that is not held, in queue order,
+ * saying why it waits as of the last step built. */
+void l8_sched_waiting(struct l8_sched *s,
+                      void (*fn)(void *ctx, const struct l8_sched_wait *w), void *ctx);
 /* Nothing waiting, running or in flight (drain finished). */
 bool l8_sched_idle(const struct l8_sched *s);
 /* The pool, read-only (tests, status). */

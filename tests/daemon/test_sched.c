@@ -422,8 +422,10 @@ static void test_validation(void)
     r = req(1, 1, p, 4, 4);
     CHECK_EQ(l8_sched_submit(s, &r, NULL), 0);
     r.id = 2;
+    r.uid = 7;                           /* one uid alone would have half */
     CHECK_EQ(l8_sched_submit(s, &r, NULL), 0);
     r.id = 3;
+    r.uid = 8;
     CHECK_EQ(l8_sched_submit(s, &r, &why), L8_SCHED_E_QUEUE_FULL);
     CHECK(why.value == 2 && why.limit == 2);
     l8_sched_free(s);
@@ -1430,6 +1432,7 @@ static int random_run(uint64_t seed)
             sr.sampling.seed = r->seed;
             sr.sampling.temperature = 0.8f;
             sr.cache_scope = r->scope;
+            sr.uid = r->owner % 3;      /* owners 0 and 3 are one user */
             sr.priority = rnd(4) ? (int32_t)rnd(3) : rnd(2) ? INT32_MAX : INT32_MIN;
             sr.user = &r->hold;
             r->submitted = l8_sched_submit(w.s, &sr, NULL) == 0;
@@ -1662,6 +1665,170 @@ static void test_speculation(void)
     exec_window = 0;
 }
 
+/* The queue between uids: one alone takes half, the next half of what is
+ * left, and so on; max_requests_per_uid caps each; a uid's share comes
+ * back as its requests end. */
+static void test_uid_queue(void)
+{
+    struct world w;
+    memset(&w, 0, sizeof w);
+    struct l8_sched_opts o = { .n_pages = 64, .page_size = 16, .max_step_tokens = 64,
+                               .max_seqs = 4, .max_ctx = 100, .vocab = VOCAB,
+                               .max_requests = 8, .on_event = on_event, .ctx = &w };
+    struct l8_sched *s;
+    CHECK_EQ(l8_sched_new(&o, &s), 0);
+    uint32_t p[4];
+    fill(p, 4, 3);
+    struct l8_sched_refusal why;
+    const uint32_t want[] = { 4, 2, 1, 1 };     /* uids 1..4 in turn */
+    uint64_t id = 1;
+    for (uint32_t u = 1; u <= 4; u++) {
+        for (uint32_t i = 0; i < want[u - 1]; i++) {
+            struct l8_sched_req r = req(u, id++, p, 4, 4);
+            r.uid = u;
+            CHECK_EQ(l8_sched_submit(s, &r, NULL), 0);
+        }
+        struct l8_sched_req r = req(u, id++, p, 4, 4);
+        r.uid = u;
+        CHECK_EQ(l8_sched_submit(s, &r, &why), u < 4 ? L8_SCHED_E_UID_QUEUE_FULL
+                                                      : L8_SCHED_E_QUEUE_FULL);
+        if (u < 4)
+            CHECK(why.value == want[u - 1] && why.limit == want[u - 1]);
+    }
+    /* two of uid 1's end: a fifth uid finds (8 - 6 + 1) / 2 places, uid 2
+     * still its 2 */
+    CHECK_EQ(l8_sched_cancel(s, 1, 1), 0);
+    CHECK_EQ(l8_sched_cancel(s, 1, 2), 0);
+    struct l8_sched_req r = req(2, id++, p, 4, 4);
+    r.uid = 2;
+    CHECK_EQ(l8_sched_submit(s, &r, &why), L8_SCHED_E_UID_QUEUE_FULL);
+    r.uid = 5;
+    CHECK_EQ(l8_sched_submit(s, &r, NULL), 0);
+    l8_sched_free(s);
+
+    o.max_requests_per_uid = 3;
+    CHECK_EQ(l8_sched_new(&o, &s), 0);
+    for (uint64_t i = 1; i <= 3; i++) {
+        struct l8_sched_req q = req(1, i, p, 4, 4);
+        CHECK_EQ(l8_sched_submit(s, &q, NULL), 0);
+    }
+    struct l8_sched_req q = req(2, 9, p, 4, 4);     /* another client, the same uid */
+    CHECK_EQ(l8_sched_submit(s, &q, &why), L8_SCHED_E_UID_QUEUE_FULL);
+    CHECK(why.value == 3 && why.limit == 3);
+    q.uid = 5;
+    CHECK_EQ(l8_sched_submit(s, &q, NULL), 0);
+    l8_sched_free(s);
+}
+
+static bool in_step(const struct world *w, uint32_t n, uint64_t owner)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (l8_sched_step_slots(w->s)[i].owner == owner)
+            return true;
+    return false;
+}
+
+struct waits { uint32_t n; struct l8_sched_wait w[8]; };
+static void on_wait(void *ctx, const struct l8_sched_wait *w)
+{
+    struct waits *ws = ctx;
+    if (ws->n < 8)
+        ws->w[ws->n++] = *w;
+}
+
+/* Pages between uids. A client of uid 1 prefills long prompts and stops
+ * reading (held): its pages are taken for uid 2's request, which is
+ * served while uid 1 still holds; when uid 1 reads again its requests are
+ * recomputed and their streams are whole. Before that, the waiting
+ * request is told why it waits. */
+static void test_uid_pages(void)
+{
+    struct world w;
+    CHECK_EQ(world_init(&w, 16, 4, 64, 8, 64), 0);
+    uint32_t a[3][16], b[8], c[4];
+    bool hold_a = false, hold_c = false;
+    for (uint32_t i = 0; i < 3; i++) {
+        fill(a[i], 16, 100 * i + 1);
+        struct l8_sched_req r = req(1, i, a[i], 16, 8);
+        r.uid = 1;
+        r.user = &hold_a;
+        r.sampling.seed = 10 + i;
+        r.sampling.temperature = 1;
+        CHECK_EQ(l8_sched_submit(w.s, &r, NULL), 0);
+    }
+    struct l8_seq *seqs;
+    uint32_t n;
+    CHECK_EQ(step(&w, __LINE__), 3);             /* the prefills: 12 pages */
+    hold_a = true;
+    struct l8_sched_owner_stats os;
+    l8_sched_owner_stats(w.s, 1, &os);
+    CHECK_EQ(os.pages, 12);
+    /* uid 1's own next request waits for pages: nothing of its own is taken */
+    uint32_t a4[16];
+    fill(a4, 16, 900);
+    struct l8_sched_req r4 = req(3, 1, a4, 16, 4);
+    r4.uid = 1;
+    r4.user = &hold_c;
+    CHECK_EQ(l8_sched_submit(w.s, &r4, NULL), 0);
+    CHECK_EQ(l8_sched_build_step(w.s, &seqs, &n), 0);
+    CHECK_EQ(n, 0);
+    struct waits ws = { 0 };
+    l8_sched_waiting(w.s, on_wait, &ws);
+    CHECK_EQ(ws.n, 1);
+    CHECK(ws.w[0].why == L8_SCHED_WAIT_PAGES && ws.w[0].need == 4 + 3 && ws.w[0].have == 4);
+    CHECK_EQ(l8_sched_cancel(w.s, 3, 1), 0);
+    /* uid 2, fewer pages: preempts held requests of uid 1 */
+    fill(b, 8, 7);
+    struct l8_sched_req rb = req(2, 1, b, 8, 12);
+    rb.uid = 2;
+    CHECK_EQ(l8_sched_submit(w.s, &rb, NULL), 0);
+    /* a lower priority request behind it waits in the queue */
+    fill(c, 4, 77);
+    struct l8_sched_req rc = req(4, 1, c, 4, 4);
+    rc.uid = 4;
+    rc.priority = -1;
+    CHECK_EQ(l8_sched_submit(w.s, &rc, NULL), 0);
+    CHECK_EQ(l8_sched_build_step(w.s, &seqs, &n), 0);
+    CHECK(in_step(&w, n, 2));
+    struct l8_sched_stats st;
+    l8_sched_get_stats(w.s, &st);
+    CHECK(st.preemptions >= 1);
+    CHECK_EQ(exec_step(&w.x, w.s, seqs, n), 0);
+    CHECK_EQ(l8_sched_step_done(w.s, seqs, n, 0), 0);
+    for (int i = 0; i < 100 && !rec_for(&w, 2, 1)->n_done; i++)
+        step(&w, __LINE__);
+    check_stream(&w, 2, 1, b, 8, 12, NULL, 0, 0, __LINE__);
+    l8_sched_owner_stats(w.s, 1, &os);
+    CHECK_EQ(rec_for(&w, 1, 0)->n, 1);          /* uid 1 got its first tokens only */
+    hold_a = false;
+    run_all(&w, 64, 8);
+    for (uint32_t i = 0; i < 3; i++)
+        check_stream(&w, 1, i, a[i], 16, 8, NULL, 0, 10 + i, __LINE__);
+    check_stream(&w, 4, 1, c, 4, 4, NULL, 0, 0, __LINE__);
+    world_fini(&w);
+
+    /* Two busy uids on a small pool: pages change hands without a swap
+     * back and forth, and every stream is whole. */
+    CHECK_EQ(world_init(&w, 12, 4, 32, 8, 64), 0);
+    uint32_t p[6][12];
+    for (uint32_t i = 0; i < 6; i++) {
+        fill(p[i], 12, 50 * i + 3);
+        struct l8_sched_req r = req(1 + i % 2, i, p[i], 12, 20);
+        r.uid = 1 + i % 2;
+        r.sampling.seed = i;
+        r.sampling.temperature = 1;
+        CHECK_EQ(l8_sched_submit(w.s, &r, NULL), 0);
+    }
+    uint32_t steps = run_all(&w, 32, 8);
+    l8_sched_get_stats(w.s, &st);
+    CHECK(steps < 400);
+    for (uint32_t i = 0; i < 6; i++)
+        check_stream(&w, 1 + i % 2, i, p[i], 12, 20, NULL, 0, i, __LINE__);
+    printf("uid pages: two busy uids, 12 pages: %u steps, %llu preemptions\n", steps,
+           (unsigned long long)st.preemptions);
+    world_fini(&w);
+}
+
 int main(void)
 {
     test_constraints(false);
@@ -1676,6 +1843,8 @@ int main(void)
     test_head_of_line();
     test_priority();
     test_held();
+    test_uid_queue();
+    test_uid_pages();
     test_fair_share();
     test_fair_turns();
     test_cancel();
