@@ -29,14 +29,6 @@
 #define LISTEN_BACKLOG 256
 #define URING_ENTRIES 1024
 
-static uint32_t pow2_at_least(uint32_t x)
-{
-    uint32_t p = 1;
-    while (p < x)
-        p <<= 1;
-    return p;
-}
-
 /* Our own socket: refuse to steal a live daemon's path, replace a stale one. */
 static int make_listen_socket(struct l8d *d)
 {
@@ -274,7 +266,12 @@ static void raise_nofile(void)
 static int setup(struct l8d *d, int argc, char **argv)
 {
     char err[L8D_ERRLEN] = "", lerr[L8_ERRLEN] = "";
+    struct l8d_sizes sz;
     int rc = l8d_conf_from_args(&d->conf, argc, argv, err);
+    /* What the model does not change, refused before anything starts (the
+     * model's context is checked again once it is read). */
+    if (rc == 0 && l8d_conf_derive(&d->conf, 0, &sz, err) < 0)
+        rc = -EINVAL;
     if (rc != 0) {
         if (rc < 0)
             fprintf(stderr, "llama8d: %s\n", err);
@@ -348,6 +345,12 @@ static int setup(struct l8d *d, int argc, char **argv)
         return rc;
     }
     const struct l8_config *cfg = &d->model->cfg;
+    if ((rc = l8d_conf_derive(&d->conf, cfg->max_pos, &sz, err)) < 0) {
+        log_err("%s", err);
+        sd_notifyf(0, "STATUS=%s", err);
+        snprintf(d->start_error, sizeof d->start_error, "%s", err);
+        return rc;
+    }
     if (cfg->rope_theta_absent)
         log_notice("%s/config.json has no \"rope_theta\": using %g, the default of Hugging Face's "
                    "LlamaConfig (Llama 3.1's is 500000)", d->model_dir, (double)cfg->rope_theta);
@@ -395,27 +398,18 @@ static int setup(struct l8d *d, int argc, char **argv)
 
     d->conf.numerics = eo.numerics;
     d->vocab = cfg->vocab;
-    d->max_ctx = cfg->max_pos;
-    if (d->conf.max_ctx && d->conf.max_ctx < d->max_ctx)
-        d->max_ctx = d->conf.max_ctx;
-    d->max_prompt = d->max_ctx - 1;
-    d->max_new = d->conf.max_new_tokens && d->conf.max_new_tokens < d->max_ctx - 1
-                     ? d->conf.max_new_tokens : d->max_ctx - 1;
+    d->max_ctx = sz.max_ctx;
+    d->max_prompt = sz.max_prompt;
+    d->max_new = sz.max_new;
     d->bos = cfg->bos;
     d->n_eos = 0;
     for (uint32_t i = 0; i < cfg->n_eos && i < L8_MAX_EOS; i++)
         if (cfg->eos[i] >= 0 && (uint32_t)cfg->eos[i] < cfg->vocab)
             d->eos[d->n_eos++] = (uint32_t)cfg->eos[i];
     d->max_stop_ids = L8_SCHED_MAX_STOP - d->n_eos;
-    d->sq_entries = pow2_at_least(d->conf.max_requests_per_client * 2 < 64
-                                      ? 64 : d->conf.max_requests_per_client * 2);
-    d->eq_entries = d->conf.eq_entries;
-    uint64_t arena = l8_align_up((size_t)d->max_prompt * 4 + L8_MAX_CONSTRAINT +
-                                 2 * L8_MAX_REQ_MSG + 4096, 4096);
-    arena = arena * 2 < (1u << 20) ? (1u << 20) : arena * 2;
-    if (arena > L8_MAX_ARENA)
-        arena = L8_MAX_ARENA;
-    d->arena_size = (uint32_t)arena;
+    d->sq_entries = sz.sq_entries;
+    d->eq_entries = sz.eq_entries;
+    d->arena_size = sz.arena_size;
     d->prompt_buf = malloc((size_t)d->max_prompt * 4);
     d->msg_buf = malloc(L8_MAX_REQ_MSG);
     d->constraint_buf = malloc(L8_MAX_CONSTRAINT);
@@ -445,10 +439,12 @@ static int setup(struct l8d *d, int argc, char **argv)
             log_info("decode graphs for batches up to %u: %.1f ms", d->conf.max_batch,
                      (double)(l8d_now_ns() - tw) / 1e6);
             uint32_t n = d->conf.max_step_tokens;
+            const uint64_t pool = (uint64_t)l8_engine_n_pages(d->engine) *
+                                  l8_engine_page_size(d->engine);
             if (n > d->max_ctx)
                 n = d->max_ctx;
-            if (n > l8_engine_n_pages(d->engine) * l8_engine_page_size(d->engine))
-                n = l8_engine_n_pages(d->engine) * l8_engine_page_size(d->engine);
+            if (n > pool)
+                n = (uint32_t)pool;
             tw = l8d_now_ns();
             if ((rc = warm_up(d, n)) < 0) {
                 log_err("warm-up prefill of %u tokens failed: %s", n, strerror(-rc));
@@ -469,6 +465,7 @@ static int setup(struct l8d *d, int argc, char **argv)
         .n_pages = l8_engine_n_pages(d->engine), .page_size = l8_engine_page_size(d->engine),
         .max_step_tokens = d->conf.max_step_tokens, .max_seqs = d->conf.max_batch,
         .max_ctx = d->max_ctx, .vocab = d->vocab, .max_requests = d->conf.max_requests,
+        .max_requests_per_uid = d->conf.max_requests_per_uid,
         .on_event = l8d_on_sched_event, .held = l8d_req_held,
         .free_constraint = l8d_constraint_free, .ctx = d,
         .no_prefix_cache = d->conf.prefix_cache == L8D_PREFIX_CACHE_OFF,

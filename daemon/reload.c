@@ -97,6 +97,7 @@ static void log_change(const char *key, const char *was_raw, const char *now_raw
 int l8d_reload(struct l8d *d)
 {
     struct l8d_conf next;
+    struct l8d_sizes sz;
     char err[L8D_ERRLEN] = "";
     if (d->state != L8D_RUNNING) {   /* no READY=1 while systemd sees it stopping */
         log_notice("draining: no reload");
@@ -105,7 +106,10 @@ int l8d_reload(struct l8d *d)
     /* MONOTONIC_USEC: systemd pairs this reload with the READY=1 after it. */
     sd_notifyf(0, "RELOADING=1\nSTATUS=reloading the configuration\nMONOTONIC_USEC=%llu",
                (unsigned long long)(l8d_now_ns() / 1000));
-    if (l8d_conf_from_args(&next, d->argc, d->argv, err) != 0) {
+    /* A value the next start would refuse is refused now, while the
+     * running configuration can still be kept. */
+    if (l8d_conf_from_args(&next, d->argc, d->argv, err) != 0 ||
+        l8d_conf_derive(&next, d->model->cfg.max_pos, &sz, err) < 0) {
         /* The file's bytes, made fit for the journal and Status's UTF-8. */
         l8_log_text(d->reload_error, sizeof(d->reload_error), err, strlen(err));
         log_err("reload: %s; the configuration in use is unchanged", d->reload_error);

@@ -7,6 +7,7 @@
 #include "../test.h"
 
 #include "conf.h"
+#include "proto/l8_shm.h"
 
 /* l8d_conf_compare's calls, as "key was->now live|restart;" */
 static char changes[1024];
@@ -40,11 +41,12 @@ int main(void)
     CHECK(l8d_conf_parse_text(&c, "max_batch = \f-18446744073709551615\n", "x.conf", err) ==
           -EINVAL, "a sign behind a form feed");
     CHECK(l8d_conf_parse_text(&c, "kv_mib = +5\n", "x.conf", err) == -EINVAL, "a plus sign");
-    /* kv_mib's bytes must fit 64 bits (2^44 MiB would wrap to 0 bytes). */
-    CHECK(l8d_conf_parse_text(&c, "kv_mib = 17592186044415\n", "x.conf", err) == 0 &&
-          c.kv_mib == 17592186044415ull, "kv_mib 2^44 - 1: %s", err);
-    CHECK(l8d_conf_parse_text(&c, "kv_mib = 17592186044416\n", "x.conf", err) == -EINVAL,
-          "kv_mib 2^44");
+    /* kv_mib: 16 TiB at most (its bytes fit 64 bits with room to spare). */
+    CHECK(l8d_conf_parse_text(&c, "kv_mib = 16777216\n", "x.conf", err) == 0 &&
+          c.kv_mib == 16777216, "kv_mib 2^24: %s", err);
+    CHECK(l8d_conf_parse_text(&c, "kv_mib = 17592186044416\n", "x.conf", err) == -EINVAL &&
+          !strcmp(err, "x.conf:1: kv_mib = 17592186044416: must be in [0, 16777216]"),
+          "kv_mib 2^44: %s", err);
     CHECK(l8d_conf_parse_text(&c, "max_batch\n", "x.conf", err) == -EINVAL, "no '='");
     CHECK(!strcmp(err, "x.conf:1: expected 'key = value'"), "message: %s", err);
     CHECK(l8d_conf_parse_text(&c, "numerics = fast\n", "x.conf", err) == -EINVAL, "bad enum");
@@ -72,7 +74,8 @@ int main(void)
     CHECK(l8d_conf_parse_text(&c, "spin_us = 1000000\n", "t.conf", err) == 0 &&
           c.spin_us == 1000000, "spin_us 1 s: %s", err);
     CHECK(l8d_conf_parse_text(&c, "spin_us = 1000001\n", "x.conf", err) == -EINVAL &&
-          strstr(err, "x.conf:1: spin_us: bad value '1000001' (auto|US"), "message: %s", err);
+          !strcmp(err, "x.conf:1: spin_us = 1000001: must be auto or in [0, 1000000]"),
+          "message: %s", err);
     CHECK(l8d_conf_parse_text(&c, "spin_us = on\n", "x.conf", err) == -EINVAL, "spin_us on");
 
     /* The cpu engine's FP8 lm_head: off unless asked for. */
@@ -98,7 +101,8 @@ int main(void)
     CHECK(l8d_conf_parse_text(&c, "gemv_max_m = auto\n", "t.conf", err) == 0 && c.gemv_max_m_auto,
           "gemv_max_m auto: %s", err);
     CHECK(l8d_conf_parse_text(&c, "gemv_max_m = 4294967296\n", "x.conf", err) == -EINVAL &&
-          strstr(err, "x.conf:1: gemv_max_m: bad value '4294967296' (auto|N"), "message: %s", err);
+          !strcmp(err, "x.conf:1: gemv_max_m = 4294967296: must be auto or in [0, 4294967295]"),
+          "message: %s", err);
     CHECK(c.gemv_max_m_auto, "a refused gemv_max_m changed it");
     CHECK(l8d_conf_parse_text(&c, "gemv_max_m = -1\n", "x.conf", err) == -EINVAL, "gemv_max_m -1");
     CHECK(l8d_conf_parse_text(&c, "\ncuda_graphs = off\n", "x.conf", err) == -EINVAL &&
@@ -132,7 +136,7 @@ int main(void)
     char *argvd[] = { "llama8d", "--config", "/dev/null", "--model", "/m", "--draft-max", "17",
                       NULL };
     CHECK(l8d_conf_from_args(&c, 7, argvd, err) == -EINVAL &&
-              strstr(err, "draft_max must be in [1, 16]"), "--draft-max 17: %s", err);
+              !strcmp(err, "draft_max = 17: must be in [1, 16]"), "--draft-max 17: %s", err);
     argvd[6] = "0";
     CHECK(l8d_conf_from_args(&c, 7, argvd, err) == -EINVAL, "--draft-max 0: %s", err);
 
@@ -199,13 +203,150 @@ int main(void)
     char *argv6[] = { "llama8d", "--config", "/dev/null", "--model", "/m", "--max-batch",
                       "65537", "--max-step-tokens", "70000", NULL };
     CHECK(l8d_conf_from_args(&c, 9, argv6, err) == -EINVAL &&
-              strstr(err, "max_batch must be at most 65536"), "max_batch 65537: %s", err);
+              !strcmp(err, "max_batch = 65537: must be in [1, 65536]"), "max_batch 65537: %s", err);
     char *argv7[] = { "llama8d", "--config", "/dev/null", "--model", "/m", "--max-clients",
                       "1048576", "--admin-clients", "1", NULL };
     CHECK(l8d_conf_from_args(&c, 9, argv7, err) == -EINVAL &&
               strstr(err, "max_clients + admin_clients must be at most 1048576"),
           "max_clients + admin_clients past 2^20: %s", err);
     remove("/tmp/l8ipc-test.conf");
+
+    /* Each number within its range where it is set; the message names the
+     * key, the value given and the range. */
+    static const struct { const char *line, *err; } ranges[] = {
+        { "max_requests_per_client = 600000",
+          "max_requests_per_client = 600000: must be in [1, 65536]" },
+        { "max_requests_per_client = 1073741824",
+          "max_requests_per_client = 1073741824: must be in [1, 65536]" },
+        { "max_requests_per_client = 99999999999999999999",
+          "max_requests_per_client = 99999999999999999999: must be in [1, 65536]" },
+        { "max_ctx = 1", "max_ctx = 1: must be 0 or in [2, 16777216]" },
+        { "page_size = 0", "page_size = 0: must be in [1, 4096]" },
+        { "max_clients = 0", "max_clients = 0: must be in [1, 1048576]" },
+        { "max_clients_per_uid = 1048577", "max_clients_per_uid = 1048577: must be in [1, 1048576]" },
+        { "max_requests_per_uid = 0", "max_requests_per_uid = 0: must be in [1, 1048576]" },
+        { "eq_entries = 96", "eq_entries = 96: must be a power of two in [64, 1048576]" },
+        { "threads = 4097", "threads = 4097: must be in [0, 4096]" },
+        { "socket_mode = 10000", "socket_mode = 10000: must be in [0, 07777]" },
+        { "max_batch = 0x10", "max_batch: bad value '0x10': must be a decimal number in [1, 65536]" },
+        { "max_ctx = 1e3",
+          "max_ctx: bad value '1e3': must be a decimal number, 0 or in [2, 16777216]" },
+        { "spin_us = 0x10", "spin_us: bad value '0x10': must be auto or a decimal number in [0, 1000000]" },
+        { "socket_mode = 0668", "socket_mode: bad value '0668': must be an octal mode in [0, 07777]" },
+    };
+    for (size_t i = 0; i < sizeof ranges / sizeof ranges[0]; i++) {
+        char line[128], want[L8D_ERRLEN];
+        l8d_conf_defaults(&c);
+        struct l8d_conf before = c;
+        snprintf(line, sizeof line, "model = /m\n%s\n", ranges[i].line);
+        snprintf(want, sizeof want, "r.conf:2: %s", ranges[i].err);
+        CHECK(l8d_conf_parse_text(&c, line, "r.conf", err) == -EINVAL && !strcmp(err, want),
+              "%s: '%s', not '%s'", ranges[i].line, err, want);
+        CHECK(!memcmp((char *)&c + offsetof(struct l8d_conf, grammar_cache),
+                      (char *)&before + offsetof(struct l8d_conf, grammar_cache),
+                      offsetof(struct l8d_conf, given) - offsetof(struct l8d_conf, grammar_cache)),
+              "%s: a refused value changed the configuration", ranges[i].line);
+    }
+    /* Decimal, leading zeros and all (strtoull's base 0 read 010 as 8);
+     * socket_mode alone is octal. The ends of a range are in it. */
+    l8d_conf_defaults(&c);
+    CHECK(l8d_conf_parse_text(&c, "max_batch = 010\nmax_ctx = 0064\nsocket_mode = 600\n"
+                              "max_requests_per_client = 65536\nmax_ctx = 2\n", "t.conf", err) == 0 &&
+              c.max_batch == 10 && c.max_ctx == 2 && c.socket_mode == 0600 &&
+              c.max_requests_per_client == 65536, "decimal: %s (max_batch %u)", err, c.max_batch);
+    CHECK(l8d_conf_parse_text(&c, "max_ctx = 0\nkv_pages = 0\n", "t.conf", err) == 0 &&
+          c.max_ctx == 0, "max_ctx 0: %s", err);
+
+    /* A NUL byte is an error on its line, not the end of the file. */
+    l8d_conf_defaults(&c);
+    static const char nul3[] = "max_batch = 8\n# x\nmax_ctx = 64\0\nmax_ctx = 1\n",
+                      nul_end[] = "max_batch = 8\n\0";
+    CHECK(l8d_conf_parse(&c, nul3, sizeof nul3 - 1, "n.conf", err) == -EINVAL &&
+          !strcmp(err, "n.conf:3: NUL byte"), "a NUL: %s", err);
+    CHECK(c.max_batch == 8 && c.max_ctx == 0, "the lines before the NUL: %u, %u", c.max_batch,
+          c.max_ctx);
+    CHECK(l8d_conf_parse(&c, nul_end, sizeof nul_end - 1, "n.conf", err) == -EINVAL &&
+          !strcmp(err, "n.conf:2: NUL byte"), "a NUL at the end: %s", err);
+    f = fopen("/tmp/l8ipc-nul.conf", "w");
+    REQUIRE(f && fwrite("model = /m\nmax_batch = 8\0\n", 1, 26, f) == 26 && fclose(f) == 0);
+    char *argvn[] = { "llama8d", "--config", "/tmp/l8ipc-nul.conf", NULL };
+    CHECK(l8d_conf_from_args(&c, 3, argvn, err) == -EINVAL &&
+          !strcmp(err, "/tmp/l8ipc-nul.conf:2: NUL byte"), "a NUL in the file: %s", err);
+    remove("/tmp/l8ipc-nul.conf");
+    /* A string too long says so. */
+    char longsock[200];
+    memset(longsock, 'a', sizeof longsock);
+    memcpy(longsock, "socket = /", 10);
+    longsock[10 + 108] = 0;
+    CHECK(l8d_conf_parse_text(&c, longsock, "s.conf", err) == -EINVAL &&
+          !strcmp(err, "s.conf:1: socket: a value of 109 bytes is too long (at most 107)"),
+          "a long socket: %s", err);
+
+    /* Per-uid shares: 64 connections, 1024 requests by default, lowered to
+     * max_clients / max_requests when those are smaller; given above them,
+     * refused. max_clients_per_uid is live, max_requests_per_uid is not. */
+    char *argvu[] = { "llama8d", "--config", "/dev/null", "--model", "/m", "--max-clients", "8",
+                      "--max-requests", "100", NULL, NULL, NULL };
+    CHECK(l8d_conf_from_args(&c, 5, argvu, err) == 0 && c.max_clients_per_uid == 64 &&
+          c.max_requests_per_uid == 1024, "per-uid defaults: %s", err);
+    CHECK(l8d_conf_from_args(&c, 9, argvu, err) == 0 && c.max_clients_per_uid == 8 &&
+          c.max_requests_per_uid == 100, "per-uid defaults lowered: %u, %u: %s",
+          c.max_clients_per_uid, c.max_requests_per_uid, err);
+    argvu[9] = "--max-clients-per-uid";
+    argvu[10] = "9";
+    CHECK(l8d_conf_from_args(&c, 11, argvu, err) == -EINVAL &&
+          !strcmp(err, "max_clients_per_uid = 9: must be at most max_clients (8)"),
+          "max_clients_per_uid 9 of 8: %s", err);
+    argvu[10] = "8";
+    CHECK(l8d_conf_from_args(&c, 11, argvu, err) == 0 && c.max_clients_per_uid == 8,
+          "max_clients_per_uid 8 of 8: %s", err);
+    argvu[9] = "--max-requests-per-uid";
+    argvu[10] = "101";
+    CHECK(l8d_conf_from_args(&c, 11, argvu, err) == -EINVAL &&
+          !strcmp(err, "max_requests_per_uid = 101: must be at most max_requests (100)"),
+          "max_requests_per_uid 101 of 100: %s", err);
+
+    /* The start-up derivation: each size within what a client accepts,
+     * and a setting no client could be served with refused by name, even
+     * past the parser (no spin in a power-of-two loop). */
+    struct l8d_sizes z;
+    l8d_conf_defaults(&c);
+    CHECK(l8d_conf_derive(&c, 131072, &z, err) == 0 && z.max_ctx == 131072 &&
+          z.max_prompt == 131071 && z.max_new == 131071 && z.sq_entries == 128 &&
+          z.eq_entries == 4096 && z.ctx_pages == 8192, "defaults: %s", err);
+    struct l8_shm_hdr h;
+    CHECK(z.shm_size == l8_shm_layout(z.sq_entries, z.eq_entries, z.arena_size, &h) &&
+          z.shm_size && z.arena_size >= 131071 * 4 + L8_MAX_CONSTRAINT, "shm %llu, arena %u",
+          (unsigned long long)z.shm_size, z.arena_size);
+    c.max_ctx = 64;
+    c.max_new_tokens = 100;
+    CHECK(l8d_conf_derive(&c, 131072, &z, err) == 0 && z.max_ctx == 64 && z.max_new == 63,
+          "max_ctx 64: %u, %u: %s", z.max_ctx, z.max_new, err);
+    c.max_ctx = 0;
+    CHECK(l8d_conf_derive(&c, 2, &z, err) == 0 && z.max_ctx == 2 && z.max_prompt == 1 &&
+          z.max_new == 1, "a model of 2 positions: %s", err);
+    CHECK(l8d_conf_derive(&c, 1, &z, err) == -EINVAL &&
+          strstr(err, "the model's max_position_embeddings (1) is less than the 2 positions"),
+          "a model of 1 position: %s", err);
+    c.max_requests_per_client = 65536;
+    CHECK(l8d_conf_derive(&c, 0, &z, err) == 0 && z.sq_entries == 131072 &&
+          z.max_ctx == L8D_MAX_CTX, "65536 requests a client: %s", err);
+    const uint32_t past[] = { 600000, 1u << 30, (1u << 31) + 1, UINT32_MAX };
+    for (size_t i = 0; i < sizeof past / sizeof past[0]; i++) {
+        c.max_requests_per_client = past[i];
+        CHECK(l8d_conf_derive(&c, 131072, &z, err) == -EINVAL &&
+              strstr(err, "max_requests_per_client = ") && strstr(err, ": must be in [1, 65536]"),
+              "max_requests_per_client %u: %s", past[i], err);
+    }
+    l8d_conf_defaults(&c);
+    c.eq_entries = 96;
+    CHECK(l8d_conf_derive(&c, 131072, &z, err) == -EINVAL &&
+          !strcmp(err, "eq_entries = 96: must be a power of two in [64, 1048576]"), "%s", err);
+    l8d_conf_defaults(&c);
+    c.kv_pages = 1u << 24;
+    c.page_size = 4096;
+    CHECK(l8d_conf_derive(&c, 131072, &z, err) == -EINVAL &&
+          strstr(err, "kv_pages = 16777216 of page_size = 4096"), "a pool past 2^31: %s", err);
 
     /* A reload: each key that differs, both values as the file spells them,
      * and whether it applies at once; take_live copies those and no other. */
