@@ -653,6 +653,24 @@ static const char *const err_texts[] = {
 };
 _Static_assert(sizeof(err_texts) / sizeof(err_texts[0]) == L8_ERR_MAX_, "texts");
 
+const char *l8c_wait_name(int reason)
+{
+    return reason == L8_WAIT_QUEUE ? "queue" : reason == L8_WAIT_PAGES ? "pages"
+         : reason == L8_WAIT_SLOTS ? "slots" : "?";
+}
+
+const char *l8c_wait_text(const struct l8_event *e, char buf[L8C_ERRLEN])
+{
+    if (e->reason == L8_WAIT_PAGES)
+        snprintf(buf, L8C_ERRLEN, "for KV pages: needs %u, %u free", e->token, e->index);
+    else if (e->reason == L8_WAIT_SLOTS)
+        snprintf(buf, L8C_ERRLEN, "for a free sequence slot (%u request%s ahead)", e->index,
+                 e->index == 1 ? "" : "s");
+    else
+        snprintf(buf, L8C_ERRLEN, "behind %u request%s", e->index, e->index == 1 ? "" : "s");
+    return buf;
+}
+
 const char *l8c_error_text(const struct l8_event *e, char buf[L8C_ERRLEN])
 {
     const uint32_t v = e->token, lim = e->index;
@@ -699,6 +717,10 @@ const char *l8c_error_text(const struct l8_event *e, char buf[L8C_ERRLEN])
         break;
     case L8_EF_REQUESTS:
         snprintf(buf, L8C_ERRLEN, "%u requests in flight: the limit is %u", v, lim);
+        break;
+    case L8_EF_UID_REQUESTS:
+        snprintf(buf, L8C_ERRLEN, "%u requests of this user in flight: its share of the "
+                 "daemon's queue is %u now (other users hold the rest)", v, lim);
         break;
     case L8_EF_PRIORITY:
         snprintf(buf, L8C_ERRLEN, "priority %u: above %u is for root and the daemon's user", v,

@@ -508,6 +508,10 @@ int ctl_run_one(struct l8c_client *c, struct ctl_run *x, const uint32_t *ids, si
             int stopped = 0;
             if (e->kind == L8_EV_STARTED)
                 x->cached = e->index;
+            if (e->kind == L8_EV_WAITING && !x->json && isatty(STDERR_FILENO)) {
+                char msg[L8C_ERRLEN];
+                fprintf(stderr, "llama8ctl: waiting %s\n", l8c_wait_text(e, msg));
+            }
             if (e->kind == L8_EV_TOKEN) {
                 if (x->tokens++ == 0)
                     x->t_first = e->t_ns;

@@ -12,9 +12,10 @@ static void reload_usage(FILE *f)
 {
     fprintf(f, "Usage: llama8ctl reload [--socket PATH] [--wait]\n"
                "Have llama8d read its configuration file and flags again, as SIGHUP does:\n"
-               "log_level, spin_us, max_clients, admin_clients and the timeouts apply at once,\n"
-               "other changed keys wait for a restart (listed here). Root and the daemon's\n"
-               "user only; they may connect beyond max_clients (admin_clients).\n\n"
+               "log_level, spin_us, max_clients, admin_clients, max_clients_per_uid and the\n"
+               "timeouts apply at once, other changed keys wait for a restart (listed here).\n"
+               "Root and the daemon's user only; they may connect beyond max_clients\n"
+               "(admin_clients).\n\n"
                "  --socket PATH          daemon socket (default $LLAMA8_SOCKET, else\n"
                "                         /run/llama8d/llama8d.sock)\n"
                CTL_WAIT_HELP

@@ -90,8 +90,8 @@ static json_object *event_head(const char *kind, const char *id_key, json_object
 json_object *ctl_event_json(const struct l8_event *e, const char *id_key, json_object *id,
                             uint64_t t_recv, const char *text, size_t text_len)
 {
-    static const char *const kinds[] = { "?", "token", "done", "error", "started" };
-    json_object *o = event_head(e->kind <= 4 ? kinds[e->kind] : "?", id_key, id);
+    static const char *const kinds[] = { "?", "token", "done", "error", "started", "waiting" };
+    json_object *o = event_head(e->kind <= 5 ? kinds[e->kind] : "?", id_key, id);
     if (e->kind == L8_EV_TOKEN) {
         json_object_object_add(o, "token", json_object_new_int64(e->token));
         json_object_object_add(o, "index", json_object_new_int64(e->index));
@@ -113,6 +113,16 @@ json_object *ctl_event_json(const struct l8_event *e, const char *id_key, json_o
     } else if (e->kind == L8_EV_STARTED) {
         json_object_object_add(o, "prompt_tokens", json_object_new_int64(e->token));
         json_object_object_add(o, "cached_tokens", json_object_new_int64(e->index));
+    } else if (e->kind == L8_EV_WAITING) {
+        char msg[L8C_ERRLEN];
+        json_object_object_add(o, "why", json_object_new_string(l8c_wait_name(e->reason)));
+        if (e->reason == L8_WAIT_PAGES) {
+            json_object_object_add(o, "pages_needed", json_object_new_int64(e->token));
+            json_object_object_add(o, "pages_free", json_object_new_int64(e->index));
+        } else {
+            json_object_object_add(o, "ahead", json_object_new_int64(e->index));
+        }
+        json_object_object_add(o, "message", json_object_new_string(l8c_wait_text(e, msg)));
     }
     json_object_object_add(o, "t_ns", json_object_new_uint64(e->t_ns));
     json_object_object_add(o, "t_recv_ns", json_object_new_uint64(t_recv));

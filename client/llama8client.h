@@ -343,6 +343,12 @@ const char *l8c_err_name(int code);
  * wrong: l8c_request_error(c, e->request_id) says it (NULL: use this). */
 const char *l8c_error_text(const struct l8_event *e, char buf[L8C_ERRLEN]);
 const char *l8c_done_name(int reason);
+/* What a WAITING record says, in words, into buf (returned): "behind 3
+ * requests", "for KV pages: needs 12, 4 free", "for a free sequence
+ * slot (2 requests ahead)". */
+const char *l8c_wait_text(const struct l8_event *e, char buf[L8C_ERRLEN]);
+/* enum l8_wait as a word: "queue", "pages", "slots" ("?" otherwise). */
+const char *l8c_wait_name(int reason);
 
 /* CLOCK_MONOTONIC in ns, the clock of event t_ns fields. */
 uint64_t l8c_now_ns(void);

@@ -42,6 +42,8 @@ struct l8d_req {
     uint32_t cached_tokens;  /* of them, from the prefix cache (STARTED) */
     uint64_t t_submit_ns, t_first_ns;  /* taken; its first token (0: none yet) */
     uint32_t drafted, accepted;        /* speculative decoding, at its end */
+    uint64_t t_waiting_ns;   /* its last WAITING event (0: none) */
+    bool started;            /* STARTED sent */
     bool live;
     bool ignore_eos;
 };
@@ -97,6 +99,9 @@ struct l8d_session {
     uint64_t doorbell_val;
     uint32_t ops_pending;    /* io_uring ops that still point at this session */
     bool recv_armed, doorbell_armed;
+    bool rang;               /* the doorbell fired since the last scan */
+    uint32_t empty_rings;    /* doorbells in a row that brought no submission:
+                                past L8D_EMPTY_RINGS it is read at the tick only */
     bool wake_armed;         /* the event doorbell's write is in flight */
     bool wake_again;         /* and another wake was asked for meanwhile */
     bool kick;               /* doorbell rang or a message came: scan the SQ */
@@ -237,6 +242,9 @@ void l8d_session_scan(struct l8d_session *s);
 /* The scheduler's `held` (scheduler.h): a request whose client has events
  * waiting in its backlog (its event ring is full) is not run. */
 bool l8d_req_held(void *ctx, void *user);
+/* Tell each request waiting to start, a second after its submission and
+ * every two seconds after, why it waits (a WAITING event). */
+void l8d_session_tell_waiting(struct l8d *d, uint64_t now_ns);
 /* Deliver a scheduler event. */
 void l8d_session_on_sched_event(struct l8d *d, const struct l8_sched_event *ev,
                                 uint64_t t_ns);

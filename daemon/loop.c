@@ -49,6 +49,12 @@ enum op { OP_ACCEPT = 1, OP_LISTEN, OP_RECV, OP_DOORBELL, OP_ENGINE, OP_SIGNAL, 
           OP_WAKE, OP_CANCEL };
 
 #define TICK_NS      (100ull * 1000000ull)   /* housekeeping period */
+/* An honest client rings only when the daemon asked (NEED_WAKEUP) and after
+ * publishing a submission, so an empty doorbell is a rare race; this many
+ * in a row is a client writing its eventfd in a loop, whose doorbell is
+ * then read once a tick (its ring still at every step): it costs the
+ * daemon ten wake-ups a second, not a core. */
+#define L8D_EMPTY_RINGS 8
 #define FAST_TICK_NS (1ull * 1000000ull)     /* while a client's backlog waits */
 /* A step counts as hung once it has run step_stall_ms plus STALL_FACTOR
  * times its expected duration (its tokens x the slowest recent ns per
@@ -169,7 +175,7 @@ void l8d_loop_arm_session(struct l8d *d, struct l8d_session *s)
         s->recv_armed = true;
         s->ops_pending++;
     }
-    if (!s->doorbell_armed && s->state == L8D_SESS_READY) {
+    if (!s->doorbell_armed && s->state == L8D_SESS_READY && s->empty_rings < L8D_EMPTY_RINGS) {
         struct io_uring_sqe *sqe = get_sqe(d);
         io_uring_prep_read(sqe, s->sq_efd, &s->doorbell_val, sizeof(s->doorbell_val), 0);
         io_uring_sqe_set_data64(sqe, ud(OP_DOORBELL, s->slot, s->gen));
@@ -210,6 +216,7 @@ static void start_step(struct l8d *d)
         if (!r || !r->live)
             continue;
         r->cached_tokens = slots[i].cached_tokens;
+        r->started = true;
         struct l8d_usage *u = &d->usage[r->s->usage_i];
         u->prompt_tokens += r->prompt_tokens > r->cached_tokens
                                 ? r->prompt_tokens - r->cached_tokens : 0;
@@ -427,6 +434,7 @@ static void housekeeping(struct l8d *d)
     }
     if (now - d->last_sample_ns >= 1000000000ull)
         sample_rate(d, now);
+    l8d_session_tell_waiting(d, now);
     idle_check(d, now);
     /* A connection that never says Hello would hold its slot (max_clients)
      * for as long as it stays open. */
@@ -437,6 +445,13 @@ static void housekeeping(struct l8d *d)
             log_info("connection from pid %d closed: no Hello within %u ms", (int)s->pid,
                      d->conf.hello_timeout_ms);
             l8d_session_close(s, L8_ERR_BAD_MESSAGE, "no Hello in time");
+        }
+    }
+    for (uint32_t i = 0; i < d->n_slots; i++) {
+        struct l8d_session *s = d->sessions[i];
+        if (s && s->empty_rings >= L8D_EMPTY_RINGS) {
+            s->empty_rings = L8D_EMPTY_RINGS - 1;   /* one read, then again at the tick */
+            l8d_loop_arm_session(d, s);
         }
     }
     if (d->state == L8D_DRAINING && now >= d->drain_deadline_ns) {
@@ -501,6 +516,7 @@ static void on_cqe(struct l8d *d, struct io_uring_cqe *cqe)
         s->doorbell_armed = false;
         s->ops_pending--;
         s->kick = true;
+        s->rang = true;
         break;
     case OP_ENGINE:
         arm_engine(d);
@@ -547,7 +563,11 @@ static void scan(struct l8d *d, bool all)
         if (!s || (!all && !s->kick))
             continue;
         s->kick = false;
+        const uint32_t head = s->sq_head;
         l8d_session_scan(s);
+        if (s->rang)
+            s->empty_rings = s->sq_head == head ? s->empty_rings + 1 : 0;
+        s->rang = false;
         l8d_loop_arm_session(d, s);
     }
 }

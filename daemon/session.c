@@ -246,6 +246,23 @@ int l8d_session_accept(struct l8d *d, int fd)
         refuse(d, fd, cr.uid, L8_ERR_TOO_MANY_CLIENTS, "too many clients");
         return 0;
     }
+    /* One uid's connections, idle welcomed ones too, count against its
+     * own limit, so it cannot take the slots of others (root and the
+     * daemon's user are trusted and have admin_clients besides). */
+    uint32_t of_uid = 0;
+    for (uint32_t i = 0; i < d->n_slots; i++)
+        of_uid += d->sessions[i] && d->sessions[i]->uid == cr.uid;
+    if (of_uid >= d->conf.max_clients_per_uid && !l8d_uid_is_admin(cr.uid)) {
+        if (l8_log_ratelimit(&d->rl_full, l8d_now_ns(), &skipped))
+            log_warn("refused pid %d uid %u: the uid has %u connections "
+                     "(max_clients_per_uid %u)%s", (int)cr.pid, (unsigned)cr.uid, of_uid,
+                     d->conf.max_clients_per_uid, l8_log_more(more, skipped));
+        char msg[128];
+        snprintf(msg, sizeof msg, "too many clients of uid %u: %u connected, "
+                 "max_clients_per_uid %u", (unsigned)cr.uid, of_uid, d->conf.max_clients_per_uid);
+        refuse(d, fd, cr.uid, L8_ERR_TOO_MANY_CLIENTS, msg);
+        return 0;
+    }
     const int usage_i = l8d_usage_index(d, cr.uid);
     struct l8d_session *s = usage_i < 0 ? NULL : calloc(1, sizeof(*s));
     if (!s) {
@@ -589,8 +606,11 @@ void l8d_session_on_sched_event(struct l8d *d, const struct l8_sched_event *e, u
         break;
     case L8_SCHED_EV_ERROR:
     default:
-        log_err("client %llu request %llu: engine error %d", (unsigned long long)s->id,
-                (unsigned long long)e->id, e->error);
+        log_err("client %llu request %llu: engine error: %s", (unsigned long long)s->id,
+                (unsigned long long)e->id,
+                e->error == -EDOM ? "the logits are not finite (NaN or Inf): the model's "
+                                    "weights or the engine are broken, no token was sampled"
+                                  : strerror(-e->error));
         ev = (struct l8_event){ .request_id = e->id, .t_ns = t_ns, .kind = L8_EV_ERROR,
                                 .code = L8_ERR_INTERNAL, .logprob = NAN };
         l8d_count_error(d, s->uid, L8_ERR_INTERNAL);
@@ -619,6 +639,7 @@ static void sched_refusal(int rc, int *code, int *field)
         { L8_SCHED_E_PENALTY,        L8_ERR_BAD_PARAMS,         L8_EF_REPETITION_PENALTY },
         { L8_SCHED_E_DUPLICATE_ID,   L8_ERR_DUPLICATE_REQUEST,  L8_EF_NONE },
         { L8_SCHED_E_QUEUE_FULL,     L8_ERR_TOO_MANY_REQUESTS,  L8_EF_REQUESTS },
+        { L8_SCHED_E_UID_QUEUE_FULL, L8_ERR_TOO_MANY_REQUESTS,  L8_EF_UID_REQUESTS },
     };
     *code = L8_ERR_INTERNAL;
     *field = L8_EF_NONE;
@@ -722,6 +743,7 @@ static void on_generate(struct l8d_session *s, const Llama8__GenerateRequest *g)
         .stop_ids = stops, .n_stop = n_stop,
         .priority = g->priority, .logprobs = g->logprobs,
         .cache_scope = d->conf.prefix_cache == L8D_PREFIX_CACHE_USER ? (uint32_t)s->uid : 0,
+        .uid = (uint32_t)s->uid,
         .constraint = constraint,
         .speculate = !g->no_speculate,
         .sampling = {
@@ -820,6 +842,37 @@ void l8d_session_scan(struct l8d_session *s)
     /* release: everything we copied out of the entries and the arena is
      * read before the client may reuse the space. */
     atomic_store_explicit(&s->sq_ctl->head, s->sq_head, memory_order_release);
+}
+
+/* ---------------------------------------------------------------- waiting */
+
+#define WAIT_FIRST_NS 1000000000ull   /* a request not started by then is told why */
+#define WAIT_EVERY_NS 2000000000ull   /* and again this often while it waits */
+_Static_assert((int)L8_SCHED_WAIT_QUEUE == (int)L8_WAIT_QUEUE &&
+               (int)L8_SCHED_WAIT_PAGES == (int)L8_WAIT_PAGES &&
+               (int)L8_SCHED_WAIT_SLOTS == (int)L8_WAIT_SLOTS, "wait ABI");
+
+static void tell_waiting(void *ctx, const struct l8_sched_wait *w)
+{
+    const uint64_t now = *(const uint64_t *)ctx;
+    struct l8d_req *r = w->user;
+    if (!r || !r->live || r->started || r->s->state != L8D_SESS_READY)
+        return;
+    const uint64_t due = r->t_waiting_ns ? r->t_waiting_ns + WAIT_EVERY_NS
+                                         : r->t_submit_ns + WAIT_FIRST_NS;
+    if (now < due)
+        return;
+    r->t_waiting_ns = now;
+    const bool pages = w->why == L8_SCHED_WAIT_PAGES;
+    struct l8_event ev = { .request_id = w->id, .t_ns = now, .kind = L8_EV_WAITING,
+                           .reason = (uint8_t)w->why, .index = pages ? w->have : w->ahead,
+                           .token = pages ? w->need : 0, .logprob = NAN };
+    l8d_session_push(r->s, &ev);
+}
+
+void l8d_session_tell_waiting(struct l8d *d, uint64_t now_ns)
+{
+    l8_sched_waiting(d->sched, tell_waiting, &now_ns);
 }
 
 bool l8d_req_held(void *ctx, void *user)

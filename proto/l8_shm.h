@@ -128,6 +128,18 @@ enum l8_event_kind {
     L8_EV_STARTED = 4,  /* t_ns = the first prefill chunk entered a step;
                            index = prompt tokens served from the prefix cache,
                            token = prompt tokens */
+    L8_EV_WAITING = 5,  /* the request is not started yet, and why: reason =
+                           enum l8_wait; index = requests ahead of it (QUEUE,
+                           SLOTS) or KV pages free (PAGES), token = KV pages
+                           it needs (PAGES). Sent a second after submission
+                           and every two while it waits; a client may ignore it */
+};
+
+/* Why a request waits (WAITING records). */
+enum l8_wait {
+    L8_WAIT_QUEUE = 1,  /* behind other requests that come first */
+    L8_WAIT_PAGES = 2,  /* next, but the KV pool cannot hold it yet */
+    L8_WAIT_SLOTS = 3,  /* every sequence slot of a step is taken */
 };
 
 /* What an ERROR record is about. The record says it in fields its kind
@@ -156,7 +168,10 @@ enum l8_err_field {
     L8_EF_CONSTRAINT_RANGE = 15, /* constraint_offset; limit: arena_size (the
                                  constraint's text is not inside the arena) */
     L8_EF_CONSTRAINT_LEN = 16, /* constraint_len; limit: L8_MAX_CONSTRAINT */
-    L8_EF_MAX_ = 17,
+    L8_EF_UID_REQUESTS = 17,  /* live requests of the client's uid; limit: its
+                                 share of the daemon's queue now (half of what
+                                 other uids leave, at most max_requests_per_uid) */
+    L8_EF_MAX_ = 18,
 };
 
 /* One event record, produced by the daemon. t_ns is CLOCK_MONOTONIC in the
@@ -170,7 +185,8 @@ struct l8_event {
     uint32_t index;       /* 0-based index of this generated token */
     float logprob;
     uint8_t kind;         /* enum l8_event_kind */
-    uint8_t reason;       /* enum l8_done, DONE records; l8_err_field, ERROR */
+    uint8_t reason;       /* enum l8_done, DONE records; l8_err_field, ERROR;
+                             l8_wait, WAITING */
     uint16_t code;        /* enum l8_err, ERROR records */
 };
 _Static_assert(sizeof(struct l8_event) == 32, "event record is ABI");
