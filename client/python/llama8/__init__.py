@@ -34,7 +34,7 @@ __all__ = ["Client", "AsyncClient", "Stream", "Token", "Error"]
 
 _ERRLEN = 256
 _MAX_EOS = 8
-_EV_TOKEN, _EV_DONE, _EV_ERROR, _EV_STARTED = 1, 2, 3, 4
+_EV_TOKEN, _EV_DONE, _EV_ERROR, _EV_STARTED, _EV_WAITING = 1, 2, 3, 4, 5
 _ERR_BAD_GRAMMAR = 15
 _CONSTRAINTS = {"grammar": 1, "json_schema": 2, "regex": 3, "json_object": 4}
 _ROLES = {"system": 0, "user": 1, "assistant": 2, "ipython": 3, "tool": 3}
@@ -121,6 +121,7 @@ def _load_lib() -> C.CDLL:
         "l8c_status": (I, [VP, VP, I]),
         "l8c_err_name": (C.c_char_p, [I]),
         "l8c_error_text": (C.c_char_p, [P(_Event), C.c_char_p]),
+        "l8c_wait_text": (C.c_char_p, [P(_Event), C.c_char_p]),
         "l8c_done_name": (C.c_char_p, [I]),
         "l8tok_load": (I, [C.c_char_p, P(VP)]),
         "l8tok_free": (None, [VP]),
@@ -192,7 +193,9 @@ class Stream:
     """One request's reply. Iterate for its tokens; afterwards ``reason``
     says why it ended ("eos", "stop", "length", "context", "cancelled",
     "grammar") and ``tokens`` how many were generated. ``text()`` reads the
-    rest and returns the whole reply."""
+    rest and returns the whole reply. While the request waits to start,
+    ``waiting`` says why ("behind 3 requests", "for KV pages: needs 12, 4
+    free"), as the daemon last told it (None: it never waited long)."""
 
     def __init__(self, client: "Client", rid: int, params: _Params, stops: Sequence[int]):
         self._c, self.request_id = client, rid
@@ -202,6 +205,7 @@ class Stream:
         self.tokens = 0
         self.prompt_tokens: Optional[int] = None
         self.cached_tokens: Optional[int] = None
+        self.waiting: Optional[str] = None
         self._decoder = client._new_decoder()
         self._params = params   # the stop ids stay alive while it runs
 
@@ -240,6 +244,9 @@ class Stream:
     def _event(self, e: _Event) -> None:
         if e.kind == _EV_STARTED:
             self.prompt_tokens, self.cached_tokens = e.token, e.index
+        elif e.kind == _EV_WAITING:
+            buf = C.create_string_buffer(_ERRLEN)
+            self.waiting = _L().l8c_wait_text(C.byref(e), buf).decode()
         elif e.kind == _EV_TOKEN:
             text = "" if e.token in self._stops else self._c._push(self._decoder, e.token)
             lp = None if math.isnan(e.logprob) else e.logprob
