@@ -422,7 +422,7 @@ static int setup(struct l8d *d, int argc, char **argv)
         atomic_store(&d->load_stage, "warming up");
         uint64_t tw = l8d_now_ns();
         if ((rc = warm_up(d, 1)) < 0) {
-            log_err("warm-up step failed: %s", strerror(-rc));
+            log_err("warm-up step failed: %s", l8_engine_strerror(rc));
             return rc;
         }
         /* One token: the first per-token figure of the stall bound (loop.c).

@@ -607,10 +607,7 @@ void l8d_session_on_sched_event(struct l8d *d, const struct l8_sched_event *e, u
     case L8_SCHED_EV_ERROR:
     default:
         log_err("client %llu request %llu: engine error: %s", (unsigned long long)s->id,
-                (unsigned long long)e->id,
-                e->error == -EDOM ? "the logits are not finite (NaN or Inf): the model's "
-                                    "weights or the engine are broken, no token was sampled"
-                                  : strerror(-e->error));
+                (unsigned long long)e->id, l8_engine_strerror(e->error));
         ev = (struct l8_event){ .request_id = e->id, .t_ns = t_ns, .kind = L8_EV_ERROR,
                                 .code = L8_ERR_INTERNAL, .logprob = NAN };
         l8d_count_error(d, s->uid, L8_ERR_INTERNAL);

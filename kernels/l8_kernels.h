@@ -233,7 +233,11 @@ struct l8k_sample_req {
  * top-p / min-p selection by radix select on (logit descending, id
  * ascending) keys and the pick by u. logits [*, V] f32 (unchanged); masks
  * [*, (V + 31) / 32] (may be NULL when no request has one); scratch [S, V]
- * f32; tok [S]; logprob [S]. */
+ * f32; tok [S]; logprob [S]. A request whose logits row holds a NaN or an
+ * infinity gets tok L8K_SAMPLE_NONFINITE: the flag comes back with the
+ * tokens, in the same copy, and costs one test per logit the kernel reads
+ * anyway. */
+#define L8K_SAMPLE_NONFINITE (-1)
 int l8k_sample(const float *logits, uint32_t V, const struct l8k_sample_req *req, uint32_t S,
                const int32_t *history, const uint32_t *masks, float *scratch, int32_t *tok,
                float *logprob, cudaStream_t st);

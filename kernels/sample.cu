@@ -9,7 +9,9 @@
  * the order threads add in: same inputs, same token, run to run.
  *
  * The logits are read where they are unless a repetition penalty applies
- * (then from a penalized copy in scratch), NaN read as -inf; the passes that
+ * (then from a penalized copy in scratch), NaN read as -inf; a row with a
+ * NaN or an infinity is flagged (L8K_SAMPLE_NONFINITE) in the pass that
+ * first reads it, the copy or the max; the passes that
  * only read them (max, log-sum-exp) use 16-byte loads, four in flight a
  * thread, since at batch 1 the one block's time is memory latency.
  *
@@ -225,9 +227,15 @@ static __global__ __launch_bounds__(SAMPLE_THREADS, 1) void sample_kernel(
     const bool pen = rq.rep_penalty != 1.0f && rq.rep_penalty > 0.0f && rq.n_hist > 0;
     const bool masked = masks && rq.mask_row >= 0;
     const float *src = pen || masked ? scr : row;
+    /* A NaN or an infinity among this thread's logits (of row, not of the
+     * copy, whose masked ids are -inf on purpose). */
+    bool nonfinite = false;
     if (pen || masked) {
-        for (uint32_t v = t; v < V; v += blockDim.x)
-            scr[v] = row[v];
+        for (uint32_t v = t; v < V; v += blockDim.x) {
+            const float l = row[v];
+            nonfinite |= !isfinite(l);
+            scr[v] = l;
+        }
         __syncthreads();
     }
     if (pen) {
@@ -254,7 +262,9 @@ static __global__ __launch_bounds__(SAMPLE_THREADS, 1) void sample_kernel(
     /* 2. Max, argmax (lowest id on ties), log-sum-exp of the penalized logits. */
     float bv = -INFINITY;
     uint32_t bi = 0xffffffffu;
+    const bool check = src == row;   /* else the copy above checked */
     for_each_logit(src, V, [&](uint32_t v, float l) {
+        nonfinite |= check && isinf(l);   /* NaN arrives as -inf */
         if (l > bv || (l == bv && v < bi)) {
             bv = l;
             bi = v;
@@ -268,23 +278,28 @@ static __global__ __launch_bounds__(SAMPLE_THREADS, 1) void sample_kernel(
             bv = ov;
             bi = oi;
         }
+        nonfinite |= __shfl_xor_sync(0xffffffffu, (int)nonfinite, o) != 0;
     }
     __shared__ float wv[32];
     __shared__ uint32_t wi[32];
+    __shared__ int wbad[32];
     __shared__ uint32_t best_s;
     if ((t & 31) == 0) {
         wv[t >> 5] = bv;
         wi[t >> 5] = bi;
+        wbad[t >> 5] = nonfinite;
     }
     __syncthreads();
     if (t == 0) {
         float b = -INFINITY;
         uint32_t i = 0xffffffffu;
-        for (uint32_t w = 0; w < blockDim.x / 32; w++)
+        for (uint32_t w = 0; w < blockDim.x / 32; w++) {
             if (wv[w] > b || (wv[w] == b && wi[w] < i)) {
                 b = wv[w];
                 i = wi[w];
             }
+            nonfinite |= wbad[w] != 0;   /* thread 0 alone uses it, below */
+        }
         best_s = i == 0xffffffffu ? 0 : i;
     }
     __syncthreads();
@@ -349,7 +364,7 @@ static __global__ __launch_bounds__(SAMPLE_THREADS, 1) void sample_kernel(
             chosen = amax;
     }
     if (t == 0) {
-        tok[blockIdx.x] = (int32_t)chosen;
+        tok[blockIdx.x] = nonfinite ? L8K_SAMPLE_NONFINITE : (int32_t)chosen;
         logprob[blockIdx.x] = logit_at(src, chosen) - M1 - logf(Z1);
     }
 }

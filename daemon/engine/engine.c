@@ -29,6 +29,13 @@ struct l8_engine {
     void *masks_ud;
 };
 
+const char *l8_engine_strerror(int rc)
+{
+    return rc == -EDOM ? "the logits are not finite (NaN or Inf): the model's weights or the "
+                         "engine are broken, no token was sampled"
+                       : strerror(-rc);
+}
+
 const char *l8_backend_name(enum l8_backend b)
 {
     switch (b) {

@@ -153,9 +153,15 @@ int  l8_engine_create(const struct l8_model *m, enum l8_backend backend,
                       char err[L8_ERRLEN]);
 void l8_engine_destroy(struct l8_engine *e);
 /* Run one step. Returns 0 or a negative errno (-EINVAL: a sequence breaks
- * the limits above; -EIO: device failure). On error no KV page of a
- * sequence that was not in the step has been written. */
+ * the limits above; -EIO: device failure; -EDOM: the logits a sequence
+ * samples from hold a NaN or an infinity, so the step samples nothing
+ * (weights that pass the load's checks can still overflow: a huge scale or
+ * norm); the token_out, logprob_out and verify_out of the step's sequences
+ * are then unspecified). On error no KV page of a sequence that was not in
+ * the step has been written. */
 int  l8_engine_step(struct l8_engine *e, struct l8_seq *seqs, uint32_t n_seqs);
+/* What a step's error means, for logs: -EDOM in words, else strerror. */
+const char *l8_engine_strerror(int rc);
 /* Masks written while the step runs: in a step where a sequence samples
  * with a mask (sample and allowed), the engine calls fn(ud) on the
  * stepping thread once, after it has started the forward pass (cuda: its

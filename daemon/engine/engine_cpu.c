@@ -697,10 +697,14 @@ struct logit_batch {
 };
 
 /* Sample j of q from its logits, as the decode step it stands for draws
- * it: the history up to that step, its Philox counter and its mask. */
-static void sample_one(struct cpu *e, struct l8_seq *q, uint32_t j, const float *logits,
-                       struct logit_batch *b)
+ * it: the history up to that step, its Philox counter and its mask.
+ * -EDOM when a logit is NaN or infinite: a weight (or an activation) has
+ * overflowed, and whatever the sampler drew from them would be garbage. */
+static int sample_one(struct cpu *e, struct l8_seq *q, uint32_t j, const float *logits,
+                      struct logit_batch *b)
 {
+    if (l8_find_nonfinite_f32(logits, e->c->vocab) < e->c->vocab)
+        return -EDOM;
     const uint32_t *mask = q->allowed ? q->allowed + (size_t)j * ((e->c->vocab + 31) / 32) : NULL;
     if (mask && b->wait) {
         b->wait(b->wait_ud);
@@ -715,11 +719,12 @@ static void sample_one(struct cpu *e, struct l8_seq *q, uint32_t j, const float 
         q->token_out = id;
         q->logprob_out = lp;
     }
+    return 0;
 }
 
 /* lm_head over the batch's rows, then the samples they owe; the batch
- * starts empty again. */
-static void logit_batch_run(struct cpu *e, struct logit_batch *b)
+ * starts empty again. 0, or sample_one's -EDOM. */
+static int logit_batch_run(struct cpu *e, struct logit_batch *b)
 {
     if (b->n_rows && e->lm_q.w) {
         const struct l8_qweight *W = &e->lm_q;
@@ -732,11 +737,13 @@ static void logit_batch_run(struct cpu *e, struct logit_batch *b)
     } else if (b->n_rows) {
         l8_cpu_dense_matmul(e->tp, &e->ws, &e->lm_head, e->xn, b->n_rows, e->dest);
     }
-    for (uint32_t i = 0; i < b->n_pend; i++) {
+    int r = 0;
+    for (uint32_t i = 0; i < b->n_pend && !r; i++) {
         const struct pending_sample *p = &e->pend[i];
-        sample_one(e, &e->seqs[p->seq], p->j, e->dest[p->row], b);
+        r = sample_one(e, &e->seqs[p->seq], p->j, e->dest[p->row], b);
     }
     b->n_rows = b->n_scratch = b->n_pend = 0;
+    return r;
 }
 
 static int cpu_step(void *impl, struct l8_seq *seqs, uint32_t n_seqs,
@@ -829,7 +836,8 @@ static int cpu_step(void *impl, struct l8_seq *seqs, uint32_t n_seqs,
      * the same whatever rows share its batch. */
     struct logit_batch b = { .wait = wait, .wait_ud = wait_ud };
     uint32_t tok = 0;
-    for (uint32_t s = 0; s < n_seqs; s++) {
+    int r = 0;
+    for (uint32_t s = 0; s < n_seqs && !r; s++) {
         struct l8_seq *q = &seqs[s];
         const uint32_t first_sample = q->n_tokens - 1 - q->n_draft;
         for (uint32_t t = 0; t < q->n_tokens; t++, tok++) {
@@ -848,13 +856,14 @@ static int cpu_step(void *impl, struct l8_seq *seqs, uint32_t n_seqs,
             if (sampled)
                 e->pend[b.n_pend++] = (struct pending_sample){ s, t - first_sample, b.n_rows };
             e->dest[b.n_rows++] = d;
-            if (b.n_scratch == e->scratch_rows)
-                logit_batch_run(e, &b);
+            if (b.n_scratch == e->scratch_rows && (r = logit_batch_run(e, &b)))
+                break;
         }
     }
-    logit_batch_run(e, &b);
+    if (!r)
+        r = logit_batch_run(e, &b);
     e->seqs = NULL;
-    return 0;
+    return r;
 }
 
 const struct l8_engine_ops l8_engine_cpu_ops = {

@@ -1274,6 +1274,10 @@ static int sample_and_copy(struct cuda_engine *e, struct l8_seq *seqs, uint32_t 
     l8_prof_mark(e->prof, L8_PH_SAMPLE);
     if (cudaStreamSynchronize(e->st) != cudaSuccess)
         return -EIO;
+    /* The kernel's flag for logits with a NaN or an infinity (engine.h). */
+    for (uint32_t i = 0; i < ns; i++)
+        if (e->h_tok[i] == L8K_SAMPLE_NONFINITE)
+            return -EDOM;
     for (uint32_t i = 0; i < ns; i++) {
         struct l8_seq *q = &seqs[e->req_seq[i]];
         if (q->n_draft) {

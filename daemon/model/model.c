@@ -4,12 +4,21 @@
  * Two passes: the first finds every tensor, checks its dtype and exact
  * shape against config.json and adds up the bytes the converted forms need;
  * the second allocates one arena and fills it (norms and scales to f32,
- * dense projections quantized to FP8 on nthreads threads). So a bad
- * checkpoint fails before any large allocation, and nothing is allocated
- * per tensor. */
+ * dense projections quantized to FP8 on nthreads threads). So a checkpoint
+ * of the wrong shape fails before any large allocation, and nothing is
+ * allocated per tensor.
+ *
+ * The second pass also checks every value the engines will compute with:
+ * a weight_scale that is not finite and positive, an E4M3 NaN code, a NaN
+ * or an infinity in a dense tensor is refused with the tensor and the
+ * element named. Loaded, any of them makes every logit NaN and every
+ * request stream token 0. The big tensors are scanned on the same threads
+ * as the quantization, each byte once. */
 #include "model.h"
 
 #include <errno.h>
+#include <float.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -18,12 +27,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "numerics.h"
 #include "fail.h"
 
 #define ARENA_ALIGN 64          /* cache line: engines stream these rows */
-#define QUANT_ROWS_PER_TASK 64  /* load-time quantization work unit */
+#define ROWS_PER_TASK 64        /* load-time quantization and scan work unit */
 #define MAX_LOAD_THREADS 256
 
 
@@ -61,15 +71,62 @@ void l8_dense_row(const struct l8_dense *d, uint32_t r, float *out)
         out[i] = dense_at(d->dtype, row, i);
 }
 
+/* The index of the first NaN or infinity (E4M3: NaN code) of n elements
+ * of dtype t at p, or n. */
+static size_t find_nonfinite(enum l8_dtype t, const void *p, size_t n)
+{
+    switch (t) {
+    case L8_F8_E4M3: return l8_find_nonfinite_e4m3(p, n);
+    case L8_BF16:    return l8_find_nonfinite_bf16(p, n);
+    case L8_F16:     return l8_find_nonfinite_f16(p, n);
+    case L8_F32:     return l8_find_nonfinite_f32(p, n);
+    default:         return n;   /* excluded by the dtype checks */
+    }
+}
+
+static void num_str(float v, char *buf, size_t len)
+{
+    if (isnan(v))
+        snprintf(buf, len, "NaN");
+    else if (isinf(v))
+        snprintf(buf, len, "%sInf", v > 0 ? "+" : "-");
+    else
+        snprintf(buf, len, "%g", (double)v);
+}
+
+/* The message for element i of t, found NaN or infinite (or a NaN code). */
+static int bad_value(char err[L8_ERRLEN], const struct l8_tensor *t, uint64_t i)
+{
+    char where[64] = "", num[16];
+    if (t->n_dims == 2 && t->shape[1] > 1)
+        snprintf(where, sizeof where, " (row %llu, column %llu)",
+                 (unsigned long long)(i / t->shape[1]), (unsigned long long)(i % t->shape[1]));
+    const size_t es = l8_dtype_size(t->dtype);
+    uint32_t bits = 0;
+    memcpy(&bits, (const uint8_t *)t->data + i * es, es);
+    if (t->dtype == L8_F8_E4M3)
+        return l8_fail(err, "%s: %s: element %llu%s is an E4M3 NaN code (0x%02x)", t->file,
+                       t->name, (unsigned long long)i, where, bits);
+    num_str(dense_at(t->dtype, t->data, i), num, sizeof num);
+    return l8_fail(err, "%s: %s: element %llu%s is %s (%s 0x%0*x)", t->file, t->name,
+                   (unsigned long long)i, where, num, l8_dtype_name(t->dtype), (int)(2 * es),
+                   bits);
+}
+
 /* --- pass 1: find and check ------------------------------------------- */
 
-enum proj_kind { PROJ_FP8, PROJ_QUANTIZE };
+/* What pass 2 does with a big tensor, in tasks of ROWS_PER_TASK rows. */
+enum job_kind {
+    PROJ_FP8,       /* codes used in place: scanned for NaN codes */
+    PROJ_QUANTIZE,  /* dense projection: each row checked, then quantized */
+    DENSE_SCAN,     /* embedding, lm_head: used in place, scanned */
+};
 
-struct proj_job {
-    enum proj_kind kind;
+struct weight_job {
+    enum job_kind kind;
     const struct l8_tensor *w;      /* [out, in] */
     const struct l8_tensor *scale;  /* [out, 1] or [out], PROJ_FP8 only */
-    struct l8_qweight *dst;
+    struct l8_qweight *dst;         /* NULL for DENSE_SCAN */
     uint32_t out, in;
 };
 
@@ -78,7 +135,7 @@ struct loader {
     const struct l8_config *c;
     const struct l8_tensor_set *ts;
     bool *used;                     /* [l8_st_count(ts)] */
-    struct proj_job *jobs;          /* [7 * n_layers] */
+    struct weight_job *jobs;        /* [7 * n_layers + 2] */
     uint32_t n_jobs;
     size_t arena_bytes;
     char *err;
@@ -157,6 +214,8 @@ static int need_dense(struct loader *L, const char *name, uint32_t rows, uint32_
         return l8_fail(L->err, "%s: %s: data not aligned to its %zu-byte elements",
                     t->file, name, l8_dtype_size(t->dtype));
     *d = (struct l8_dense){ .dtype = t->dtype, .data = t->data, .rows = rows, .cols = cols };
+    L->jobs[L->n_jobs++] = (struct weight_job){ .kind = DENSE_SCAN, .w = t, .out = rows,
+                                                .in = cols };
     return 0;
 }
 
@@ -195,8 +254,8 @@ static int need_proj(struct loader *L, uint32_t layer, const char *module, uint3
      * FP8 checkpoint. The engines only have FP8 projections, so it is
      * quantized at load with the same recipe, like a BF16 checkpoint. */
     bool dense_expected = !fp8_ckpt || l8_config_ignores(L->c, mod);
-    struct proj_job *j = &L->jobs[L->n_jobs++];
-    *j = (struct proj_job){ .w = w, .dst = dst, .out = out, .in = in };
+    struct weight_job *j = &L->jobs[L->n_jobs++];
+    *j = (struct weight_job){ .w = w, .dst = dst, .out = out, .in = in };
     if (dense_expected) {
         if (!is_dense_dtype(w->dtype))
             return bad_dtype(L, w, fp8_ckpt ? "BF16, F16 or F32 (module is in"
@@ -221,25 +280,47 @@ static int need_proj(struct loader *L, uint32_t layer, const char *module, uint3
     return 0;
 }
 
-/* --- pass 2: convert --------------------------------------------------- */
+/* --- pass 2: convert and check ----------------------------------------- */
 
-struct quant_pool {
-    struct proj_job *jobs;
+struct load_pool {
+    struct weight_job *jobs;
     uint32_t n_jobs;
     uint32_t *task_start;           /* [n_jobs + 1] prefix sums of tasks per job */
     atomic_uint next;
     uint32_t n_tasks;
-    uint32_t max_in;
+    uint32_t max_in;                /* longest row quantized (0: none) */
     atomic_int failed;
+    /* The first bad element in (job, element) order, whatever thread finds
+     * which: so the message is the same at any thread count. Tasks of later
+     * jobs than bad_job are skipped. */
+    pthread_mutex_t mu;
+    atomic_uint bad_job;            /* UINT32_MAX: none */
+    uint64_t bad_elem;              /* under mu */
 };
 
-static void quantize_rows(const struct proj_job *j, uint32_t r0, uint32_t r1, float *row)
+static void note_bad(struct load_pool *p, uint32_t j, uint64_t elem)
+{
+    pthread_mutex_lock(&p->mu);
+    uint32_t bj = atomic_load(&p->bad_job);
+    if (j < bj || (j == bj && elem < p->bad_elem)) {
+        atomic_store(&p->bad_job, j);
+        p->bad_elem = elem;
+    }
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* Quantize rows [r0, r1) of j, each checked before it is decoded. Returns
+ * the index in j->w of the first non-finite element, or UINT64_MAX. */
+static uint64_t quantize_rows(const struct weight_job *j, uint32_t r0, uint32_t r1, float *row)
 {
     uint8_t *codes = (uint8_t *)j->dst->w;
     float *scale = (float *)j->dst->scale;
     size_t esz = l8_dtype_size(j->w->dtype);
     for (uint32_t r = r0; r < r1; r++) {
         const uint8_t *src = (const uint8_t *)j->w->data + (size_t)r * j->in * esz;
+        size_t bad = find_nonfinite(j->w->dtype, src, j->in);
+        if (bad < j->in)
+            return (uint64_t)r * j->in + bad;
         /* One loop per dtype: this runs over every weight of a BF16 8B
          * checkpoint, so keep the dtype switch out of it. */
         uint16_t h;
@@ -260,13 +341,32 @@ static void quantize_rows(const struct proj_job *j, uint32_t r0, uint32_t r1, fl
         uint16_t s = l8_quantize_weight_row(row, j->in, codes + (size_t)r * j->in);
         scale[r] = l8_bf16_to_f32(s);
     }
+    return UINT64_MAX;
 }
 
-static void *quant_worker(void *arg)
+static void run_task(struct load_pool *p, uint32_t jn, uint32_t r0, uint32_t r1, float *row)
 {
-    struct quant_pool *p = arg;
-    float *row = malloc(p->max_in * sizeof(float));
-    if (!row) {
+    const struct weight_job *j = &p->jobs[jn];
+    uint64_t bad = UINT64_MAX;
+    if (j->kind == PROJ_QUANTIZE) {
+        bad = quantize_rows(j, r0, r1, row);
+    } else {
+        const size_t n = (size_t)(r1 - r0) * j->in;
+        const uint8_t *src = (const uint8_t *)j->w->data +
+                             (size_t)r0 * j->in * l8_dtype_size(j->w->dtype);
+        size_t k = find_nonfinite(j->w->dtype, src, n);
+        if (k < n)
+            bad = (uint64_t)r0 * j->in + k;
+    }
+    if (bad != UINT64_MAX)
+        note_bad(p, jn, bad);
+}
+
+static void *load_worker(void *arg)
+{
+    struct load_pool *p = arg;
+    float *row = NULL;
+    if (p->max_in && !(row = malloc(p->max_in * sizeof(float)))) {
         atomic_store(&p->failed, 1);
         return NULL;
     }
@@ -277,26 +377,28 @@ static void *quant_worker(void *arg)
             break;
         while (p->task_start[j + 1] <= t)   /* tasks are taken in order */
             j++;
-        uint32_t r0 = (t - p->task_start[j]) * QUANT_ROWS_PER_TASK;
-        uint32_t r1 = r0 + QUANT_ROWS_PER_TASK;
+        if (j > atomic_load(&p->bad_job))
+            continue;
+        uint32_t r0 = (t - p->task_start[j]) * ROWS_PER_TASK;
+        uint32_t r1 = r0 + ROWS_PER_TASK;
         if (r1 > p->jobs[j].out)
             r1 = p->jobs[j].out;
-        quantize_rows(&p->jobs[j], r0, r1, row);
+        run_task(p, j, r0, r1, row);
     }
     free(row);
     return NULL;
 }
 
-static int run_quantize(struct proj_job *jobs, uint32_t n_jobs, int nthreads, char err[L8_ERRLEN])
+/* Run every job's tasks on nthreads threads (0: one a core). */
+static int run_jobs(struct weight_job *jobs, uint32_t n_jobs, int nthreads, char err[L8_ERRLEN])
 {
-    struct quant_pool p = { .jobs = jobs, .n_jobs = n_jobs };
+    struct load_pool p = { .jobs = jobs, .n_jobs = n_jobs, .bad_job = UINT32_MAX };
     int r = 0;
     if (!(p.task_start = calloc(n_jobs + 1, sizeof *p.task_start)))
         return l8_fail_code(err, -ENOMEM, "out of memory");
+    pthread_mutex_init(&p.mu, NULL);
     for (uint32_t j = 0; j < n_jobs; j++) {
-        uint32_t n = jobs[j].kind == PROJ_QUANTIZE
-                         ? (jobs[j].out + QUANT_ROWS_PER_TASK - 1) / QUANT_ROWS_PER_TASK : 0;
-        p.task_start[j + 1] = p.task_start[j] + n;
+        p.task_start[j + 1] = p.task_start[j] + (jobs[j].out + ROWS_PER_TASK - 1) / ROWS_PER_TASK;
         if (jobs[j].kind == PROJ_QUANTIZE && jobs[j].in > p.max_in)
             p.max_in = jobs[j].in;
     }
@@ -305,23 +407,57 @@ static int run_quantize(struct proj_job *jobs, uint32_t n_jobs, int nthreads, ch
         goto out;
 
     pthread_t tid[MAX_LOAD_THREADS];
+    if (nthreads <= 0)
+        nthreads = (int)sysconf(_SC_NPROCESSORS_ONLN);
     int nt = nthreads < 1 ? 1 : nthreads > MAX_LOAD_THREADS ? MAX_LOAD_THREADS : nthreads;
     int started = 0;
     /* The calling thread is worker 0; a failed pthread_create only means
      * fewer helpers, never a failed load. */
     for (int i = 1; i < nt; i++) {
-        if (pthread_create(&tid[started], NULL, quant_worker, &p) != 0)
+        if (pthread_create(&tid[started], NULL, load_worker, &p) != 0)
             break;
         started++;
     }
-    quant_worker(&p);
+    load_worker(&p);
     for (int i = 0; i < started; i++)
         pthread_join(tid[i], NULL);
-    if (atomic_load(&p.failed) && atomic_load(&p.next) < p.n_tasks)
+    if (atomic_load(&p.bad_job) != UINT32_MAX)
+        r = bad_value(err, jobs[p.bad_job].w, p.bad_elem);
+    else if (atomic_load(&p.failed) && atomic_load(&p.next) < p.n_tasks)
         r = l8_fail_code(err, -ENOMEM, "out of memory quantizing weights");
 out:
+    pthread_mutex_destroy(&p.mu);
     free(p.task_start);
     return r;
+}
+
+/* A norm weight [n] to f32, refused if any element is NaN or infinite. */
+static int decode_norm(const struct l8_tensor *t, uint32_t n, float *f, char err[L8_ERRLEN])
+{
+    size_t bad = find_nonfinite(t->dtype, t->data, n);
+    if (bad < n)
+        return bad_value(err, t, bad);
+    for (uint32_t i = 0; i < n; i++)
+        f[i] = dense_at(t->dtype, t->data, i);
+    return 0;
+}
+
+/* A weight_scale [out] to f32. A scale of zero or below, or one that is
+ * not finite, turns its whole output row into zeros, NaNs or sign flips:
+ * refused. */
+static int decode_scale(const struct l8_tensor *t, uint32_t out, float *f, char err[L8_ERRLEN])
+{
+    for (uint32_t o = 0; o < out; o++) {
+        const float v = dense_at(t->dtype, t->data, o);
+        if (!(v > 0.0f && v <= FLT_MAX)) {
+            char num[16];
+            num_str(v, num, sizeof num);
+            return l8_fail(err, "%s: %s: element %u is %s, expected a finite scale > 0",
+                           t->file, t->name, o, num);
+        }
+        f[o] = v;
+    }
+    return 0;
 }
 
 /* --- the whole model ---------------------------------------------------- */
@@ -372,7 +508,7 @@ int l8_model_load(const char *dir, int nthreads, struct l8_model **out, char err
     m->layers = calloc(c->n_layers, sizeof *m->layers);
     lt = calloc(c->n_layers, sizeof *lt);
     L.used = calloc(l8_st_count(m->ts) + 1, sizeof *L.used);
-    L.jobs = calloc((size_t)7 * c->n_layers, sizeof *L.jobs);
+    L.jobs = calloc((size_t)7 * c->n_layers + 2, sizeof *L.jobs);
     if (!m->layers || !lt || !L.used || !L.jobs) {
         r = l8_fail_code(err, -ENOMEM, "%s: out of memory", dir);
         goto err;
@@ -442,8 +578,8 @@ int l8_model_load(const char *dir, int nthreads, struct l8_model **out, char err
     m->rope_inv_freq = (float *)take(&a, c->head_dim / 2 * sizeof(float));
     l8_rope_inv_freq(c, m->rope_inv_freq);
     m->final_norm = f = (float *)take(&a, c->hidden * sizeof(float));
-    for (uint32_t i = 0; i < c->hidden; i++)
-        f[i] = dense_at(final_norm->dtype, final_norm->data, i);
+    if ((r = decode_norm(final_norm, c->hidden, f, err)))
+        goto err;
     m->weight_bytes = m->embed.data != m->lm_head.data
                           ? m->embed.rows * (uint64_t)m->embed.cols * l8_dtype_size(m->embed.dtype) +
                             m->lm_head.rows * (uint64_t)m->lm_head.cols * l8_dtype_size(m->lm_head.dtype)
@@ -451,28 +587,30 @@ int l8_model_load(const char *dir, int nthreads, struct l8_model **out, char err
     m->weight_bytes += c->hidden * sizeof(float) * (1 + 2 * (uint64_t)c->n_layers);
     for (uint32_t l = 0; l < c->n_layers; l++) {
         m->layers[l].attn_norm = f = (float *)take(&a, c->hidden * sizeof(float));
-        for (uint32_t i = 0; i < c->hidden; i++)
-            f[i] = dense_at(lt[l].attn_norm->dtype, lt[l].attn_norm->data, i);
+        if ((r = decode_norm(lt[l].attn_norm, c->hidden, f, err)))
+            goto err;
         m->layers[l].mlp_norm = f = (float *)take(&a, c->hidden * sizeof(float));
-        for (uint32_t i = 0; i < c->hidden; i++)
-            f[i] = dense_at(lt[l].mlp_norm->dtype, lt[l].mlp_norm->data, i);
+        if ((r = decode_norm(lt[l].mlp_norm, c->hidden, f, err)))
+            goto err;
     }
     for (uint32_t j = 0; j < L.n_jobs; j++) {
-        struct proj_job *pj = &L.jobs[j];
+        struct weight_job *pj = &L.jobs[j];
         struct l8_qweight *q = pj->dst;
+        if (pj->kind == DENSE_SCAN)
+            continue;
         q->out = pj->out;
         q->in = pj->in;
         q->scale = f = (float *)take(&a, pj->out * sizeof(float));
         if (pj->kind == PROJ_FP8) {
             q->w = pj->w->data;     /* in place, in the read-only mapping */
-            for (uint32_t o = 0; o < pj->out; o++)
-                f[o] = dense_at(pj->scale->dtype, pj->scale->data, o);
+            if ((r = decode_scale(pj->scale, pj->out, f, err)))
+                goto err;
         } else {
             q->w = take(&a, (size_t)pj->out * pj->in);
         }
         m->weight_bytes += (uint64_t)pj->out * pj->in + pj->out * sizeof(float);
     }
-    if ((r = run_quantize(L.jobs, L.n_jobs, nthreads, err)))
+    if ((r = run_jobs(L.jobs, L.n_jobs, nthreads, err)))
         goto err;
 
     free(lt);

@@ -56,8 +56,11 @@ struct l8_model {
     void *owned;                /* arena for converted data (scales, norms, quantized weights) */
 };
 
-/* Load DIR. nthreads > 0 parallelizes load-time quantization. Returns 0,
- * or a negative errno with err naming the file and tensor at fault. */
+/* Load DIR. nthreads threads (0: one a core) quantize dense projections
+ * and check the values: a weight_scale that is not finite and > 0, an
+ * E4M3 NaN code, a NaN or an infinity anywhere else is refused (-EINVAL),
+ * with the tensor and the first bad element named. Returns 0, or a
+ * negative errno with err naming the file and tensor at fault. */
 int l8_model_load(const char *dir, int nthreads, struct l8_model **out, char err[L8_ERRLEN]);
 void l8_model_free(struct l8_model *m);
 

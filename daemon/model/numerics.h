@@ -47,3 +47,13 @@ float l8_quantize_act_row(const float *x, size_t n, uint8_t *q);
  *   q[i]  = E4M3(w[i] / float(s))                      (nearest even, saturating)
  * Returns s as BF16 bits. */
 uint16_t l8_quantize_weight_row(const float *w, size_t n, uint8_t *q);
+
+/* The index of the first of the n stored numbers at p (little-endian, any
+ * alignment) that is NaN or infinite, or n when there is none. One pass,
+ * eight bytes at a time, so the loader can check every weight at load for
+ * about the cost of reading it. E4M3 (fn) has no infinities: its finder
+ * looks for the NaN codes 0x7f and 0xff. */
+size_t l8_find_nonfinite_e4m3(const void *p, size_t n);
+size_t l8_find_nonfinite_bf16(const void *p, size_t n);
+size_t l8_find_nonfinite_f16(const void *p, size_t n);
+size_t l8_find_nonfinite_f32(const void *p, size_t n);

@@ -8,7 +8,12 @@
  *   quantization equals l8_quantize_weight_row on every row.
  * - Broken copies of the golden checkpoint, one defect each: the load fails
  *   with the right code and a message naming the file and tensor or key; a
- *   FIFO, a directory or a device in place of a file is refused at once. */
+ *   FIFO, a directory or a device in place of a file is refused at once.
+ * - Values the engines cannot compute with, one element changed in a copy:
+ *   a weight_scale that is NaN, infinite, zero or negative, an E4M3 NaN
+ *   code, a NaN or an infinity in the embedding, lm_head, a norm or a dense
+ *   projection: refused, naming the tensor and the first bad element, the
+ *   same at every thread count. */
 #include <float.h>
 #include <math.h>
 
@@ -683,6 +688,137 @@ static void test_broken_golden(void)
     t_rm_rf(d);
 }
 
+/* ---- values the engines cannot compute with ----------------------------- */
+
+/* Overwrite element elem (es bytes) of tensor name in the safetensors file
+ * path with the little-endian value v, through the test's own reader. */
+static void poke(const char *path, const char *name, uint64_t elem, size_t es, uint32_t v)
+{
+    uint8_t *data;
+    size_t dlen;
+    struct json_object *h = t_read_st(path, &data, &dlen), *e, *offs;
+    REQUIRE(json_object_object_get_ex(h, name, &e) &&
+            json_object_object_get_ex(e, "data_offsets", &offs), "%s not in %s", name, path);
+    uint64_t at = (uint64_t)json_object_get_int64(json_object_array_get_idx(offs, 0)) + elem * es;
+    REQUIRE(at + es <= dlen);
+    memcpy(data + at, &v, es);
+    t_write_st(path, h, data, dlen);
+    json_object_put(h);
+    free(data);
+}
+
+/* Load dir at 1, 2 and 3 threads: each fails with -EINVAL and a message
+ * holding every fragment. */
+#define EXPECT_BAD_VALUE(dir, ...)                                       \
+    do {                                                                 \
+        for (int nt_ = 1; nt_ <= 3; nt_++) {                             \
+            struct l8_model *m_ = NULL;                                  \
+            char err_[L8_ERRLEN] = "";                                   \
+            int r_ = l8_model_load((dir), nt_, &m_, err_);               \
+            CHECK_ERR(r_, -EINVAL, err_, __VA_ARGS__);                   \
+            if (!r_)                                                     \
+                l8_model_free(m_);                                       \
+        }                                                                \
+    } while (0)
+
+struct bad_value {
+    const char *shard, *tensor;
+    uint64_t elem[2];           /* elem[1]: a second bad one, later (0: none) */
+    size_t es;
+    uint32_t v;
+    const char *f1, *f2;        /* what the message says besides file and tensor */
+};
+
+static void test_bad_values(void)
+{
+    static const struct bad_value cases[] = {
+        /* weight_scale (BF16 [out, 1]): NaN, zero, negative, -0, infinite. */
+        { "2", "model.layers.1.self_attn.o_proj.weight_scale", { 77 }, 2, 0x7fc0,
+          "element 77 is NaN", "expected a finite scale > 0" },
+        { "1", "model.layers.0.mlp.gate_proj.weight_scale", { 1023 }, 2, 0x0000,
+          "element 1023 is 0,", "expected a finite scale > 0" },
+        { "1", "model.layers.0.self_attn.k_proj.weight_scale", { 5 }, 2, 0xbf00,
+          "element 5 is -0.5,", "expected a finite scale > 0" },
+        { "1", "model.layers.0.self_attn.v_proj.weight_scale", { 127 }, 2, 0x8000,
+          "element 127 is -0,", "expected a finite scale > 0" },
+        { "2", "model.layers.1.mlp.down_proj.weight_scale", { 0 }, 2, 0x7f80,
+          "element 0 is +Inf,", "expected a finite scale > 0" },
+        /* E4M3 NaN codes in projections; with two, the first is named. */
+        { "2", "model.layers.1.mlp.down_proj.weight", { 300001 }, 1, 0xff,
+          "element 300001 (row 292, column 993)", "is an E4M3 NaN code (0xff)" },
+        { "1", "model.layers.0.self_attn.q_proj.weight", { 100, 200000 }, 1, 0x7f,
+          "element 100 (row 0, column 100)", "is an E4M3 NaN code (0x7f)" },
+        { "1", "model.layers.0.mlp.up_proj.weight", { 1024 * 512 - 1 }, 1, 0x7f,
+          "element 524287 (row 1023, column 511)", "E4M3 NaN code" },
+        /* BF16 embedding, lm_head, norms. */
+        { "1", "model.embed_tokens.weight", { 2048 * 512 - 1 }, 2, 0xffc1,
+          "element 1048575 (row 2047, column 511)", "is NaN (BF16 0xffc1)" },
+        { "1", "model.embed_tokens.weight", { 70000, 900000 }, 2, 0x7f80,
+          "element 70000 (row 136, column 368)", "is +Inf (BF16 0x7f80)" },
+        { "1", "lm_head.weight", { 3 }, 2, 0x7fc0, "element 3 (row 0, column 3)", "is NaN" },
+        { "1", "model.layers.0.post_attention_layernorm.weight", { 13 }, 2, 0xff80,
+          "element 13 is -Inf (BF16 0xff80)", "" },
+        { "2", "model.norm.weight", { 511 }, 2, 0x7f80, "element 511 is +Inf", "" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const struct bad_value *b = &cases[i];
+        const char *shard = b->shard[0] == '1' ? SHARD1 : SHARD2;
+        char *d = t_copy_ckpt(golden);
+        char *p = t_path(d, shard);
+        for (int k = 0; k < 2; k++)
+            if (k == 0 || b->elem[k])
+                poke(p, b->tensor, b->elem[k], b->es, b->v);
+        EXPECT_BAD_VALUE(d, shard, b->tensor, b->f1, b->f2);
+        free(p);
+        t_rm_rf(d);
+    }
+
+    /* Two tensors bad: the one loaded first is named, at any thread count. */
+    char *d = t_copy_ckpt(golden);
+    char *p1 = t_path(d, SHARD1), *p2 = t_path(d, SHARD2);
+    poke(p2, "model.layers.1.mlp.down_proj.weight", 9, 1, 0x7f);
+    poke(p1, "model.layers.0.mlp.down_proj.weight", 123456, 1, 0xff);
+    EXPECT_BAD_VALUE(d, "model.layers.0.mlp.down_proj.weight", "element 123456 ");
+    /* The largest finite values are not refused. */
+    char *q = t_copy_ckpt(golden);
+    char *q1 = t_path(q, SHARD1);
+    poke(q1, "model.layers.0.self_attn.q_proj.weight", 0, 1, 0x7e);          /* 448 */
+    poke(q1, "model.layers.0.self_attn.q_proj.weight", 1, 1, 0xfe);          /* -448 */
+    poke(q1, "model.layers.0.self_attn.q_proj.weight_scale", 0, 2, 0x0001);  /* a subnormal */
+    poke(q1, "model.embed_tokens.weight", 0, 2, 0x7f7f);                     /* BF16 max */
+    struct l8_model *m = NULL;
+    char err[L8_ERRLEN] = "";
+    CHECK(l8_model_load(q, 2, &m, err) == 0, "%s", err);
+    l8_model_free(m);
+    free(p1);
+    free(p2);
+    free(q1);
+    t_rm_rf(d);
+    t_rm_rf(q);
+
+    /* Dense checkpoints: a projection quantized at load, checked row by row
+     * (BF16 NaN, F16 infinity), and an F32 [out] weight_scale. */
+    d = t_mkdtemp();
+    char *st = t_path(d, "model.safetensors");
+    write_small(d, &(struct small_opts){ .dtype = "BF16" });
+    poke(st, "model.layers.1.mlp.up_proj.weight", 95 * 64 + 7, 2, 0x7fc0);
+    EXPECT_BAD_VALUE(d, "model.safetensors", "model.layers.1.mlp.up_proj.weight",
+                     "element 6087 (row 95, column 7) is NaN");
+    write_small(d, &(struct small_opts){ .dtype = "F16" });
+    poke(st, "model.layers.0.self_attn.o_proj.weight", 64 * 96 - 1, 2, 0xfc00);
+    EXPECT_BAD_VALUE(d, "model.layers.0.self_attn.o_proj.weight",
+                     "element 6143 (row 63, column 95) is -Inf (F16 0xfc00)");
+    write_small(d, &(struct small_opts){ .dtype = "F32", .tied = true });
+    poke(st, "model.embed_tokens.weight", 64, 4, 0x7fc00000);
+    EXPECT_BAD_VALUE(d, "model.embed_tokens.weight", "element 64 (row 1, column 0) is NaN",
+                     "(F32 0x7fc00000)");
+    write_small(d, &(struct small_opts){ .dtype = "BF16", .fp8 = true });
+    poke(st, "model.layers.1.self_attn.k_proj.weight_scale", 47, 4, 0xff800000);
+    EXPECT_BAD_VALUE(d, "model.layers.1.self_attn.k_proj.weight_scale", "element 47 is -Inf");
+    free(st);
+    t_rm_rf(d);
+}
+
 int main(int argc, char **argv)
 {
     alarm(120);  /* a load that hangs (on a FIFO) fails instead of waiting for meson */
@@ -695,5 +831,6 @@ int main(int argc, char **argv)
     test_golden(1);
     test_small();
     test_broken_golden();
+    test_bad_values();
     return t_result("test_model");
 }

@@ -1,5 +1,7 @@
-/* test_numerics.c - E4M3, BF16 and F16 codecs on every code point, and the
- * two FP8 quantizers against their definitions in numerics.h. */
+/* test_numerics.c - E4M3, BF16 and F16 codecs on every code point, the
+ * two FP8 quantizers against their definitions in numerics.h, and the
+ * load-time finders of NaN and infinity (every code point of each 8- and
+ * 16-bit format, at every alignment, in awkward lengths). */
 #include <float.h>
 #include <math.h>
 #include <string.h>
@@ -278,6 +280,78 @@ static void test_weight_quant(void)
     }
 }
 
+/* The finders, against the codecs' own decoding of each code. */
+typedef size_t finder(const void *p, size_t n);
+
+/* An n-element buffer of finite values, misaligned by off bytes, with code
+ * at index pos: the finder must answer pos if code is special (NaN or
+ * infinite), whatever follows. If code is not, a NaN put just after it
+ * (when there is room) must be the answer, else n. 1 when it is wrong. */
+static int find_case(finder *f, size_t es, uint32_t code, bool is_special, size_t n, size_t pos,
+                     size_t off)
+{
+    static uint8_t buf[8 + 4 * 1100];
+    const uint32_t nan_code = es == 1 ? 0x7f : es == 2 ? 0x7fc0 : 0x7fc00000;
+    uint8_t *p = buf + off;
+    memset(p, 0x11, n * es);    /* 0x11, 0x1111, 0x11111111: finite in every format */
+    memcpy(p + pos * es, &code, es);
+    size_t want = n;
+    if (is_special)
+        want = pos;
+    if (pos + 1 < n) {
+        memcpy(p + (pos + 1) * es, &nan_code, es);
+        if (!is_special)
+            want = pos + 1;
+    }
+    size_t got = f(p, n);
+    if (got != want) {
+        fprintf(stderr, "  %zu-byte code 0x%x, n %zu, pos %zu, off %zu: got %zu, want %zu\n",
+                es, code, n, pos, off, got, want);
+        return 1;
+    }
+    return 0;
+}
+
+static void test_find_nonfinite(void)
+{
+    static const size_t lens[] = { 1, 2, 7, 8, 9, 19, 31, 32, 33, 63, 64, 65, 111, 127, 128, 129,
+                                   255, 256, 257, 989, 1100 };
+    const size_t nl = sizeof lens / sizeof lens[0];
+    int bad = 0;
+    /* Every code of the 8- and 16-bit formats, at a position and an
+     * alignment that change with the code. */
+    for (uint32_t c = 0; c < 256; c++) {
+        size_t n = lens[c % nl], pos = (c * 37u) % n;
+        bad += find_case(l8_find_nonfinite_e4m3, 1, c, !e4m3_finite(c), n, pos, c % 8);
+    }
+    for (uint32_t c = 0; c < 65536; c++) {
+        size_t n = lens[c % nl], pos = (c * 37u) % n, off = (c >> 4) % 8;
+        bad += find_case(l8_find_nonfinite_bf16, 2, c, !isfinite(l8_bf16_to_f32((uint16_t)c)), n,
+                         pos, off);
+        bad += find_case(l8_find_nonfinite_f16, 2, c, !isfinite(l8_f16_to_f32((uint16_t)c)), n,
+                         pos, off);
+    }
+    /* F32: the specials and their neighbours, then random bits. */
+    const uint32_t f32s[] = { 0x7f800000, 0xff800000, 0x7fc00000, 0xffc00001, 0x7f800001,
+                              0x7f7fffff, 0xff7fffff, 0x00000000, 0x80000000, 0x3f800000,
+                              0x007fffff, 0x7effffff };
+    uint64_t seed = 7;
+    for (uint32_t k = 0; k < 4000; k++) {
+        uint32_t c = k < 12 * nl ? f32s[k % 12] : (uint32_t)t_rand(&seed);
+        size_t n = lens[(k / 12) % nl], pos = (k * 37u) % n;
+        bad += find_case(l8_find_nonfinite_f32, 4, c, !isfinite(from_bits(c)), n, pos, k % 8);
+    }
+    /* Every position of a NaN code, at every alignment, in a length that
+     * crosses the finders' blocks. */
+    for (size_t off = 0; off < 8; off++)
+        for (size_t pos = 0; pos < 600; pos++) {
+            bad += find_case(l8_find_nonfinite_e4m3, 1, 0xff, true, 600, pos, off);
+            bad += find_case(l8_find_nonfinite_bf16, 2, 0xff80, true, 600, pos, off);
+        }
+    CHECK(bad == 0, "%d finder cases wrong", bad);
+    CHECK(l8_find_nonfinite_e4m3("", 0) == 0 && l8_find_nonfinite_f32("", 0) == 0);
+}
+
 int main(void)
 {
     test_e4m3();
@@ -285,5 +359,6 @@ int main(void)
     test_f16();
     test_act_quant();
     test_weight_quant();
+    test_find_nonfinite();
     return t_result("test_numerics");
 }
