@@ -28,6 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "l8_shm.h"   /* the rings: not in the public headers */
 #include "llama8.pb-c.h"
 
 struct l8c_client {
@@ -68,6 +69,7 @@ static const char *const err_names[] = {
     "UNKNOWN_REQUEST", "TOO_MANY_REQUESTS", "TOO_MANY_CLIENTS",
     "PERMISSION_DENIED", "SHUTTING_DOWN", "INTERNAL", "BAD_VERSION",
     "RING_VIOLATION", "DUPLICATE_REQUEST", "EMPTY_PROMPT", "BAD_GRAMMAR",
+    "KV_POOL_TOO_SMALL",
 };
 _Static_assert(sizeof(err_names) / sizeof(err_names[0]) == L8_ERR_MAX_, "names");
 _Static_assert((int)L8C_CONSTRAINT_NONE == (int)LLAMA8__CONSTRAINT_KIND__CONSTRAINT_NONE &&
@@ -650,6 +652,7 @@ static const char *const err_texts[] = {
     "a request with this id is still running",
     "the prompt is empty",
     "the constraint cannot be compiled",
+    "the request needs more KV pages than the daemon's pool has",
 };
 _Static_assert(sizeof(err_texts) / sizeof(err_texts[0]) == L8_ERR_MAX_, "texts");
 

@@ -567,6 +567,10 @@ int ctl_run_one(struct l8c_client *c, struct ctl_run *x, const uint32_t *ids, si
                     show_tool_call(x, e->request_id, l8c_done_name(e->reason));
                 }
                 print_stats(x, l8c_done_name(e->reason));
+                /* A reply cut by max_new looks complete: say so to a person. */
+                if (e->reason == L8_DONE_LENGTH && x->say_cut)
+                    fprintf(stderr, "llama8ctl: the reply was cut at %u tokens (--max-new N "
+                            "for more)\n", e->index);
                 return CTL_OK;
             }
             if (e->kind == L8_EV_ERROR) {
@@ -922,7 +926,8 @@ int ctl_generate(int argc, char **argv)
     struct ctl_run x = { .s = { .tok = tok, .st = st, .stop = stop, .info = l8c_info(c),
                                    .p = &o.params }, .json = json, .stats = o.stats,
                             .constraint = cwhat[0] ? cwhat : NULL,
-                            .tools = co.n_tools ? &tools : NULL, .collect = co.n_tools > 0 };
+                            .tools = co.n_tools ? &tools : NULL, .collect = co.n_tools > 0,
+                            .say_cut = !json && isatty(STDERR_FILENO) };
     rc = ctl_run_one(c, &x, ids.ids, ids.n);
     ctl_stream_free(&x.s);
     free(x.text);

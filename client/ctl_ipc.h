@@ -237,6 +237,8 @@ struct ctl_run {
     size_t text_len, text_cap;
     bool collect;
     bool stats;              /* --stats: the figures below, on stderr at the end */
+    bool say_cut;            /* a reply cut by max_new is said on stderr (generate
+                                on a terminal) */
     const char *constraint;  /* the constraint's option for messages ("--grammar FILE"),
                                 or NULL */
     const struct ctl_tools *tools;   /* offered: a reply that is a call is shown as one */

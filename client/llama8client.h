@@ -12,8 +12,13 @@
  * memory ABI of proto/l8_shm.h: the handshake and status travel on a
  * SOCK_SEQPACKET Unix socket, requests and tokens on a per-client
  * shared-memory ring pair, with eventfd doorbells rung only when the other
- * side sleeps. Text <-> tokens and the chat format live in
- * llama8_tokenizer.h, included here for convenience.
+ * side sleeps. The event records and their codes (struct l8_event, enum
+ * l8_err, ...) are in llama8_event.h, the rings' layout is not part of
+ * this API. Text <-> tokens and the chat format live in
+ * llama8_tokenizer.h; both are included here.
+ *
+ * C and C++: the installed headers are C17 and C++ (11 and later) alike,
+ * their declarations extern "C".
  *
  * Threading: one struct l8c_client is used by one thread at a time (no
  * internal locks). Separate clients are independent.
@@ -32,7 +37,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include "l8_shm.h"
+#include "llama8_event.h"
 #include "llama8_tokenizer.h"
 
 #ifdef __cplusplus
@@ -99,7 +104,7 @@ struct l8c_params {
     int32_t priority;           /* higher first among waiting requests; above 0
                                    only for root and the daemon's user */
     /* The constraint (enum l8c_constraint) and its UTF-8 text, at most
-     * L8_MAX_CONSTRAINT bytes (l8_shm.h: 1 MiB), not NUL-terminated, not
+     * L8_MAX_CONSTRAINT bytes (llama8_event.h: 1 MiB), not NUL-terminated, not
      * copied past submit. GBNF, JSON_SCHEMA and REGEX take a text; NONE and
      * JSON none (constraint_len 0). The daemon compiles it when the request
      * arrives: a text it cannot compile ends the request with an ERROR
@@ -337,7 +342,7 @@ int l8c_clients(struct l8c_client *c, struct l8c_client_info *out, size_t cap, s
 const char *l8c_err_name(int code);
 /* What an ERROR record says was wrong, in words, into buf (returned):
  * the field, the value the request gave and the daemon's limit when the
- * record names them (l8_shm.h enum l8_err_field), else what the code
+ * record names them (llama8_event.h enum l8_err_field), else what the code
  * means. Without the code's name: print l8c_err_name(e->code) beside it.
  * For L8_ERR_BAD_GRAMMAR the record has no room for where the text went
  * wrong: l8c_request_error(c, e->request_id) says it (NULL: use this). */
@@ -368,7 +373,7 @@ const l8tok *l8c_tokenizer(struct l8c_client *c);
 
 /* How a reply ended. */
 struct l8c_reply {
-    int reason;                 /* enum l8_done_reason (l8c_done_name); 0 after an error */
+    int reason;                 /* enum l8_done (l8c_done_name); 0 after an error */
     uint32_t prompt_tokens;
     uint32_t cached_tokens;     /* of those, from the prefix cache */
     uint32_t tokens;            /* generated */

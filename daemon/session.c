@@ -44,6 +44,8 @@ _Static_assert((int)L8_ERR_RING_VIOLATION == (int)LLAMA8__ERROR_CODE__RING_VIOLA
 _Static_assert((int)L8_ERR_DUPLICATE_REQUEST == (int)LLAMA8__ERROR_CODE__DUPLICATE_REQUEST, "err ABI");
 _Static_assert((int)L8_ERR_EMPTY_PROMPT == (int)LLAMA8__ERROR_CODE__EMPTY_PROMPT, "err ABI");
 _Static_assert((int)L8_ERR_BAD_GRAMMAR == (int)LLAMA8__ERROR_CODE__BAD_GRAMMAR, "err ABI");
+_Static_assert((int)L8_ERR_KV_POOL_TOO_SMALL == (int)LLAMA8__ERROR_CODE__KV_POOL_TOO_SMALL,
+               "err ABI");
 _Static_assert((int)L8_DONE_CANCELLED == (int)LLAMA8__DONE_REASON__DONE_CANCELLED, "done ABI");
 _Static_assert((int)L8_DONE_GRAMMAR == (int)LLAMA8__DONE_REASON__DONE_GRAMMAR, "done ABI");
 
@@ -627,7 +629,7 @@ static void sched_refusal(int rc, int *code, int *field)
         { L8_SCHED_E_TOKEN_RANGE,    L8_ERR_BAD_TOKEN,          L8_EF_PROMPT_ID },
         { L8_SCHED_E_STOP_RANGE,     L8_ERR_BAD_TOKEN,          L8_EF_STOP_ID },
         { L8_SCHED_E_TOO_LONG,       L8_ERR_PROMPT_TOO_LONG,    L8_EF_CONTEXT },
-        { L8_SCHED_E_POOL_TOO_SMALL, L8_ERR_PROMPT_TOO_LONG,    L8_EF_KV_PAGES },
+        { L8_SCHED_E_POOL_TOO_SMALL, L8_ERR_KV_POOL_TOO_SMALL,  L8_EF_KV_PAGES },
         { L8_SCHED_E_MAX_NEW_ZERO,   L8_ERR_BAD_PARAMS,         L8_EF_MAX_NEW },
         { L8_SCHED_E_TOO_MANY_STOPS, L8_ERR_BAD_PARAMS,         L8_EF_STOP_IDS },
         { L8_SCHED_E_TEMPERATURE,    L8_ERR_BAD_PARAMS,         L8_EF_TEMPERATURE },

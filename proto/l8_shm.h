@@ -41,56 +41,29 @@
  * bounds it, copies what an entry points at before parsing it, and
  * disconnects a client that breaks the rules (RING_VIOLATION).
  *
+ * The event record, the codes it carries and the protocol constants a
+ * client program needs are in llama8_event.h (public, C and C++); this
+ * file is the rest, for the daemon and the library's inside only: C11
+ * atomics, which C++ cannot parse, and no part of the library's API
+ * (llama8client.h does not include it; client.c does).
+ *
  * Versioning: L8_SHM_MAGIC identifies the layout family; L8_PROTO_VERSION
- * changes whenever any struct below or llama8.proto changes incompatibly. */
+ * (llama8_event.h) changes whenever any struct below, llama8_event.h or
+ * llama8.proto changes incompatibly. */
 #pragma once
 #include <stdalign.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#define L8_PROTO_VERSION 1u
+#include "llama8_event.h"
+
 #define L8_SHM_MAGIC     0x31484d5338414c4cull /* "LLA8SMH1" little-endian */
 #define L8_CACHELINE     64u
-#define L8_DEFAULT_SOCKET "/run/llama8d/llama8d.sock"
-#define L8_SOCKET_ENV     "LLAMA8_SOCKET"
 /* The largest socket datagram either side sends or accepts. */
 #define L8_MAX_CTL_MSG   4096u
 /* Descriptors attached to Welcome, in this order. */
 enum { L8_FD_SHM = 0, L8_FD_SQ_DOORBELL = 1, L8_FD_EQ_DOORBELL = 2, L8_N_FDS = 3 };
-
-/* Error codes: identical numbers to llama8.proto's ErrorCode (checked by a
- * _Static_assert in the daemon, which sees both). */
-enum l8_err {
-    L8_ERR_NONE = 0,
-    L8_ERR_BAD_MESSAGE = 1,
-    L8_ERR_BAD_TOKEN = 2,
-    L8_ERR_PROMPT_TOO_LONG = 3,
-    L8_ERR_BAD_PARAMS = 4,
-    L8_ERR_UNKNOWN_REQUEST = 5,
-    L8_ERR_TOO_MANY_REQUESTS = 6,
-    L8_ERR_TOO_MANY_CLIENTS = 7,
-    L8_ERR_PERMISSION_DENIED = 8,
-    L8_ERR_SHUTTING_DOWN = 9,
-    L8_ERR_INTERNAL = 10,
-    L8_ERR_BAD_VERSION = 11,
-    L8_ERR_RING_VIOLATION = 12,
-    L8_ERR_DUPLICATE_REQUEST = 13,
-    L8_ERR_EMPTY_PROMPT = 14,
-    L8_ERR_BAD_GRAMMAR = 15,
-    L8_ERR_MAX_ = 16,
-};
-
-/* Done reasons: identical to llama8.proto's DoneReason. */
-enum l8_done {
-    L8_DONE_NONE = 0,
-    L8_DONE_EOS = 1,
-    L8_DONE_STOP = 2,
-    L8_DONE_LENGTH = 3,
-    L8_DONE_CONTEXT = 4,
-    L8_DONE_CANCELLED = 5,
-    L8_DONE_GRAMMAR = 6,
-};
 
 /* Ring flags. */
 #define L8_RING_NEED_WAKEUP 1u  /* consumer is (about to be) asleep on its doorbell */
@@ -118,78 +91,6 @@ struct l8_sqe {
 };
 _Static_assert(sizeof(struct l8_sqe) == 16, "sqe is ABI");
 #define L8_MAX_REQ_MSG 8192u  /* longest GenerateRequest/Cancel the daemon reads */
-#define L8_MAX_CONSTRAINT (1u << 20)  /* longest constraint text (bytes) */
-
-/* Event kinds. */
-enum l8_event_kind {
-    L8_EV_TOKEN = 1,    /* token, index, logprob (NaN unless asked for) */
-    L8_EV_DONE = 2,     /* reason; index = tokens generated */
-    L8_EV_ERROR = 3,    /* code and what was wrong (below); the request is gone */
-    L8_EV_STARTED = 4,  /* t_ns = the first prefill chunk entered a step;
-                           index = prompt tokens served from the prefix cache,
-                           token = prompt tokens */
-    L8_EV_WAITING = 5,  /* the request is not started yet, and why: reason =
-                           enum l8_wait; index = requests ahead of it (QUEUE,
-                           SLOTS) or KV pages free (PAGES), token = KV pages
-                           it needs (PAGES). Sent a second after submission
-                           and every two while it waits; a client may ignore it */
-};
-
-/* Why a request waits (WAITING records). */
-enum l8_wait {
-    L8_WAIT_QUEUE = 1,  /* behind other requests that come first */
-    L8_WAIT_PAGES = 2,  /* next, but the KV pool cannot hold it yet */
-    L8_WAIT_SLOTS = 3,  /* every sequence slot of a step is taken */
-};
-
-/* What an ERROR record is about. The record says it in fields its kind
- * does not otherwise use: reason = the field of the request (0: none to
- * name), token = the value the request gave, index = the limit it broke,
- * logprob = the value of a float field (NaN for the others). */
-enum l8_err_field {
-    L8_EF_NONE = 0,
-    L8_EF_PROMPT_TOKENS = 1,  /* prompt length; limit: max_prompt_tokens */
-    L8_EF_PROMPT_ID = 2,      /* a prompt token id; limit: vocabulary size */
-    L8_EF_STOP_ID = 3,        /* a stop id; limit: vocabulary size */
-    L8_EF_STOP_IDS = 4,       /* number of stop ids; limit: max_stop_ids */
-    L8_EF_MAX_NEW = 5,        /* max_new_tokens; limit: max_new_tokens */
-    L8_EF_CONTEXT = 6,        /* prompt + max_new_tokens; limit: context_length */
-    L8_EF_KV_PAGES = 7,       /* KV pages the request needs; limit: the pool's */
-    L8_EF_TEMPERATURE = 8,    /* must be finite */
-    L8_EF_TOP_P = 9,          /* must be in (0, 1] */
-    L8_EF_MIN_P = 10,         /* must be in [0, 1] */
-    L8_EF_REPETITION_PENALTY = 11, /* must be finite and above 0 */
-    L8_EF_REQUESTS = 12,      /* requests in flight; limit: max_requests, or
-                                 the daemon's queue when that is full */
-    L8_EF_PROMPT_RANGE = 13,  /* prompt_offset; limit: arena_size (the prompt
-                                 is not inside the arena, or not 4-aligned) */
-    L8_EF_PRIORITY = 14,      /* priority; limit: Welcome.max_priority (above 0
-                                 is for root and the daemon's user) */
-    L8_EF_CONSTRAINT_RANGE = 15, /* constraint_offset; limit: arena_size (the
-                                 constraint's text is not inside the arena) */
-    L8_EF_CONSTRAINT_LEN = 16, /* constraint_len; limit: L8_MAX_CONSTRAINT */
-    L8_EF_UID_REQUESTS = 17,  /* live requests of the client's uid; limit: its
-                                 share of the daemon's queue now (half of what
-                                 other uids leave, at most max_requests_per_uid) */
-    L8_EF_MAX_ = 18,
-};
-
-/* One event record, produced by the daemon. t_ns is CLOCK_MONOTONIC in the
- * daemon, comparable with the client's own CLOCK_MONOTONIC on the same
- * machine: it is taken when the step that made the token completed (TOKEN,
- * DONE) or when the record was produced (ERROR). */
-struct l8_event {
-    uint64_t request_id;  /* the client's id; 0 for errors not tied to a request */
-    uint64_t t_ns;
-    uint32_t token;
-    uint32_t index;       /* 0-based index of this generated token */
-    float logprob;
-    uint8_t kind;         /* enum l8_event_kind */
-    uint8_t reason;       /* enum l8_done, DONE records; l8_err_field, ERROR;
-                             l8_wait, WAITING */
-    uint16_t code;        /* enum l8_err, ERROR records */
-};
-_Static_assert(sizeof(struct l8_event) == 32, "event record is ABI");
 
 /* The header at offset 0. */
 struct l8_shm_hdr {

@@ -20,6 +20,7 @@ void oai_daemon_error(int code, const char *why, const char *param, struct oai_e
         { L8_ERR_BAD_PARAMS, 400, "invalid_request_error", "invalid_value" },
         { L8_ERR_BAD_TOKEN, 400, "invalid_request_error", "invalid_token" },
         { L8_ERR_PROMPT_TOO_LONG, 400, "invalid_request_error", "context_length_exceeded" },
+        { L8_ERR_KV_POOL_TOO_SMALL, 400, "invalid_request_error", "context_length_exceeded" },
         { L8_ERR_EMPTY_PROMPT, 400, "invalid_request_error", "empty_prompt" },
         { L8_ERR_BAD_GRAMMAR, 400, "invalid_request_error", "invalid_schema" },
         { L8_ERR_TOO_MANY_REQUESTS, 429, "rate_limit_error", "too_many_requests" },

@@ -8,6 +8,7 @@
 #include <stdatomic.h>
 #include <sys/mman.h>
 
+#include "l8_shm.h"
 #include "llama8.pb-c.h"
 
 /* One raw client: its socket, doorbells and mapping, and our own ring

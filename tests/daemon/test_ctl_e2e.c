@@ -1442,13 +1442,13 @@ static void test_errors(void)
         const char *big[] = { bin_ctl, "generate", "--socket", small.sock, "--ids", prompt,
                               "--max-new", "8", NULL };
         expect_exit(big, NULL, 1,
-                    "PROMPT_TOO_LONG: prompt + max_new_tokens need 3 KV pages, the daemon's "
+                    "KV_POOL_TOO_SMALL: prompt + max_new_tokens need 3 KV pages, the daemon's "
                     "pool has 2");
         const char *js[] = { bin_ctl, "generate", "--socket", small.sock, "--ids", prompt,
                              "--max-new", "8", "--json", NULL };
         struct buf o = {0}, e = {0};
         int rc = run_cmd(js, NULL, 0, &o, &e);
-        CHECK(rc == 1 && o.p && strstr(o.p, "\"error\":\"PROMPT_TOO_LONG\",\"message\":\"prompt + "
+        CHECK(rc == 1 && o.p && strstr(o.p, "\"error\":\"KV_POOL_TOO_SMALL\",\"message\":\"prompt + "
               "max_new_tokens need 3 KV pages"), "--json refusal: exit %d, stdout %s", rc, o.p);
         free(o.p);
         free(e.p);
@@ -1456,7 +1456,7 @@ static void test_errors(void)
         const char *st[] = { bin_ctl, "status", "--socket", small.sock, NULL };
         memset(&o, 0, sizeof o);
         run_ok(st, NULL, 0, &o);
-        CHECK(o.p && strstr(o.p, "\nerrors:    PROMPT_TOO_LONG 2 (sent to clients since start)\n"),
+        CHECK(o.p && strstr(o.p, "\nerrors:    KV_POOL_TOO_SMALL 2 (sent to clients since start)\n"),
               "status after two refusals: %s", o.p);
         free(o.p);
         CHECK(tdaemon_stop(&small) == 0, "the small daemon's exit status");

@@ -2,7 +2,7 @@
 # test_install.sh MESON BUILD_DIR PREFIX - `meson install` into a DESTDIR
 # puts the units where systemd looks for them (PREFIX/lib/systemd/system),
 # sysusers.d and tmpfiles.d under PREFIX/lib, llama8d in PREFIX/sbin with
-# the unit's ExecStart pointing at it, the client library's header, the
+# the unit's ExecStart pointing at it, the client library's headers, the
 # bash completion under both programs' names, the zsh completion where it
 # finds the bash one's parser, the shell key bindings, the Python package,
 # the Vim and Neovim packages, and the man pages when the build made them
@@ -18,7 +18,8 @@ rm -f "$d.log"
 fail=0
 for f in lib/systemd/system/llama8d.service lib/systemd/system/llama8d.socket \
          lib/sysusers.d/llama8.conf lib/tmpfiles.d/llama8d.conf sbin/llama8d \
-         include/llama8/llama8client.h share/bash-completion/completions/llama8ctl \
+         include/llama8/llama8client.h include/llama8/llama8_tokenizer.h \
+         include/llama8/llama8_event.h share/bash-completion/completions/llama8ctl \
          share/bash-completion/completions/llama8d \
          share/vim/vimfiles/pack/llama8/opt/llama8/plugin/llama8.vim \
          share/nvim/site/pack/llama8/opt/llama8/plugin/llama8.lua \
