@@ -707,7 +707,7 @@ const char *l8c_error_text(const struct l8_event *e, char buf[L8C_ERRLEN])
                  "has %u", v, lim);
         break;
     case L8_EF_TEMPERATURE:
-        snprintf(buf, L8C_ERRLEN, "temperature %g: a finite number", f);
+        snprintf(buf, L8C_ERRLEN, "temperature %g: 0 (greedy) to %g", f, L8_TEMPERATURE_MAX);
         break;
     case L8_EF_TOP_P:
         snprintf(buf, L8C_ERRLEN, "top_p %g: above 0, at most 1", f);
@@ -716,7 +716,8 @@ const char *l8c_error_text(const struct l8_event *e, char buf[L8C_ERRLEN])
         snprintf(buf, L8C_ERRLEN, "min_p %g: 0 to 1", f);
         break;
     case L8_EF_REPETITION_PENALTY:
-        snprintf(buf, L8C_ERRLEN, "repetition_penalty %g: a finite number above 0", f);
+        snprintf(buf, L8C_ERRLEN, "repetition_penalty %g: above 0, at most %g", f,
+                 L8_PENALTY_MAX);
         break;
     case L8_EF_REQUESTS:
         snprintf(buf, L8C_ERRLEN, "%u requests in flight: the limit is %u", v, lim);
@@ -789,13 +790,13 @@ static void check_request(const struct l8c_info *in, const uint32_t *prompt, uin
             REFUSE(L8_ERR_BAD_TOKEN, L8_EF_PROMPT_ID, prompt[i], in->vocab_size, NAN);
     const float top_p = p->top_p == 0 ? 1 : p->top_p;
     const float pen = p->repetition_penalty == 0 ? 1 : p->repetition_penalty;
-    if (!isfinite(p->temperature))
+    if (!(p->temperature >= 0 && p->temperature <= L8_TEMPERATURE_MAX))
         REFUSE(L8_ERR_BAD_PARAMS, L8_EF_TEMPERATURE, 0, 0, p->temperature);
     if (!(top_p > 0 && top_p <= 1))
         REFUSE(L8_ERR_BAD_PARAMS, L8_EF_TOP_P, 0, 0, top_p);
     if (!(p->min_p >= 0 && p->min_p <= 1))
         REFUSE(L8_ERR_BAD_PARAMS, L8_EF_MIN_P, 0, 0, p->min_p);
-    if (!(isfinite(pen) && pen > 0))
+    if (!(pen > 0 && pen <= L8_PENALTY_MAX))
         REFUSE(L8_ERR_BAD_PARAMS, L8_EF_REPETITION_PENALTY, 0, 0, pen);
     if ((uint64_t)n + p->max_new_tokens > in->context_length)
         REFUSE(L8_ERR_PROMPT_TOO_LONG, L8_EF_CONTEXT, n + p->max_new_tokens,

@@ -54,7 +54,7 @@ enum {
     "                         /run/llama8d/llama8d.sock)\n" \
     CTL_WAIT_HELP \
     "  --tokenizer FILE       tokenizer.json or model dir (default: the served model's)\n" \
-    "  --temperature T        0 = greedy (default)\n" \
+    "  --temperature T        0 = greedy (default), up to 100\n" \
     "  --top-k K  --top-p P  --min-p P  --repetition-penalty R  --seed S\n" \
     "  --max-new N            new tokens (default 256, or the daemon's limit or the\n" \
     "                         context left after the prompt if lower)\n" \

@@ -88,11 +88,11 @@ enum l8c_constraint {
 
 /* Per-request parameters. Start from l8c_params_init(). */
 struct l8c_params {
-    float temperature;          /* <= 0: greedy */
+    float temperature;          /* 0: greedy; at most L8_TEMPERATURE_MAX (100) */
     uint32_t top_k;             /* 0: off */
-    float top_p;                /* 1: off */
-    float min_p;                /* 0: off */
-    float repetition_penalty;   /* 1: off */
+    float top_p;                /* (0, 1]; 1: off */
+    float min_p;                /* [0, 1]; 0: off */
+    float repetition_penalty;   /* (0, L8_PENALTY_MAX]; 1: off */
     uint64_t seed;
     uint32_t max_new_tokens;    /* >= 1 */
     const uint32_t *stop_ids;   /* extra stop ids, not copied past submit */

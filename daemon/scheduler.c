@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "kvpool.h"
+#include "proto/llama8_event.h"  /* the sampling ranges */
 #include "draft_len.h"
 #include "history.h"
 #include "ngram.h"
@@ -488,10 +489,10 @@ const char *l8_sched_strerror(int err)
     case L8_SCHED_E_MAX_NEW_ZERO: return "max_new_tokens is 0";
     case L8_SCHED_E_POOL_TOO_SMALL: return "request needs more KV pages than the pool has";
     case L8_SCHED_E_TOO_MANY_STOPS: return "too many stop token ids";
-    case L8_SCHED_E_TEMPERATURE: return "temperature is not finite";
+    case L8_SCHED_E_TEMPERATURE: return "temperature is not in [0, 100]";
     case L8_SCHED_E_TOP_P: return "top_p is not in (0, 1]";
     case L8_SCHED_E_MIN_P: return "min_p is not in [0, 1]";
-    case L8_SCHED_E_PENALTY: return "repetition_penalty is not finite and above 0";
+    case L8_SCHED_E_PENALTY: return "repetition_penalty is not in (0, 100]";
     case L8_SCHED_E_DUPLICATE_ID: return "request id already in use";
     case L8_SCHED_E_QUEUE_FULL: return "too many requests queued";
     case L8_SCHED_E_UID_QUEUE_FULL: return "this user's share of the request queue is taken";
@@ -524,13 +525,13 @@ int l8_sched_submit(struct l8_sched *s, const struct l8_sched_req *q,
     for (uint32_t i = 0; i < q->n_stop; i++)
         if (q->stop_ids[i] >= s->o.vocab)
             return refuse(why, L8_SCHED_E_STOP_RANGE, q->stop_ids[i], s->o.vocab, NAN);
-    if (!isfinite(sp->temperature))
+    if (!finite_in(sp->temperature, 0, L8_TEMPERATURE_MAX))
         return refuse(why, L8_SCHED_E_TEMPERATURE, 0, 0, sp->temperature);
     if (!finite_in(sp->top_p, 0, 1) || !(sp->top_p > 0))
         return refuse(why, L8_SCHED_E_TOP_P, 0, 0, sp->top_p);
     if (!finite_in(sp->min_p, 0, 1))
         return refuse(why, L8_SCHED_E_MIN_P, 0, 0, sp->min_p);
-    if (!isfinite(sp->repetition_penalty) || !(sp->repetition_penalty > 0))
+    if (!finite_in(sp->repetition_penalty, 0, L8_PENALTY_MAX) || !(sp->repetition_penalty > 0))
         return refuse(why, L8_SCHED_E_PENALTY, 0, 0, sp->repetition_penalty);
     uint64_t total = (uint64_t)q->n_prompt + q->max_new_tokens;
     if (total > s->o.max_ctx)

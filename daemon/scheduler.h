@@ -138,11 +138,11 @@ enum l8_sched_err {
     L8_SCHED_E_DUPLICATE_ID = -5008, /* (owner, id) already live */
     L8_SCHED_E_QUEUE_FULL   = -5009, /* max_requests live requests */
     L8_SCHED_E_STOP_RANGE   = -5010, /* a stop id >= vocab */
-    /* sampling: temperature <= 0 is greedy, but NaN or inf is refused */
-    L8_SCHED_E_TEMPERATURE  = -5011, /* not finite */
+    /* sampling: the ranges of llama8_event.h */
+    L8_SCHED_E_TEMPERATURE  = -5011, /* not in [0, L8_TEMPERATURE_MAX] */
     L8_SCHED_E_TOP_P        = -5012, /* not in (0, 1] */
     L8_SCHED_E_MIN_P        = -5013, /* not in [0, 1] */
-    L8_SCHED_E_PENALTY      = -5014, /* repetition_penalty not finite and > 0 */
+    L8_SCHED_E_PENALTY      = -5014, /* repetition_penalty not in (0, L8_PENALTY_MAX] */
     L8_SCHED_E_UID_QUEUE_FULL = -5015, /* the uid's share of the queue is taken */
 };
 /* The numbers behind a refusal, for the client's error record: what the

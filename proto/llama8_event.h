@@ -26,6 +26,14 @@ extern "C" {
 #define L8_DEFAULT_SOCKET "/run/llama8d/llama8d.sock"
 #define L8_SOCKET_ENV     "LLAMA8_SOCKET"
 #define L8_MAX_CONSTRAINT (1u << 20)  /* longest constraint text (bytes) */
+/* Sampling ranges, checked alike by l8c_check_request and the daemon
+ * (BAD_PARAMS, the field named): temperature in [0, L8_TEMPERATURE_MAX]
+ * (0: greedy), top_p in (0, 1], min_p in [0, 1], repetition_penalty in
+ * (0, L8_PENALTY_MAX]; top_k any (0, or the vocabulary's size and above:
+ * off). Past these a value says nothing more (a temperature of 100 is
+ * already all but uniform). */
+#define L8_TEMPERATURE_MAX 100.0f
+#define L8_PENALTY_MAX     100.0f
 
 /* Error codes: identical numbers to llama8.proto's ErrorCode (checked by a
  * _Static_assert in the daemon, which sees both). */
@@ -96,10 +104,10 @@ enum l8_err_field {
     L8_EF_MAX_NEW = 5,        /* max_new_tokens; limit: max_new_tokens */
     L8_EF_CONTEXT = 6,        /* prompt + max_new_tokens; limit: context_length */
     L8_EF_KV_PAGES = 7,       /* KV pages the request needs; limit: the pool's */
-    L8_EF_TEMPERATURE = 8,    /* must be finite */
+    L8_EF_TEMPERATURE = 8,    /* must be in [0, L8_TEMPERATURE_MAX] */
     L8_EF_TOP_P = 9,          /* must be in (0, 1] */
     L8_EF_MIN_P = 10,         /* must be in [0, 1] */
-    L8_EF_REPETITION_PENALTY = 11, /* must be finite and above 0 */
+    L8_EF_REPETITION_PENALTY = 11, /* must be in (0, L8_PENALTY_MAX] */
     L8_EF_REQUESTS = 12,      /* requests in flight; limit: max_requests, or
                                  the daemon's queue when that is full */
     L8_EF_PROMPT_RANGE = 13,  /* prompt_offset; limit: arena_size (the prompt

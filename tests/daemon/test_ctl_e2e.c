@@ -1444,6 +1444,10 @@ static void test_errors(void)
         expect_exit(big, NULL, 1,
                     "KV_POOL_TOO_SMALL: prompt + max_new_tokens need 3 KV pages, the daemon's "
                     "pool has 2");
+        /* a sampling value out of its range is said with the range */
+        const char *cold[] = { bin_ctl, "generate", "--socket", small.sock, "--ids", "1 2",
+                               "--max-new", "2", "--temperature", "-1", NULL };
+        expect_exit(cold, NULL, 1, "(BAD_PARAMS): temperature -1: 0 (greedy) to 100");
         const char *js[] = { bin_ctl, "generate", "--socket", small.sock, "--ids", prompt,
                              "--max-new", "8", "--json", NULL };
         struct buf o = {0}, e = {0};

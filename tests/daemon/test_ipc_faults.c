@@ -355,7 +355,17 @@ int main(int argc, char **argv)
         p.temperature = INFINITY;
         expect_req_error(c, 19, 10, &p, L8_ERR_BAD_PARAMS, L8_EF_TEMPERATURE, 0, 0,
                          "temperature inf");
+        p.temperature = -1;     /* greedy is 0: below it is a mistake, said */
+        expect_req_error(c, 22, 10, &p, L8_ERR_BAD_PARAMS, L8_EF_TEMPERATURE, 0, 0,
+                         "temperature -1");
+        p.temperature = 100.5f;
+        expect_req_error(c, 23, 10, &p, L8_ERR_BAD_PARAMS, L8_EF_TEMPERATURE, 0, 0,
+                         "temperature 100.5");
         p.temperature = 1;
+        p.repetition_penalty = 101;
+        expect_req_error(c, 24, 10, &p, L8_ERR_BAD_PARAMS, L8_EF_REPETITION_PENALTY, 0, 0,
+                         "repetition_penalty 101");
+        p.repetition_penalty = 1;
         p.min_p = -1;
         expect_req_error(c, 20, 10, &p, L8_ERR_BAD_PARAMS, L8_EF_MIN_P, 0, 0, "min_p -1");
         p.min_p = 0;
@@ -374,7 +384,7 @@ int main(int argc, char **argv)
         /* status counts them, by code (nobody else errs meanwhile) */
         const struct l8c_status after = status_of(probe);
         static const struct { int code; uint64_t n; } sent[] = {
-            { L8_ERR_BAD_TOKEN, 2 }, { L8_ERR_PROMPT_TOO_LONG, 2 }, { L8_ERR_BAD_PARAMS, 7 },
+            { L8_ERR_BAD_TOKEN, 2 }, { L8_ERR_PROMPT_TOO_LONG, 2 }, { L8_ERR_BAD_PARAMS, 10 },
             { L8_ERR_EMPTY_PROMPT, 1 }, { L8_ERR_DUPLICATE_REQUEST, 1 },
             { L8_ERR_TOO_MANY_REQUESTS, 1 }, { L8_ERR_INTERNAL, 0 },
         };

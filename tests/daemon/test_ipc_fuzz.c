@@ -555,6 +555,8 @@ static void remember_live(struct fz *f, uint64_t id)
 /* ---------------------------------------------------------------- rounds */
 
 static const float bad_floats[] = { NAN, INFINITY, -INFINITY, -0.5f, 1.5f, 3.4e38f, -3.4e38f };
+/* Temperatures past [0, L8_TEMPERATURE_MAX]. */
+static const float bad_temps[] = { NAN, INFINITY, -INFINITY, -0.5f, 100.5f, 3.4e38f, -3.4e38f };
 
 /* One defect in a valid request; returns the code it must get (and *alt,
  * a second acceptable code, for defects checked after the per-client
@@ -596,14 +598,13 @@ static int add_defect(struct fz *f, struct greq *q, int *alt)
         float v = bad_floats[rn(7)];
         int which = (int)rn(4);
         if (which == 0) {
-            v = bad_floats[rn(3)];   /* any finite temperature is valid */
-            q->sp.temperature = v;
+            q->sp.temperature = bad_temps[rn(7)];
         } else if (which == 1) {
             q->sp.top_p = v;
         } else if (which == 2) {
             q->sp.min_p = v;
         } else {
-            q->sp.repetition_penalty = isfinite(v) && v > 0 ? -v : v;
+            q->sp.repetition_penalty = v == 1.5f ? 100.5f : isfinite(v) && v > 0 ? -v : v;
         }
         *alt = L8_ERR_TOO_MANY_REQUESTS;
         return L8_ERR_BAD_PARAMS;

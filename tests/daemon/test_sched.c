@@ -394,7 +394,16 @@ static void test_validation(void)
     r.sampling.temperature = __builtin_nanf("");
     CHECK_EQ(l8_sched_submit(w.s, &r, &why), L8_SCHED_E_TEMPERATURE);
     CHECK(isnan(why.fvalue));
+    r.sampling.temperature = -1;
+    CHECK_EQ(l8_sched_submit(w.s, &r, NULL), L8_SCHED_E_TEMPERATURE);
+    r.sampling.temperature = 100.5f;
+    CHECK_EQ(l8_sched_submit(w.s, &r, NULL), L8_SCHED_E_TEMPERATURE);
+    r.sampling.temperature = 100;
+    CHECK_EQ(l8_sched_submit(w.s, &r, NULL), 0);
+    CHECK_EQ(l8_sched_cancel(w.s, r.owner, r.id), 0);
     r.sampling.temperature = 0.7f;
+    r.sampling.repetition_penalty = 101;
+    CHECK_EQ(l8_sched_submit(w.s, &r, NULL), L8_SCHED_E_PENALTY);
     r.sampling.repetition_penalty = 0;
     CHECK_EQ(l8_sched_submit(w.s, &r, NULL), L8_SCHED_E_PENALTY);
     r.sampling.repetition_penalty = 1.1f;
