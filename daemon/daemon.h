@@ -181,7 +181,6 @@ struct l8d {
     uint64_t decode_steps, decode_ns, decode_rows, fed_tokens;
     uint64_t last_step_end;  /* engine clock, the last step's end */
     bool gap_open;           /* runnable requests remained when it ended */
-    uint64_t ev_t_ns;        /* t_ns of the events being delivered */
     /* Model facts for Welcome. */
     char model_dir[4096];
     char model_name[256];
@@ -230,7 +229,16 @@ struct l8d {
 };
 
 /* session.c */
+/* An honest client rings only when the daemon asked (NEED_WAKEUP) and after
+ * publishing a submission, so an empty doorbell is a rare race; this many
+ * in a row is a client writing its eventfd in a loop, whose doorbell is
+ * then read once a tick (its ring still at every step): it costs the
+ * daemon ten wake-ups a second, not a core. */
+#define L8D_EMPTY_RINGS 8
 int  l8d_session_accept(struct l8d *d, int fd);
+/* Arm what is not armed of the session's operations: the control socket's
+ * recv, the doorbell's read (io_uring SQEs, uring_op.h). */
+void l8d_session_arm(struct l8d_session *s);
 /* Out of descriptors: take the connections waiting to be accepted (up to
  * 64), through the spare descriptor, and refuse them (TOO_MANY_CLIENTS).
  * 0, also when none waits; a negative errno when it could not. */
@@ -245,9 +253,8 @@ bool l8d_req_held(void *ctx, void *user);
 /* Tell each request waiting to start, a second after its submission and
  * every two seconds after, why it waits (a WAITING event). */
 void l8d_session_tell_waiting(struct l8d *d, uint64_t now_ns);
-/* Deliver a scheduler event. */
-void l8d_session_on_sched_event(struct l8d *d, const struct l8_sched_event *ev,
-                                uint64_t t_ns);
+/* The scheduler's on_event (ctx: the daemon): deliver one event. */
+void l8d_session_on_sched_event(void *ctx, const struct l8_sched_event *ev);
 /* Queue one event record for s (ring or backlog). */
 void l8d_session_push(struct l8d_session *s, const struct l8_event *ev);
 /* Move backlog into the ring; store the tail; say whether to ring the
@@ -322,7 +329,3 @@ void l8d_notify_ready(struct l8d *d);
 
 /* loop.c */
 int  l8d_loop_run(struct l8d *d);
-/* The scheduler's on_event (ctx = struct l8d). */
-void l8d_on_sched_event(void *ctx, const struct l8_sched_event *ev);
-/* Arm a recv / doorbell read for a session (io_uring SQEs). */
-void l8d_loop_arm_session(struct l8d *d, struct l8d_session *s);

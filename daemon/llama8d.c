@@ -466,7 +466,7 @@ static int setup(struct l8d *d, int argc, char **argv)
         .max_step_tokens = d->conf.max_step_tokens, .max_seqs = d->conf.max_batch,
         .max_ctx = d->max_ctx, .vocab = d->vocab, .max_requests = d->conf.max_requests,
         .max_requests_per_uid = d->conf.max_requests_per_uid,
-        .on_event = l8d_on_sched_event, .held = l8d_req_held,
+        .on_event = l8d_session_on_sched_event, .held = l8d_req_held,
         .free_constraint = l8d_constraint_free, .ctx = d,
         .no_prefix_cache = d->conf.prefix_cache == L8D_PREFIX_CACHE_OFF,
         .draft_max = d->speculate ? d->conf.draft_max : 0,

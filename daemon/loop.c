@@ -1,6 +1,7 @@
 /* loop.c - llama8d's event loop: one io_uring, one thread, all state.
  *
- * Operations in flight and their user_data (op | slot << 8 | gen << 32):
+ * Operations in flight (uring_op.h: their user_data; the session arms RECV
+ * and DOORBELL, l8d_session_arm):
  *   ACCEPT    multishot accept on the listening socket (re-armed when a
  *             CQE comes without IORING_CQE_F_MORE)
  *   LISTEN    poll of the listening socket in place of ACCEPT while out of
@@ -44,17 +45,9 @@
 #include <unistd.h>
 
 #include "log.h"
-
-enum op { OP_ACCEPT = 1, OP_LISTEN, OP_RECV, OP_DOORBELL, OP_ENGINE, OP_SIGNAL, OP_TIMER,
-          OP_WAKE, OP_CANCEL };
+#include "uring_op.h"
 
 #define TICK_NS      (100ull * 1000000ull)   /* housekeeping period */
-/* An honest client rings only when the daemon asked (NEED_WAKEUP) and after
- * publishing a submission, so an empty doorbell is a rare race; this many
- * in a row is a client writing its eventfd in a loop, whose doorbell is
- * then read once a tick (its ring still at every step): it costs the
- * daemon ten wake-ups a second, not a core. */
-#define L8D_EMPTY_RINGS 8
 #define FAST_TICK_NS (1ull * 1000000ull)     /* while a client's backlog waits */
 /* A step counts as hung once it has run step_stall_ms plus STALL_FACTOR
  * times its expected duration (its tokens x the slowest recent ns per
@@ -66,53 +59,34 @@ enum op { OP_ACCEPT = 1, OP_LISTEN, OP_RECV, OP_DOORBELL, OP_ENGINE, OP_SIGNAL, 
  * whichever is larger: one slow outlier fades over a few dozen steps. */
 #define STALL_DECAY_SHIFT 4
 
-static uint64_t ud(enum op op, uint32_t slot, uint32_t gen)
-{
-    return (uint64_t)op | (uint64_t)slot << 8 | (uint64_t)gen << 32;
-}
-static enum op ud_op(uint64_t u) { return (enum op)(u & 0xff); }
-static uint32_t ud_slot(uint64_t u) { return (uint32_t)(u >> 8) & 0xffffff; }
-static uint32_t ud_gen(uint64_t u) { return (uint32_t)(u >> 32); }
-
-/* An SQE, submitting what is queued if the ring is full. */
-static struct io_uring_sqe *get_sqe(struct l8d *d)
-{
-    struct io_uring_sqe *sqe = io_uring_get_sqe(&d->ring);
-    if (!sqe) {
-        io_uring_submit(&d->ring);
-        sqe = io_uring_get_sqe(&d->ring);
-    }
-    return sqe;
-}
-
 static void arm_accept(struct l8d *d)
 {
     if (d->accept_armed || d->listen_fd < 0 || d->state != L8D_RUNNING || d->idle_exit ||
         (d->accept_resume_ns && l8d_now_ns() < d->accept_resume_ns))
         return;
-    struct io_uring_sqe *sqe = get_sqe(d);
+    struct io_uring_sqe *sqe = l8d_get_sqe(&d->ring);
     if (d->accept_by_poll) {
         io_uring_prep_poll_add(sqe, d->listen_fd, POLLIN);
-        io_uring_sqe_set_data64(sqe, ud(OP_LISTEN, 0, 0));
+        io_uring_sqe_set_data64(sqe, l8d_ud(OP_LISTEN, 0, 0));
     } else {
         io_uring_prep_multishot_accept(sqe, d->listen_fd, NULL, NULL, SOCK_CLOEXEC);
-        io_uring_sqe_set_data64(sqe, ud(OP_ACCEPT, 0, 0));
+        io_uring_sqe_set_data64(sqe, l8d_ud(OP_ACCEPT, 0, 0));
     }
     d->accept_armed = true;
 }
 
 static void arm_engine(struct l8d *d)
 {
-    struct io_uring_sqe *sqe = get_sqe(d);
+    struct io_uring_sqe *sqe = l8d_get_sqe(&d->ring);
     io_uring_prep_read(sqe, d->et_fd, &d->et_val, sizeof(d->et_val), 0);
-    io_uring_sqe_set_data64(sqe, ud(OP_ENGINE, 0, 0));
+    io_uring_sqe_set_data64(sqe, l8d_ud(OP_ENGINE, 0, 0));
 }
 
 static void arm_signal(struct l8d *d)
 {
-    struct io_uring_sqe *sqe = get_sqe(d);
+    struct io_uring_sqe *sqe = l8d_get_sqe(&d->ring);
     io_uring_prep_read(sqe, d->signal_fd, d->sig_buf, sizeof(struct signalfd_siginfo), 0);
-    io_uring_sqe_set_data64(sqe, ud(OP_SIGNAL, 0, 0));
+    io_uring_sqe_set_data64(sqe, l8d_ud(OP_SIGNAL, 0, 0));
 }
 
 static bool any_backlog(struct l8d *d)
@@ -130,9 +104,9 @@ static void arm_timer(struct l8d *d)
     uint64_t ns = any_backlog(d) ? FAST_TICK_NS : TICK_NS;
     d->tick.tv_sec = (long long)(ns / 1000000000ull);
     d->tick.tv_nsec = (long long)(ns % 1000000000ull);
-    struct io_uring_sqe *sqe = get_sqe(d);
+    struct io_uring_sqe *sqe = l8d_get_sqe(&d->ring);
     io_uring_prep_timeout(sqe, &d->tick, 0, 0);
-    io_uring_sqe_set_data64(sqe, ud(OP_TIMER, 0, 0));
+    io_uring_sqe_set_data64(sqe, l8d_ud(OP_TIMER, 0, 0));
     d->timer_armed = true;
 }
 
@@ -162,35 +136,13 @@ static void accept_failed(struct l8d *d, int res)
                  l8_log_more(more, skipped));
 }
 
-void l8d_loop_arm_session(struct l8d *d, struct l8d_session *s)
-{
-    if (s->state == L8D_SESS_CLOSING)
-        return;
-    if (!s->recv_armed) {
-        s->rx_iov = (struct iovec){ s->rx, sizeof(s->rx) };
-        s->rx_msg = (struct msghdr){ .msg_iov = &s->rx_iov, .msg_iovlen = 1 };
-        struct io_uring_sqe *sqe = get_sqe(d);
-        io_uring_prep_recvmsg(sqe, s->fd, &s->rx_msg, 0);
-        io_uring_sqe_set_data64(sqe, ud(OP_RECV, s->slot, s->gen));
-        s->recv_armed = true;
-        s->ops_pending++;
-    }
-    if (!s->doorbell_armed && s->state == L8D_SESS_READY && s->empty_rings < L8D_EMPTY_RINGS) {
-        struct io_uring_sqe *sqe = get_sqe(d);
-        io_uring_prep_read(sqe, s->sq_efd, &s->doorbell_val, sizeof(s->doorbell_val), 0);
-        io_uring_sqe_set_data64(sqe, ud(OP_DOORBELL, s->slot, s->gen));
-        s->doorbell_armed = true;
-        s->ops_pending++;
-    }
-}
-
 static struct l8d_session *session_of(struct l8d *d, uint64_t u)
 {
-    uint32_t slot = ud_slot(u);
+    uint32_t slot = l8d_ud_slot(u);
     if (slot >= d->n_slots)
         return NULL;
     struct l8d_session *s = d->sessions[slot];
-    return s && s->gen == ud_gen(u) ? s : NULL;
+    return s && s->gen == l8d_ud_gen(u) ? s : NULL;
 }
 
 /* ---------------------------------------------------------------- steps */
@@ -228,8 +180,7 @@ static void start_step(struct l8d *d)
     }
     if ((rc = l8d_et_submit(d->et, seqs, n)) < 0) {
         log_err("engine thread refused a step: %s", strerror(-rc));
-        d->ev_t_ns = t;
-        l8_sched_step_done(d->sched, seqs, n, rc);
+        l8_sched_step_done(d->sched, seqs, n, rc, t);
         return;
     }
     d->step_in_flight = true;
@@ -291,8 +242,7 @@ static bool on_engine_done(struct l8d *d)
         d->gap_ns += t0 - d->last_step_end;
     }
     d->last_step_end = t1;
-    d->ev_t_ns = t1;
-    l8_sched_step_done(d->sched, d->step_seqs, d->step_n, status);
+    l8_sched_step_done(d->sched, d->step_seqs, d->step_n, status, t1);
     d->gap_open = !l8_sched_idle(d->sched);
     if (status == -EIO) {
         /* A device fault: the engine's state cannot be trusted. Exit
@@ -325,20 +275,14 @@ static bool spin_for_step(struct l8d *d)
     return l8d_et_watch(d->et, false) || done;
 }
 
-void l8d_on_sched_event(void *ctx, const struct l8_sched_event *ev)
-{
-    struct l8d *d = ctx;
-    l8d_session_on_sched_event(d, ev, d->ev_t_ns);
-}
-
 /* ---------------------------------------------------------------- drain */
 
 static void cancel_accept(struct l8d *d)
 {
     if (d->accept_armed) {
-        struct io_uring_sqe *sqe = get_sqe(d);
-        io_uring_prep_cancel64(sqe, ud(d->accept_by_poll ? OP_LISTEN : OP_ACCEPT, 0, 0), 0);
-        io_uring_sqe_set_data64(sqe, ud(OP_CANCEL, 0, 0));
+        struct io_uring_sqe *sqe = l8d_get_sqe(&d->ring);
+        io_uring_prep_cancel64(sqe, l8d_ud(d->accept_by_poll ? OP_LISTEN : OP_ACCEPT, 0, 0), 0);
+        io_uring_sqe_set_data64(sqe, l8d_ud(OP_CANCEL, 0, 0));
     }
 }
 
@@ -451,7 +395,7 @@ static void housekeeping(struct l8d *d)
         struct l8d_session *s = d->sessions[i];
         if (s && s->empty_rings >= L8D_EMPTY_RINGS) {
             s->empty_rings = L8D_EMPTY_RINGS - 1;   /* one read, then again at the tick */
-            l8d_loop_arm_session(d, s);
+            l8d_session_arm(s);
         }
     }
     if (d->state == L8D_DRAINING && now >= d->drain_deadline_ns) {
@@ -477,9 +421,9 @@ static void ring_event_doorbell(struct l8d *d, struct l8d_session *s)
         s->wake_again = true;
         return;
     }
-    struct io_uring_sqe *sqe = get_sqe(d);
+    struct io_uring_sqe *sqe = l8d_get_sqe(&d->ring);
     io_uring_prep_write(sqe, s->eq_efd, &d->wake_val, sizeof(d->wake_val), 0);
-    io_uring_sqe_set_data64(sqe, ud(OP_WAKE, s->slot, s->gen));
+    io_uring_sqe_set_data64(sqe, l8d_ud(OP_WAKE, s->slot, s->gen));
     s->wake_armed = true;
     s->wake_again = false;
     s->ops_pending++;
@@ -490,7 +434,7 @@ static void on_cqe(struct l8d *d, struct io_uring_cqe *cqe)
     uint64_t u = io_uring_cqe_get_data64(cqe);
     struct l8d_session *s;
     int res = cqe->res;
-    switch (ud_op(u)) {
+    switch (l8d_ud_op(u)) {
     case OP_LISTEN:   /* a connection waits: try accepting it */
         d->accept_armed = d->accept_by_poll = false;
         break;
@@ -568,13 +512,12 @@ static void scan(struct l8d *d, bool all)
         if (s->rang)
             s->empty_rings = s->sq_head == head ? s->empty_rings + 1 : 0;
         s->rang = false;
-        l8d_loop_arm_session(d, s);
+        l8d_session_arm(s);
     }
 }
 
 /* Before sleeping with the engine idle: ask every client to ring, then look
- * once more so a submission that raced with the flag is not missed.
- * Returns whether anything arrived. */
+ * once more so a submission that raced with the flag is not missed. */
 static void arm_sq_wakeups(struct l8d *d)
 {
     for (uint32_t i = 0; i < d->n_slots; i++) {
@@ -605,11 +548,11 @@ static void publish_all(struct l8d *d)
 }
 
 /* Cancel a closing session's operation that may never complete. */
-static void cancel_op(struct l8d *d, const struct l8d_session *s, enum op op)
+static void cancel_op(struct l8d *d, const struct l8d_session *s, enum l8d_op op)
 {
-    struct io_uring_sqe *sqe = get_sqe(d);
-    io_uring_prep_cancel64(sqe, ud(op, s->slot, s->gen), 0);
-    io_uring_sqe_set_data64(sqe, ud(OP_CANCEL, 0, 0));
+    struct io_uring_sqe *sqe = l8d_get_sqe(&d->ring);
+    io_uring_prep_cancel64(sqe, l8d_ud(op, s->slot, s->gen), 0);
+    io_uring_sqe_set_data64(sqe, l8d_ud(OP_CANCEL, 0, 0));
 }
 
 static void reap_closed(struct l8d *d)

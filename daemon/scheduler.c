@@ -93,6 +93,7 @@ struct l8_sched {
     struct req *blocked;        /* the last build's admission that the pool
                                    could not hold, and its numbers */
     uint32_t blocked_need, blocked_have;
+    uint64_t done_t_ns;         /* step_done's t_ns, for its events */
     /* stats */
     uint64_t preemptions, tokens_generated, prompt_tokens, cached_tokens, steps;
     uint64_t drafted, accepted;
@@ -911,7 +912,7 @@ static void emit(struct l8_sched *s, struct req *r, enum l8_sched_ev_kind kind,
     struct l8_sched_event ev = {
         .kind = kind, .owner = r->owner, .id = r->id, .user = r->user,
         .token = token, .index = index, .reason = reason, .error = error,
-        .drafted = r->drafted, .accepted = r->accepted,
+        .drafted = r->drafted, .accepted = r->accepted, .t_ns = s->done_t_ns,
     };
     if (kind == L8_SCHED_EV_TOKEN && r->logprobs) {
         ev.logprob = logprob;
@@ -1013,10 +1014,12 @@ static bool took(struct l8_sched *s, struct req *r, const struct l8_seq *q,
     return finished;
 }
 
-int l8_sched_step_done(struct l8_sched *s, struct l8_seq *seqs, uint32_t n, int status)
+int l8_sched_step_done(struct l8_sched *s, struct l8_seq *seqs, uint32_t n, int status,
+                       uint64_t t_ns)
 {
     if (!s->in_flight || seqs != s->seqs || n != s->n_step)
         return -EINVAL;
+    s->done_t_ns = t_ns;
     /* Each request stays in_flight until we are done touching it, so an
      * on_event callback that cancels it (or its whole owner) only marks it,
      * and it is freed here afterwards. */

@@ -253,6 +253,8 @@ struct l8_sched_event {
     int error;               /* ERROR: the engine's negative errno */
     uint32_t drafted, accepted; /* the request's drafted tokens so far, and of
                                    them accepted (speculative decoding) */
+    uint64_t t_ns;           /* what the caller gave l8_sched_step_done (the
+                                scheduler reads no clock) */
 };
 
 /* Per sequence of the last built step, parallel to its l8_seq array. */
@@ -317,13 +319,14 @@ int  l8_sched_build_step(struct l8_sched *s, struct l8_seq **seqs, uint32_t *n);
 /* The slots of the step in flight, [n]: the step's runner may set their
  * constraint_end (the array stays where it is for the scheduler's life). */
 struct l8_sched_slot *l8_sched_step_slots(struct l8_sched *s);
-/* The engine finished the step: status is l8_engine_step()'s return.
+/* The engine finished the step at t_ns (the caller's clock, carried by the
+ * events): status is l8_engine_step()'s return.
  * On 0: for each sequence that sampled, append the token and emit TOKEN
  * (and DONE when finished); finished requests release their pages. On
  * error: every request in the step gets an ERROR event and is released.
  * -EINVAL if seqs/n are not the step in flight. */
 int  l8_sched_step_done(struct l8_sched *s, struct l8_seq *seqs, uint32_t n,
-                        int status);
+                        int status, uint64_t t_ns);
 
 void l8_sched_get_stats(const struct l8_sched *s, struct l8_sched_stats *out);
 void l8_sched_owner_stats(const struct l8_sched *s, uint64_t owner,

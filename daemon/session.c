@@ -27,6 +27,7 @@
 #include "l8_build.h"
 #include "llama8.pb-c.h"
 #include "log.h"
+#include "uring_op.h"
 
 /* The error numbers of l8_shm.h are the protocol's. */
 _Static_assert((int)L8_ERR_BAD_MESSAGE == (int)LLAMA8__ERROR_CODE__BAD_MESSAGE, "err ABI");
@@ -287,9 +288,35 @@ int l8d_session_accept(struct l8d *d, int fd)
     d->n_sessions++;
     log_debug("client %llu connected: pid %d uid %u", (unsigned long long)s->id,
               (int)cr.pid, (unsigned)cr.uid);
-    l8d_loop_arm_session(d, s);
+    l8d_session_arm(s);
     return 0;
 }
+
+/* Its operations on the loop's ring: the control socket's next datagram,
+ * and the doorbell (read once a tick only, past L8D_EMPTY_RINGS). */
+void l8d_session_arm(struct l8d_session *s)
+{
+    struct l8d *d = s->d;
+    if (s->state == L8D_SESS_CLOSING)
+        return;
+    if (!s->recv_armed) {
+        s->rx_iov = (struct iovec){ s->rx, sizeof(s->rx) };
+        s->rx_msg = (struct msghdr){ .msg_iov = &s->rx_iov, .msg_iovlen = 1 };
+        struct io_uring_sqe *sqe = l8d_get_sqe(&d->ring);
+        io_uring_prep_recvmsg(sqe, s->fd, &s->rx_msg, 0);
+        io_uring_sqe_set_data64(sqe, l8d_ud(OP_RECV, s->slot, s->gen));
+        s->recv_armed = true;
+        s->ops_pending++;
+    }
+    if (!s->doorbell_armed && s->state == L8D_SESS_READY && s->empty_rings < L8D_EMPTY_RINGS) {
+        struct io_uring_sqe *sqe = l8d_get_sqe(&d->ring);
+        io_uring_prep_read(sqe, s->sq_efd, &s->doorbell_val, sizeof(s->doorbell_val), 0);
+        io_uring_sqe_set_data64(sqe, l8d_ud(OP_DOORBELL, s->slot, s->gen));
+        s->doorbell_armed = true;
+        s->ops_pending++;
+    }
+}
+
 
 /* ---------------------------------------------------------------- handshake */
 
@@ -392,7 +419,7 @@ static void on_hello(struct l8d_session *s, const Llama8__Hello *h)
     s->state = L8D_SESS_READY;
     log_info("client %llu '%s' ready: pid %d uid %u", (unsigned long long)s->id, s->name,
              (int)s->pid, (unsigned)s->uid);
-    l8d_loop_arm_session(d, s);
+    l8d_session_arm(s);
 }
 
 /* Has the peer closed or shut down its sending side? On SOCK_SEQPACKET a
@@ -573,8 +600,10 @@ static void req_release(struct l8d_session *s, struct l8d_req *r, const char *ho
              r->prompt_tokens, r->cached_tokens, r->generated, first, spec);
 }
 
-void l8d_session_on_sched_event(struct l8d *d, const struct l8_sched_event *e, uint64_t t_ns)
+void l8d_session_on_sched_event(void *ctx, const struct l8_sched_event *e)
 {
+    struct l8d *d = ctx;
+    const uint64_t t_ns = e->t_ns;
     struct l8d_req *r = e->user;
     if (!r || !r->live)
         return;

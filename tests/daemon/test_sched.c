@@ -271,7 +271,7 @@ static uint32_t step(struct world *w, int line)
         t_failures++;
     }
     (void)total;
-    CHECK_EQ(l8_sched_step_done(w->s, seqs, n, rc), 0);
+    CHECK_EQ(l8_sched_step_done(w->s, seqs, n, rc, 0), 0);
     check_pool(w, line);
     return n;
 }
@@ -291,7 +291,7 @@ static uint32_t run_all(struct world *w, uint32_t budget, uint32_t max_seqs)
         CHECK(total <= budget);
         int rc = exec_step(&w->x, w->s, seqs, n);
         CHECK_EQ(rc, 0);
-        CHECK_EQ(l8_sched_step_done(w->s, seqs, n, rc), 0);
+        CHECK_EQ(l8_sched_step_done(w->s, seqs, n, rc, 0), 0);
         check_pool(w, __LINE__);
         if (++steps > 10000) {
             fprintf(stderr, "run_all: no progress\n");
@@ -468,7 +468,7 @@ static void test_prefix_sharing(void)
     CHECK(l8_sched_step_slots(w.s)[0].first);
     CHECK_EQ(l8_sched_build_step(w.s, &seqs, &n), -EBUSY);
     CHECK_EQ(exec_step(&w.x, w.s, seqs, n), 0);
-    CHECK_EQ(l8_sched_step_done(w.s, seqs, n, 0), 0);
+    CHECK_EQ(l8_sched_step_done(w.s, seqs, n, 0, 0), 0);
     const uint32_t a_page0 = seqs[0].pages[0], a_page1 = seqs[0].pages[1];
     const struct l8_kvpool *pool = l8_sched_pool(w.s);
     CHECK(l8_kvpool_is_registered(pool, a_page0));
@@ -499,7 +499,7 @@ static void test_prefix_sharing(void)
     CHECK_EQ(ps.shared, 2);
     CHECK_EQ(ps.used, 3 + 1);   /* a: 3 pages; b: 2 shared + 1 own */
     CHECK_EQ(exec_step(&w.x, w.s, seqs, n), 0);
-    CHECK_EQ(l8_sched_step_done(w.s, seqs, n, 0), 0);
+    CHECK_EQ(l8_sched_step_done(w.s, seqs, n, 0, 0), 0);
     run_all(&w, 64, 4);
     check_stream(&w, 1, 1, a, 40, 8, NULL, 0, 0, __LINE__);
     check_stream(&w, 2, 1, b, 45, 8, NULL, 0, 0, __LINE__);
@@ -528,7 +528,7 @@ static void test_prefix_sharing(void)
     CHECK_EQ(seqs[0].pos, 32);    /* 48 tokens: (48-1)/16 = 2 pages may come from cache */
     CHECK_EQ(seqs[0].n_tokens, 16);
     CHECK_EQ(exec_step(&w.x, w.s, seqs, n), 0);
-    CHECK_EQ(l8_sched_step_done(w.s, seqs, n, 0), 0);
+    CHECK_EQ(l8_sched_step_done(w.s, seqs, n, 0, 0), 0);
     run_all(&w, 64, 4);
     check_stream(&w, 3, 1, c, 48, 2, NULL, 0, 0, __LINE__);
     world_fini(&w);
@@ -548,7 +548,7 @@ static uint32_t first_step_cached(struct world *w, uint64_t owner, uint32_t scop
     uint32_t cached = l8_sched_step_slots(w->s)[0].cached_tokens;
     CHECK_EQ(seqs[0].pos, cached);
     CHECK_EQ(exec_step(&w->x, w->s, seqs, ns), 0);
-    CHECK_EQ(l8_sched_step_done(w->s, seqs, ns, 0), 0);
+    CHECK_EQ(l8_sched_step_done(w->s, seqs, ns, 0, 0), 0);
     run_all(w, 64, 4);
     check_stream(w, owner, 1, prompt, n, 4, NULL, 0, 0, __LINE__);
     return cached;
@@ -606,7 +606,7 @@ static void test_chunked_prefill(void)
         CHECK_EQ(l8_sched_step_slots(w.s)[0].first, i == 0);
         CHECK(l8_sched_step_slots(w.s)[0].prefill);
         CHECK_EQ(exec_step(&w.x, w.s, seqs, n), 0);
-        CHECK_EQ(l8_sched_step_done(w.s, seqs, n, 0), 0);
+        CHECK_EQ(l8_sched_step_done(w.s, seqs, n, 0, 0), 0);
     }
     /* request 2 arrives mid-prefill: it gets what the running prefill
      * leaves of the budget (8 - 4) and takes its whole 3-token prompt */
@@ -622,7 +622,7 @@ static void test_chunked_prefill(void)
     CHECK(seqs[1].sample);
     CHECK(l8_sched_step_slots(w.s)[1].first);
     CHECK_EQ(exec_step(&w.x, w.s, seqs, n), 0);
-    CHECK_EQ(l8_sched_step_done(w.s, seqs, n, 0), 0);
+    CHECK_EQ(l8_sched_step_done(w.s, seqs, n, 0, 0), 0);
     /* then two decodes */
     CHECK_EQ(l8_sched_build_step(w.s, &seqs, &n), 0);
     CHECK_EQ(n, 2);
@@ -633,7 +633,7 @@ static void test_chunked_prefill(void)
     CHECK_EQ(seqs[1].n_tokens, 1);
     CHECK(!l8_sched_step_slots(w.s)[1].prefill);
     CHECK_EQ(exec_step(&w.x, w.s, seqs, n), 0);
-    CHECK_EQ(l8_sched_step_done(w.s, seqs, n, 0), 0);
+    CHECK_EQ(l8_sched_step_done(w.s, seqs, n, 0, 0), 0);
     run_all(&w, 8, 4);
     check_stream(&w, 1, 1, p, 20, 3, NULL, 0, 0, __LINE__);
     check_stream(&w, 1, 2, q, 3, 2, NULL, 0, 0, __LINE__);
@@ -758,7 +758,7 @@ static void test_constraints(bool spec)
                     break;
             }
         }
-        CHECK_EQ(l8_sched_step_done(w.s, seqs, n, rc), 0);
+        CHECK_EQ(l8_sched_step_done(w.s, seqs, n, rc, 0), 0);
         if (++steps == cancel_after)
             CHECK_EQ(l8_sched_cancel(w.s, 1, 4), 0);
     }
@@ -837,7 +837,7 @@ static void test_preemption(void)
                 b_first_again = sl[i].first;
             }
         CHECK_EQ(exec_step(&w.x, w.s, seqs, n), 0);
-        CHECK_EQ(l8_sched_step_done(w.s, seqs, n, 0), 0);
+        CHECK_EQ(l8_sched_step_done(w.s, seqs, n, 0, 0), 0);
         check_pool(&w, __LINE__);
         if (steps > 200)
             break;
@@ -878,14 +878,14 @@ static void test_head_of_line(void)
     uint32_t n;
     CHECK_EQ(l8_sched_build_step(w.s, &seqs, &n), 0);
     CHECK_EQ(exec_step(&w.x, w.s, seqs, n), 0);
-    CHECK_EQ(l8_sched_step_done(w.s, seqs, n, 0), 0);
+    CHECK_EQ(l8_sched_step_done(w.s, seqs, n, 0, 0), 0);
     CHECK_EQ(l8_sched_submit(w.s, &rbig, NULL), 0); /* 16 positions: the whole pool */
     CHECK_EQ(l8_sched_submit(w.s, &rc, NULL), 0);
     CHECK_EQ(l8_sched_build_step(w.s, &seqs, &n), 0);
     CHECK_EQ(n, 1);                  /* big cannot start, c must not pass it */
     CHECK_EQ(l8_sched_step_slots(w.s)[0].id, 1);
     CHECK_EQ(exec_step(&w.x, w.s, seqs, n), 0);
-    CHECK_EQ(l8_sched_step_done(w.s, seqs, n, 0), 0);
+    CHECK_EQ(l8_sched_step_done(w.s, seqs, n, 0, 0), 0);
     run_all(&w, 32, 4);
     check_stream(&w, 1, 1, a, 4, 6, NULL, 0, 0, __LINE__);
     check_stream(&w, 1, 2, big, 12, 5, NULL, 0, 0, __LINE__);
@@ -914,7 +914,7 @@ static void test_priority(void)
         CHECK_EQ(n, 1);
         CHECK_EQ(l8_sched_step_slots(w.s)[0].id, order[i]);
         CHECK_EQ(exec_step(&w.x, w.s, seqs, n), 0);
-        CHECK_EQ(l8_sched_step_done(w.s, seqs, n, 0), 0);
+        CHECK_EQ(l8_sched_step_done(w.s, seqs, n, 0, 0), 0);
     }
     CHECK(l8_sched_idle(w.s));
     world_fini(&w);
@@ -982,7 +982,7 @@ static void test_fair_share(void)
     for (uint32_t i = 0; i < n; i++)                  /* the youngest of owner 1 went */
         CHECK(l8_sched_step_slots(w.s)[i].owner != 1 || l8_sched_step_slots(w.s)[i].id != 4);
     CHECK_EQ(exec_step(&w.x, w.s, seqs, n), 0);
-    CHECK_EQ(l8_sched_step_done(w.s, seqs, n, 0), 0);
+    CHECK_EQ(l8_sched_step_done(w.s, seqs, n, 0, 0), 0);
     CHECK_EQ(step(&w, __LINE__), 4);                  /* 3 and 1: it stays so */
     run_all(&w, 64, 4);
     CHECK_EQ(preemptions(&w), 1);
@@ -1009,7 +1009,7 @@ static void test_fair_share(void)
         CHECK_EQ(n2, 4 - want1[k]);
         CHECK_EQ(preemptions(&w), k < 2 ? (uint64_t)k + 1 : 2);
         CHECK_EQ(exec_step(&w.x, w.s, seqs, n), 0);
-        CHECK_EQ(l8_sched_step_done(w.s, seqs, n, 0), 0);
+        CHECK_EQ(l8_sched_step_done(w.s, seqs, n, 0, 0), 0);
     }
     run_all(&w, 64, 4);
     CHECK_EQ(preemptions(&w), 2);
@@ -1037,7 +1037,7 @@ static void test_fair_share(void)
     for (uint32_t i = 0; i < n; i++)
         CHECK(l8_sched_step_slots(w.s)[i].owner != 1);
     CHECK_EQ(exec_step(&w.x, w.s, seqs, n), 0);
-    CHECK_EQ(l8_sched_step_done(w.s, seqs, n, 0), 0);
+    CHECK_EQ(l8_sched_step_done(w.s, seqs, n, 0, 0), 0);
     held1 = false;
     run_all(&w, 64, 2);
     CHECK_EQ(preemptions(&w), 1);
@@ -1073,7 +1073,7 @@ static void test_fair_turns(void)
             if (l8_sched_step_slots(w.s)[i].owner == 3 && !first3)
                 first3 = steps;
         CHECK_EQ(exec_step(&w.x, w.s, seqs, n), 0);
-        CHECK_EQ(l8_sched_step_done(w.s, seqs, n, 0), 0);
+        CHECK_EQ(l8_sched_step_done(w.s, seqs, n, 0, 0), 0);
     }
     CHECK(l8_sched_idle(w.s));
     CHECK(first3 >= L8_SCHED_QUANTUM && first3 <= L8_SCHED_QUANTUM + 2);
@@ -1139,7 +1139,7 @@ static void test_held(void)
     for (uint32_t i = 0; i < n; i++)
         CHECK(l8_sched_step_slots(w.s)[i].owner != 1);
     CHECK_EQ(exec_step(&w.x, w.s, seqs, n), 0);
-    CHECK_EQ(l8_sched_step_done(w.s, seqs, n, 0), 0);
+    CHECK_EQ(l8_sched_step_done(w.s, seqs, n, 0, 0), 0);
     /* everyone held: an empty step, not an error, and not idle */
     hold2 = hold3 = true;
     CHECK_EQ(l8_sched_build_step(w.s, &seqs, &n), 0);
@@ -1197,7 +1197,7 @@ static void test_cancel(void)
     CHECK_EQ(os.pages, 2);
     CHECK(!l8_sched_idle(w.s));
     CHECK_EQ(exec_step(&w.x, w.s, seqs, n), 0);
-    CHECK_EQ(l8_sched_step_done(w.s, seqs, n, 0), 0);
+    CHECK_EQ(l8_sched_step_done(w.s, seqs, n, 0, 0), 0);
     CHECK_EQ(rec_for(&w, 1, 2)->n, 0);
     l8_sched_get_stats(w.s, &st);
     CHECK_EQ(st.pages_used, 0);
@@ -1287,8 +1287,8 @@ static void test_engine_error(void)
     uint32_t n;
     CHECK_EQ(l8_sched_build_step(w.s, &seqs, &n), 0);
     CHECK_EQ(n, 2);
-    CHECK_EQ(l8_sched_step_done(w.s, seqs, n + 1, 0), -EINVAL);
-    CHECK_EQ(l8_sched_step_done(w.s, seqs, n, -EIO), 0);
+    CHECK_EQ(l8_sched_step_done(w.s, seqs, n + 1, 0, 0), -EINVAL);
+    CHECK_EQ(l8_sched_step_done(w.s, seqs, n, -EIO, 0), 0);
     CHECK_EQ(rec_for(&w, 1, 1)->n_error, 1);
     CHECK_EQ(rec_for(&w, 1, 1)->error, -EIO);
     CHECK_EQ(rec_for(&w, 1, 2)->n_error, 1);
@@ -1297,7 +1297,7 @@ static void test_engine_error(void)
     l8_sched_get_stats(w.s, &st);
     CHECK_EQ(st.pages_used, 0);
     CHECK_EQ(st.pages_cached, 0);  /* nothing registered from a failed step */
-    CHECK_EQ(l8_sched_step_done(w.s, seqs, n, 0), -EINVAL); /* not in flight */
+    CHECK_EQ(l8_sched_step_done(w.s, seqs, n, 0, 0), -EINVAL); /* not in flight */
     world_fini(&w);
 }
 
@@ -1344,7 +1344,7 @@ static void test_stress(void)
             CHECK(cancelled >= 0);
         }
         CHECK_EQ(exec_step(&w.x, w.s, seqs, n), 0);
-        CHECK_EQ(l8_sched_step_done(w.s, seqs, n, 0), 0);
+        CHECK_EQ(l8_sched_step_done(w.s, seqs, n, 0, 0), 0);
         check_pool(&w, __LINE__);
         if (steps > 5000)
             break;
@@ -1492,7 +1492,7 @@ static int random_run(uint64_t seed)
             w.cancel_at = rnd(6);
             cancel_owner_marked(q, next, w.cancel_owner);
         }
-        CHECK_EQ(l8_sched_step_done(w.s, seqs, n, rc), 0);
+        CHECK_EQ(l8_sched_step_done(w.s, seqs, n, rc, 0), 0);
         w.cancel_in_cb = false;
         check_pool(&w, __LINE__);
     }
@@ -1803,7 +1803,7 @@ static void test_uid_pages(void)
     l8_sched_get_stats(w.s, &st);
     CHECK(st.preemptions >= 1);
     CHECK_EQ(exec_step(&w.x, w.s, seqs, n), 0);
-    CHECK_EQ(l8_sched_step_done(w.s, seqs, n, 0), 0);
+    CHECK_EQ(l8_sched_step_done(w.s, seqs, n, 0, 0), 0);
     for (int i = 0; i < 100 && !rec_for(&w, 2, 1)->n_done; i++)
         step(&w, __LINE__);
     check_stream(&w, 2, 1, b, 8, 12, NULL, 0, 0, __LINE__);

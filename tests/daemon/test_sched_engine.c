@@ -126,7 +126,7 @@ static void run_sched(struct l8_engine *e, uint32_t vocab, uint32_t draft_max)
             max_tokens = total;
         int rc = l8_engine_step(e, seqs, n);
         CHECK(rc == 0);
-        CHECK(l8_sched_step_done(s, seqs, n, rc) == 0);
+        CHECK(l8_sched_step_done(s, seqs, n, rc, 0) == 0);
         CHECK(l8_kvpool_check(l8_sched_pool(s)) == 0);
         if (++steps > 5000 || t_failures)
             break;
