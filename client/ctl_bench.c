@@ -49,6 +49,8 @@
 
 #include <json-c/json.h>
 
+#include "proto/l8_hash.h"
+
 struct breq {
     uint64_t id;
     int client;
@@ -95,11 +97,7 @@ static double pct_us(struct lat *l, double p)
 
 static uint64_t rng_next(uint64_t *s)
 {
-    /* splitmix64: deterministic prompts for a given --seed */
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    return l8_splitmix64(s);   /* deterministic prompts for a given --seed */
 }
 
 /* ---- the wake-up floor (see the top) ------------------------------------ */

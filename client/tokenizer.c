@@ -64,7 +64,7 @@ struct word_cache {
 
 /* ---------------------------------------------------------------- small helpers */
 
-/* mix64 (tokenizer_internal.h), hash_bytes and slot_tag place the entries of the tables
+/* l8_mix64 (proto/l8_hash.h), hash_bytes and slot_tag place the entries of the tables
  * that the cache file holds as an image: changing them needs a new L8TOK_CACHE_VERSION. */
 
 /* The first min(n, 8) bytes of p, zero-padded; never reads past p + n. */
@@ -85,7 +85,7 @@ static inline uint64_t hash_bytes_pre(const uint8_t *p, size_t n, uint64_t prefi
 {
     uint64_t h = 0x9e3779b97f4a7c15ull ^ (uint64_t)n;
     if (n <= 8)
-        return mix64(h ^ prefix);
+        return l8_mix64(h ^ prefix);
     h = (h ^ prefix) * 0xff51afd7ed558ccdull;
     p += 8;
     n -= 8;
@@ -97,7 +97,7 @@ static inline uint64_t hash_bytes_pre(const uint8_t *p, size_t n, uint64_t prefi
         p += 8;
         n -= 8;
     }
-    return mix64(h ^ load_prefix(p, n));
+    return l8_mix64(h ^ load_prefix(p, n));
 }
 
 static inline uint64_t hash_bytes(const uint8_t *p, size_t n)
@@ -352,7 +352,7 @@ static inline uint64_t merge_key(uint32_t a, uint32_t b)
 static inline const struct merge_slot *merge_find(const l8tok *t, uint32_t a, uint32_t b)
 {
     uint64_t key = merge_key(a, b);
-    for (uint32_t i = (uint32_t)mix64(key) & t->merge_mask;; i = (i + 1) & t->merge_mask) {
+    for (uint32_t i = (uint32_t)l8_mix64(key) & t->merge_mask;; i = (i + 1) & t->merge_mask) {
         const struct merge_slot *sl = &t->merges[i];
         if (sl->key == key)
             return sl;
@@ -366,7 +366,7 @@ static inline const struct merge_slot *merge_find(const l8tok *t, uint32_t a, ui
 static void merge_insert(l8tok *t, uint32_t a, uint32_t b, uint32_t rank, uint32_t id)
 {
     uint64_t key = merge_key(a, b);
-    uint32_t i = (uint32_t)mix64(key) & t->merge_mask;
+    uint32_t i = (uint32_t)l8_mix64(key) & t->merge_mask;
     while (t->merges[i].key != UINT64_MAX && t->merges[i].key != key)
         i = (i + 1) & t->merge_mask;
     t->merges[i] = (struct merge_slot){.key = key, .rank = rank, .id = id};
@@ -1086,7 +1086,7 @@ static int bpe_word(const l8tok *t, const uint8_t *w, size_t n, l8tok_ids *out)
     /* The merge table is larger than the caches and each lookup a likely miss: start
      * fetching every initial pair's slot before the dependent lookups. */
     for (size_t i = 0; i + 1 < n; i++)
-        __builtin_prefetch(&t->merges[(uint32_t)mix64(merge_key(sym[i].id, sym[i + 1].id)) &
+        __builtin_prefetch(&t->merges[(uint32_t)l8_mix64(merge_key(sym[i].id, sym[i + 1].id)) &
                                       t->merge_mask]);
     size_t nh = 0;
     for (size_t i = 0; i + 1 < n; i++)

@@ -101,7 +101,7 @@ static uint64_t hash_end(const struct hash_state *s)
 {
     uint64_t h = s->n * HASH_K1;
     for (int k = 0; k < 4; k++)
-        h = mix64(h ^ s->v[k]);
+        h = l8_mix64(h ^ s->v[k]);
     return h;
 }
 

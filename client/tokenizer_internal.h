@@ -4,7 +4,7 @@
  * installed; the tests include it to look inside the cache.
  *
  * The cache file is a byte image of these tables, so any change to a struct below, to the
- * table hashes in tokenizer.c (mix64, hash_bytes, slot_tag, the probe sequences) or to what
+ * table hashes in tokenizer.c (l8_mix64, hash_bytes, slot_tag, the probe sequences) or to what
  * the loader puts in the tables must bump L8TOK_CACHE_VERSION.
  */
 #ifndef LLAMA8_TOKENIZER_INTERNAL_H
@@ -19,17 +19,8 @@
 #include <pcre2.h>
 
 #include "llama8_tokenizer.h"
+#include "proto/l8_hash.h"
 
-/* splitmix64's finalizer: the table hash of tokenizer.c and the last step of the cache's
- * content hash. */
-static inline uint64_t mix64(uint64_t x)
-{
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
 
 #define NO_LEN UINT32_MAX /* tok_len of an id that is not a token */
 #define MAX_ADDED_LENS 64 /* distinct added-token lengths */

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "proto/l8_hash.h"
+
 #define NIL UINT32_MAX
 
 struct l8_kvpool {
@@ -33,21 +35,12 @@ struct l8_kvpool {
                               precompute (lookups compare exactly anyway) */
 };
 
-static uint64_t mix64(uint64_t x)
-{
-    /* splitmix64 finalizer */
-    x ^= x >> 30; x *= 0xbf58476d1ce4e5b9ULL;
-    x ^= x >> 27; x *= 0x94d049bb133111ebULL;
-    x ^= x >> 31;
-    return x;
-}
-
 static uint64_t page_key(const struct l8_kvpool *p, uint32_t parent,
                          uint32_t pgen, const uint32_t *tokens)
 {
-    uint64_t h = mix64(p->seed ^ (((uint64_t)parent << 32) | pgen));
+    uint64_t h = l8_mix64(p->seed ^ (((uint64_t)parent << 32) | pgen));
     for (uint32_t i = 0; i < p->page_size; i++)
-        h = mix64(h ^ (tokens[i] + 0x9e3779b97f4a7c15ULL * (i + 1)));
+        h = l8_mix64(h ^ (tokens[i] + L8_GOLDEN_GAMMA * (i + 1)));
     return h;
 }
 
@@ -90,7 +83,7 @@ int l8_kvpool_new(uint32_t n_pages, uint32_t page_size, struct l8_kvpool **out)
     for (uint32_t b = 0; b < p->n_buckets; b++)
         p->bucket[b] = NIL;
     p->lru_head = p->lru_tail = NIL;
-    p->seed = mix64((uint64_t)(uintptr_t)p ^ 0x6c6c616d6138ULL);
+    p->seed = l8_mix64((uint64_t)(uintptr_t)p ^ 0x6c6c616d6138ULL);
     *out = p;
     return 0;
 err:

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "kvpool.h"
+#include "proto/l8_hash.h"
 #include "proto/llama8_event.h"  /* the sampling ranges */
 #include "draft_len.h"
 #include "history.h"
@@ -137,11 +138,7 @@ static void list_insert_sorted(struct l8_sched *s, int which, struct req *r)
 
 static uint32_t id_bucket(const struct l8_sched *s, uint64_t owner, uint64_t id)
 {
-    uint64_t h = (owner * 0x9e3779b97f4a7c15ULL) ^ id;
-    h ^= h >> 31;
-    h *= 0xbf58476d1ce4e5b9ULL;
-    h ^= h >> 29;
-    return (uint32_t)h & (s->n_buckets - 1);
+    return (uint32_t)l8_mix64(owner * L8_GOLDEN_GAMMA ^ id) & (s->n_buckets - 1);
 }
 
 static struct req *find_req(const struct l8_sched *s, uint64_t owner, uint64_t id)
@@ -264,7 +261,7 @@ static void req_free(struct l8_sched *s, struct req *r)
 static uint32_t *owner_slot(struct l8_sched *s, uint64_t owner, bool add)
 {
     uint32_t mask = s->n_owner_slots - 1;
-    for (uint32_t i = (uint32_t)(owner * 0x9e3779b97f4a7c15ULL >> 40) & mask;; i = (i + 1) & mask) {
+    for (uint32_t i = (uint32_t)(owner * L8_GOLDEN_GAMMA >> 40) & mask;; i = (i + 1) & mask) {
         struct owner_count *o = &s->owners[i];
         if (o->used && o->owner == owner)
             return &o->n;

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "proto/l8_hash.h"
+
 #define EMPTY 0u   /* a slot holds an occurrence's end position + 1 */
 
 struct l8_ngram {
@@ -18,22 +20,13 @@ struct l8_ngram {
     uint64_t probes;
 };
 
-static uint64_t mix64(uint64_t x)
-{
-    /* splitmix64 finalizer */
-    x ^= x >> 30; x *= 0xbf58476d1ce4e5b9ULL;
-    x ^= x >> 27; x *= 0x94d049bb133111ebULL;
-    x ^= x >> 31;
-    return x;
-}
-
 /* h[i] = hash of the (i+1)-gram ending at end[-1]: a chain from the last
  * token backwards, so one pass hashes every n. */
 static void hash_suffixes(uint64_t seed, const uint32_t *end, uint32_t n_max, uint64_t *h)
 {
     uint64_t x = seed;
     for (uint32_t i = 0; i < n_max; i++) {
-        x = mix64(x ^ (end[-1 - (int64_t)i] + 0x9e3779b97f4a7c15ULL * (i + 1)));
+        x = l8_mix64(x ^ (end[-1 - (int64_t)i] + L8_GOLDEN_GAMMA * (i + 1)));
         h[i] = x;
     }
 }
@@ -75,7 +68,7 @@ int l8_ngram_new(uint32_t cap, struct l8_ngram **out)
     }
     for (uint32_t i = 1; i < L8_NGRAM_MAX_N; i++)
         g->slot[i] = g->slot[0] + (size_t)i * g->n_slots;
-    g->seed = mix64((uint64_t)(uintptr_t)g ^ 0x6e6772616dULL);
+    g->seed = l8_mix64((uint64_t)(uintptr_t)g ^ 0x6e6772616dULL);
     l8_ngram_reset(g);
     *out = g;
     return 0;

@@ -42,6 +42,7 @@
 #include "numerics.h"
 #include "read_file.h"
 #include "safetensors.h"
+#include "proto/l8_hash.h"
 
 /* Hugging Face's default max_shard_size ("5GB", decimal). */
 #define MK_DEFAULT_SHARD_SIZE 5000000000ull
@@ -107,16 +108,6 @@ struct mk_opts {
 
 /* ---- the generator ------------------------------------------------------ */
 
-#define MK_GAMMA 0x9e3779b97f4a7c15ull
-
-/* splitmix64's finalizer: a bijective 64-bit mix. */
-static inline uint64_t mix64(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 static uint64_t fnv1a64(const char *s)
 {
     uint64_t h = 0xcbf29ce484222325ull;
@@ -128,7 +119,7 @@ static uint64_t fnv1a64(const char *s)
 /* Key of one row: depends on the seed, the tensor's name and the row only. */
 static inline uint64_t row_key(uint64_t seed, uint64_t name_hash, uint64_t row)
 {
-    return mix64(mix64(seed * MK_GAMMA + name_hash) ^ (row * 0xd1b54a32d192ed03ull));
+    return l8_mix64(l8_mix64(seed * L8_GOLDEN_GAMMA + name_hash) ^ (row * 0xd1b54a32d192ed03ull));
 }
 
 /* Standard normal approximation from one 64-bit draw: the sum of four
@@ -205,12 +196,12 @@ static void gen_row(const struct mk_opts *o, const struct mk_src *src, uint32_t 
     uint64_t key = row_key(o->seed, src->name_hash, r);
     float std = src->std;
     if (src->kind == MK_KIND_PROJ) {
-        uint64_t h = mix64(key ^ 0x6a09e667f3bcc909ull);
+        uint64_t h = l8_mix64(key ^ 0x6a09e667f3bcc909ull);
         if (h % MK_OUTLIER_EVERY == 0)
             std *= MK_OUTLIER_MIN + MK_OUTLIER_SPAN * (float)(h >> 40) * 0x1p-24f;
     }
     for (uint32_t i = 0; i < src->cols; i++) {
-        float g = gauss(mix64(key + (uint64_t)(i + 1) * MK_GAMMA));
+        float g = gauss(l8_mix64(key + (uint64_t)(i + 1) * L8_GOLDEN_GAMMA));
         float v = src->kind == MK_KIND_NORM ? 1.0f + MK_NORM_NOISE * g : std * g;
         /* Every dtype carries the same (BF16) values, so checkpoints of
          * different dtypes describe the same model. */
