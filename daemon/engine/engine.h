@@ -63,7 +63,7 @@ struct l8_engine_opts {
     const char *tune_file;   /* cuda: the file that keeps the measured GEMV /
                                 cuBLASLt crossover (cuda_tune.h); NULL: it is
                                 measured at every creation and kept nowhere */
-    /* cuda, for measuring the engine (README: llama8d's keys gemv_max_m,
+    /* cuda, for measuring the engine (llama8d(8): its keys gemv_max_m,
      * cuda_graphs, cuda_pdl and profile_file, llama8-run's flags); zero is
      * the engine as it serves. */
     bool gemv_fixed;         /* fp8: every product runs through the GEMV up to

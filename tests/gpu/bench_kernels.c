@@ -1,5 +1,5 @@
 /* bench_kernels.c - the two ceilings and the kernels against them, on the
- * Llama 3.1 8B shapes (METHOD.md: measure the copy bandwidth and the matrix
+ * Llama 3.1 8B shapes (the method: measure the copy bandwidth and the matrix
  * rate, then time each kernel with events, median of many, on random data,
  * rotating buffers so the 60 MB L2 is not what is measured).
  *

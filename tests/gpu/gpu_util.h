@@ -1,5 +1,6 @@
 /* gpu_util.h - helpers for the GPU tests: skip without a device, checked
- * CUDA calls, random data, the relative-error measure of METHOD.md. */
+ * CUDA calls, random data, the relative error ||out - ref|| / ||ref|| against
+ * an f64 reference. */
 #pragma once
 #include <math.h>
 #include <stdint.h>

@@ -158,7 +158,7 @@ grep -h -E "graph capture|cuBLASLt refused" "$OUT"/test_*.log 2>/dev/null | head
 
 # Races and bad accesses in the attention kernels (shared-memory tiles, the
 # one thing the CPU emulation cannot show): compute-sanitizer where the
-# machine's runtime allows it (KINDS.md: Firecracker yes, gVisor no).
+# machine's runtime allows it (a Firecracker VM does, gVisor does not).
 stamp "4b. compute-sanitizer on the attention kernels"
 CS=$(command -v compute-sanitizer || ls "$(dirname "$NVCC")/compute-sanitizer" \
      "$(dirname "$(dirname "$NVCC")")/compute-sanitizer/compute-sanitizer" 2>/dev/null | head -1)
