@@ -50,7 +50,7 @@ const char *l8chat_role_name(enum l8chat_role role)
 void l8chat_opts_init(struct l8chat_opts *o)
 {
     *o = (struct l8chat_opts){
-        .today_date = L8CHAT_DEFAULT_TODAY,
+        .today_date = NULL,   /* today's, read at each l8chat_encode */
         .knowledge_cutoff = L8CHAT_DEFAULT_KNOWLEDGE,
         .add_generation_prompt = true,
         .special_in_content = false,
@@ -453,7 +453,8 @@ int l8chat_encode(const l8tok *tok, const struct l8chat_msg *msgs, size_t n_msgs
         l8chat_opts_init(&def);
         opts = &def;
     }
-    const char *today = opts->today_date ? opts->today_date : L8CHAT_DEFAULT_TODAY;
+    char date[L8CHAT_DATE_LEN];
+    const char *today = opts->today_date ? opts->today_date : l8chat_default_date(date);
     const char *cutoff = opts->knowledge_cutoff ? opts->knowledge_cutoff : L8CHAT_DEFAULT_KNOWLEDGE;
     unsigned flags = opts->special_in_content ? L8TOK_ENCODE_DEFAULT : L8TOK_SPECIAL_AS_TEXT;
     struct chat_ids sp;
@@ -557,6 +558,17 @@ int l8chat_today(char buf[L8CHAT_DATE_LEN])
     snprintf(buf, L8CHAT_DATE_LEN, "%02d %s %04d", tm.tm_mday, months[tm.tm_mon],
              tm.tm_year + 1900);
     return 0;
+}
+
+/* No date given: $LLAMA8_CHAT_DATE (a script's or a test's fixed one), else
+ * today's, as Meta's templates after 3.1 write it (strftime_now("%d %b %Y")),
+ * and the 3.1 template's fixed one only where the clock cannot be read. */
+const char *l8chat_default_date(char buf[L8CHAT_DATE_LEN])
+{
+    const char *e = secure_getenv(L8CHAT_DATE_ENV);
+    if (e && *e)
+        return e;
+    return l8chat_today(buf) == 0 ? buf : L8CHAT_DEFAULT_TODAY;
 }
 
 int l8chat_stop_ids(const l8tok *tok, const struct l8chat_opts *opts, l8tok_ids *out)

@@ -51,17 +51,31 @@ static void chat_usage(FILE *f)
         "                         as the ipython message; the model replies to it)\n"
         "  //TEXT                 the message /TEXT\n\n"
         "  --system TEXT          a system message\n"
+        "  --date TEXT            the system header's \"Today Date: TEXT\" (default\n"
+        "                         $" L8CHAT_DATE_ENV ", else today's local date as Meta's\n"
+        "                         template writes it: \"07 Dec 2026\")\n"
         TOOLS_HELP
         CTL_COMMON_HELP
-        "  -h, --help\n");
+        "  -h, --help\n\n");
+    ctl_socket_help(f);
 }
 
-/* chat's own option: --system. */
+/* chat's own options (below CTL_OPT_BASE, past ctl_ipc.h's CMD_ ids). */
+enum { CHAT_DATE = 900 };
+struct chat_args {
+    const char *system;   /* --system */
+    const char *date;     /* --date: l8chat_opts.today_date (NULL: today's) */
+};
+
 static bool chat_opt(int opt, const char *arg, void *ctx)
 {
-    if (opt != CMD_SYSTEM)
+    struct chat_args *a = ctx;
+    if (opt == CMD_SYSTEM)
+        a->system = arg;
+    else if (opt == CHAT_DATE)
+        a->date = arg;
+    else
         return false;
-    *(const char **)ctx = arg;
     return true;
 }
 
@@ -532,20 +546,23 @@ static int command(struct chat *ch, char *line, const char **msg, enum l8chat_ro
 int ctl_chat(int argc, char **argv)
 {
     static const struct option lo[] = {
-        CTL_COMMON_LONGOPTS, {"system", required_argument, 0, CMD_SYSTEM}, TOOLS_LONGOPTS,
+        CTL_COMMON_LONGOPTS, {"system", required_argument, 0, CMD_SYSTEM},
+        {"date", required_argument, 0, CHAT_DATE}, TOOLS_LONGOPTS,
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
     };
     struct ctl_req_opts o;
     struct ctl_tools tools;
-    const char *system = NULL;
+    struct chat_args args = {0};
     int rc;
     ctl_req_opts_init(&o);
-    if ((rc = ctl_req_getopt(argc, argv, lo, &o, &tools, chat_opt, &system, chat_usage)) >= 0)
+    if ((rc = ctl_req_getopt(argc, argv, lo, &o, &tools, chat_opt, &args, chat_usage)) >= 0)
         return rc;
+    const char *system = args.system;
     static struct chat ch;   /* the conversation is large */
     ch.o = &o;
     ch.tools = &tools;
     l8chat_opts_init(&ch.co);
+    ch.co.today_date = args.date;   /* NULL: today's, at each turn (a chat past midnight) */
     struct input in = { .tty = isatty(0) && isatty(2) };
     ch.tty = in.tty;
     if ((rc = ctl_connect(o.socket, "llama8ctl chat", &ch.c)) != CTL_OK)

@@ -97,6 +97,9 @@ int ctl_plain_opts(int argc, char **argv, void (*usage)(FILE *), const char **so
 /* Why a call on c failed with rc: what the daemon or the library said, else
  * strerror(-rc). */
 const char *ctl_why(struct l8c_client *c, int rc);
+/* For --help: the socket a command without --socket connects to now, and
+ * why ($LLAMA8_SOCKET, else the default), one "socket: ..." paragraph. */
+void ctl_socket_help(FILE *f);
 /* Connect; prints why not. Returns CTL_OK, CTL_NOCONN or CTL_FAIL. */
 int ctl_connect(const char *socket, const char *name, struct l8c_client **out);
 /* --wait's SECONDS (-1: not given), which ctl_connect reads; ctl_wait_opt

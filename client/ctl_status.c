@@ -1,8 +1,12 @@
 /* ctl_status.c: `llama8ctl status`: what the daemon is doing. */
 #include "ctl_ipc.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <json-c/json.h>
 
@@ -11,12 +15,38 @@
 static void status_usage(FILE *f)
 {
     fprintf(f, "Usage: llama8ctl status [--socket PATH] [--wait] [--json]\n"
-               "Print the served model, KV pool use, clients, requests, errors sent, tokens/s and uptime.\n"
+               "Print the served model (and whether its directory has the tokenizer.json clients\n"
+               "need), KV pool use, clients, requests, errors sent, tokens/s and uptime.\n"
                "A user other than root and the daemon's user sees their own uid's requests,\n"
                "tokens, cache hits and errors, and the pool's figures (own_uid in --json).\n\n"
                CTL_WAIT_HELP "\n"
                "exit status: 0 ok, 1 the daemon failed to answer, 2 bad command line,\n"
-               "3 no daemon at the socket\n");
+               "3 no daemon at the socket\n\n");
+    ctl_socket_help(f);
+}
+
+/* The served model's tokenizer.json, where clients look for it (the
+ * Welcome's model_dir): 0 with path set when it is a file this user can
+ * read, else -errno with why saying what fails without it. The daemon's
+ * constrained decoding reads the same file unless its tokenizer key names
+ * another (the Status does not say which). */
+static int model_tokenizer(const char *model_dir, char path[PATH_MAX + 16], char why[512])
+{
+    struct stat st;
+    snprintf(path, PATH_MAX + 16, "%s/tokenizer.json", model_dir);
+    int rc = stat(path, &st) < 0 ? -errno : S_ISREG(st.st_mode) ? 0 : -EINVAL;
+    if (rc == 0 && access(path, R_OK) < 0)
+        rc = -errno;
+    if (rc == 0)
+        return 0;
+    snprintf(why, 512, "%s%s: llama8ctl's text prompts need --tokenizer FILE or "
+             "$LLAMA8_TOKENIZER (--ids works), and llama8d refuses constrained decoding "
+             "unless its tokenizer = names one",
+             rc == -ENOENT ? "the model directory has no tokenizer.json"
+             : rc == -EINVAL ? "tokenizer.json is not a regular file"
+             : "tokenizer.json cannot be read: ", rc == -ENOENT || rc == -EINVAL ? ""
+             : strerror(-rc));
+    return rc;
 }
 
 int ctl_status(int argc, char **argv)
@@ -37,10 +67,15 @@ int ctl_status(int argc, char **argv)
         return CTL_FAIL;
     }
     const struct l8c_info *in = l8c_info(c);
+    char tok_path[PATH_MAX + 16], tok_why[512] = "";
+    const bool have_tok = model_tokenizer(in->model_dir, tok_path, tok_why) == 0;
     if (json) {
         json_object *o = json_object_new_object();
         json_object_object_add(o, "model", json_object_new_string(s.model_name));
         json_object_object_add(o, "model_dir", json_object_new_string(in->model_dir));
+        json_object_object_add(o, "tokenizer", have_tok ? json_object_new_string(tok_path) : NULL);
+        if (!have_tok)
+            json_object_object_add(o, "tokenizer_error", json_object_new_string(tok_why));
         json_object_object_add(o, "backend", json_object_new_string(s.backend));
         json_object_object_add(o, "context_length", json_object_new_int64(s.context_length));
         json_object_object_add(o, "pages_total", json_object_new_int64(s.pages_total));
@@ -94,6 +129,10 @@ int ctl_status(int argc, char **argv)
         json_object_put(o);
     } else {
         printf("model:     %s (%s, %s)\n", s.model_name, in->model_dir, s.backend);
+        if (have_tok)
+            printf("tokenizer: %s\n", tok_path);
+        else
+            printf("tokenizer: NONE: %s\n", tok_why);
         printf("context:   %u tokens\n", s.context_length);
         printf("kv pool:   %u/%u pages used, %u cached (%u positions each); prefix cache: %s\n",
                s.pages_used, s.pages_total, s.pages_cached, s.page_size, s.prefix_cache);

@@ -32,13 +32,13 @@ static void tokenize_usage(FILE *f)
             "  -s, --system TEXT      with --chat: a system message\n"
             "  -m, --messages         with --chat: stdin is a JSON array of\n"
             "                         {\"role\": \"system|user|assistant\", \"content\": \"...\"}\n"
-            "      --date DATE        with --chat: the \"Today Date\" (default %s)\n"
+            "      --date DATE        with --chat: the \"Today Date\" (default $LLAMA8_CHAT_DATE,\n"
+            "                         else today's local date: \"07 Dec 2026\")\n"
             "      --no-generation-prompt  with --chat: no assistant header at the end\n"
             "  -h, --help\n\n"
             "With --chat, special tokens inside messages are always plain text.\n"
             "exit status: 0 success, 1 failure (unreadable tokenizer, invalid UTF-8: the byte\n"
-            "offset is printed), 2 bad command line\n",
-            L8CHAT_DEFAULT_TODAY);
+            "offset is printed), 2 bad command line\n");
 }
 
 static void detokenize_usage(FILE *f)

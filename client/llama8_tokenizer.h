@@ -204,11 +204,14 @@ struct l8chat_msg {
     size_t len;
 };
 
+/* The Llama 3.1 template's own date_string: what l8chat_encode writes when no date is
+ * given and the clock cannot be read (reference conversations rendered by that template
+ * pass it as opts->today_date). */
 #define L8CHAT_DEFAULT_TODAY "26 Jul 2024"
 #define L8CHAT_DEFAULT_KNOWLEDGE "December 2023"
 
 struct l8chat_opts {
-    const char *today_date;        /* "Today Date: ..." line; NULL: L8CHAT_DEFAULT_TODAY */
+    const char *today_date;        /* "Today Date: ..." line; NULL: l8chat_default_date()'s */
     const char *knowledge_cutoff;  /* NULL: L8CHAT_DEFAULT_KNOWLEDGE */
     bool add_generation_prompt;    /* end with the assistant header (default true) */
     /* Recognise special tokens written inside message contents, as rendering the template
@@ -227,7 +230,7 @@ struct l8chat_opts {
     bool tools_in_system;
 };
 
-/* Defaults: today L8CHAT_DEFAULT_TODAY (the template's own default date_string), cutoff
+/* Defaults: today_date NULL (l8chat_default_date(), read at each l8chat_encode), cutoff
  * L8CHAT_DEFAULT_KNOWLEDGE, generation prompt on, specials in contents as text, no tools. */
 void l8chat_opts_init(struct l8chat_opts *opts);
 
@@ -275,9 +278,17 @@ const char *l8chat_role_name(enum l8chat_role role);
 /* Room for a date as the template writes it ("26 Jul 2024"). */
 #define L8CHAT_DATE_LEN 16
 /* Today's local date as "DD Mon YYYY" (strftime's "%d %b %Y" in the C locale, which
- * Llama 3.2's template uses for its date_string), for opts->today_date.  -EIO if the
- * clock or the time zone cannot be read. */
+ * Llama 3.2's template uses for its date_string).  -EIO if the clock or the time zone
+ * cannot be read. */
 int l8chat_today(char buf[L8CHAT_DATE_LEN]);
+/* Where a fixed "Today Date" for every conversation without one may be set (scripts that
+ * want the same prompt, and its prefix cache, every day; the test suite). */
+#define L8CHAT_DATE_ENV "LLAMA8_CHAT_DATE"
+/* The date l8chat_encode writes when opts->today_date is NULL, the one place that
+ * default comes from: $LLAMA8_CHAT_DATE when set and not empty, else l8chat_today()'s
+ * (in buf), else (no clock) L8CHAT_DEFAULT_TODAY.  The text is valid until the
+ * environment or buf changes. */
+const char *l8chat_default_date(char buf[L8CHAT_DATE_LEN]);
 
 /* Append the ids that end an assistant turn under opts: <|eot_id|>, and <|eom_id|> too
  * when opts has tools (the model may end a tool call with it).  A file that keeps Llama

@@ -266,6 +266,17 @@ int ctl_tokenizer_load(const char *path, const char *hint, l8tok **out)
     return rc;
 }
 
+void ctl_socket_help(FILE *f)
+{
+    const char *e = getenv("LLAMA8_SOCKET");
+    if (e && *e)
+        fprintf(f, "socket: %s (from $LLAMA8_SOCKET; --socket PATH overrides it)\n", e);
+    else
+        fprintf(f, "socket: %s (the default, as $LLAMA8_SOCKET is not set);\n"
+                   "for a llama8d started by hand with --socket PATH, give --socket PATH\n"
+                   "or set LLAMA8_SOCKET=PATH\n", l8c_default_socket());
+}
+
 static void usage(FILE *f)
 {
     fprintf(f, "Usage: llama8ctl COMMAND [OPTIONS] [ARGS]\n"
@@ -273,7 +284,8 @@ static void usage(FILE *f)
     for (size_t i = 0; i < N_COMMANDS; i++)
         fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].summary);
     fprintf(f, "\nexit status: 0 success, 1 the operation failed, 2 bad command line, 3 no daemon\n"
-               "(the commands that talk to llama8d)\n");
+               "(the commands that talk to llama8d)\n\n");
+    ctl_socket_help(f);
 }
 
 int main(int argc, char **argv)

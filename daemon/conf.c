@@ -42,7 +42,7 @@ struct key {
 #define NO_RANGE .max = 0   /* not a number */
 static const struct key keys[] = {
     { "model", K_STR, F(model), "DIR checkpoint directory (config.json, safetensors)", RESTART, NO_RANGE },
-    { "socket", K_STR, F(socket), "PATH listening socket (default $RUNTIME_DIRECTORY/llama8d.sock)", RESTART, NO_RANGE },
+    { "socket", K_STR, F(socket), "PATH listening socket, unless systemd passes one (default $RUNTIME_DIRECTORY/llama8d.sock under systemd, else " L8D_DEFAULT_SOCKET ")", RESTART, NO_RANGE },
     { "kv_pages", K_U32, F(kv_pages), "N KV pool pages", RESTART,
       R(0, L8D_MAX_KV_PAGES) },
     { "kv_mib", K_U64, F(kv_mib), "MIB KV pool size when kv_pages is 0 (0: cuda one full context, cpu 1 GiB)", RESTART,
@@ -108,17 +108,25 @@ static const struct key keys[] = {
 #define N_KEYS (sizeof(keys) / sizeof(keys[0]))
 _Static_assert(N_KEYS <= 64, "struct l8d_conf's given has a bit per key");
 
+/* The socket when neither the file nor a flag names one: in systemd's
+ * RuntimeDirectory= (its first, RUNTIME_DIRECTORY may list several,
+ * separated by ':') under the service, else L8D_DEFAULT_SOCKET. Returns
+ * whether RUNTIME_DIRECTORY chose it. */
+static bool default_socket(char *buf, size_t cap)
+{
+    const char *rt = getenv("RUNTIME_DIRECTORY");
+    if (rt && *rt) {
+        snprintf(buf, cap, "%.*s/llama8d.sock", (int)strcspn(rt, ":"), rt);
+        return true;
+    }
+    snprintf(buf, cap, "%s", L8D_DEFAULT_SOCKET);
+    return false;
+}
+
 void l8d_conf_defaults(struct l8d_conf *c)
 {
     memset(c, 0, sizeof(*c));
-    const char *rt = getenv("RUNTIME_DIRECTORY");
-    /* RUNTIME_DIRECTORY may list several, separated by ':'; take the first. */
-    if (rt && *rt) {
-        size_t n = strcspn(rt, ":");
-        snprintf(c->socket, sizeof(c->socket), "%.*s/llama8d.sock", (int)n, rt);
-    } else {
-        snprintf(c->socket, sizeof(c->socket), "/run/llama8d/llama8d.sock");
-    }
+    default_socket(c->socket, sizeof(c->socket));
     /* systemd's CacheDirectory=: kept across restarts, rebuilt if lost. */
     const char *cache = getenv("CACHE_DIRECTORY");
     if (cache && *cache)
@@ -486,7 +494,17 @@ static int load_file(struct l8d_conf *c, const char *path, bool must, char err[L
     return rc;
 }
 
-void l8d_conf_usage(FILE *f)
+/* The line under --socket in the help: where c would listen, and why. */
+static void usage_socket(FILE *f, const struct l8d_conf *c, const char *from)
+{
+    char def[sizeof c->socket];
+    const bool rt = default_socket(def, sizeof def);
+    fprintf(f, "  %-23s now: %s (%s)\n", "", from ? c->socket : def,
+            from ? from
+            : rt ? "from $RUNTIME_DIRECTORY" : "$RUNTIME_DIRECTORY is not set: not under systemd");
+}
+
+void l8d_conf_usage(FILE *f, const struct l8d_conf *c, const char *socket_from)
 {
     fprintf(f, "Usage: llama8d --model DIR [--socket PATH] [options]\n"
                "Serve a Llama checkpoint to local clients over shared memory.\n\n"
@@ -514,9 +532,14 @@ void l8d_conf_usage(FILE *f)
             fprintf(f, "  %s\n  %-23s %s%s\n", both, "", h, range);
         else
             fprintf(f, "  %-23s %s%s\n", both, h, range);
+        if (c && !strcmp(keys[i].name, "socket"))
+            usage_socket(f, c, socket_from);
     }
     fprintf(f, "  --help, --version\n\n"
                "Every option is also a config-file key (kv_pages = 4096); flags win.\n"
+               "A flag's value follows it or an '=' (--kv-pages 4096, --kv-pages=4096); a BOOL\n"
+               "option alone is true (--no-warmup, last or before another option), and a value\n"
+               "of false turns it off (--no-warmup=false); BOOL: true|false, yes|no, 1|0.\n"
                "SIGHUP (systemctl reload llama8d) reads the file and the flags again and\n"
                "applies");
     for (size_t i = 0, n = 0; i < N_KEYS; i++)
@@ -661,12 +684,13 @@ int l8d_conf_from_args(struct l8d_conf *c, int argc, char **argv, char err[L8D_E
     const char *config = NULL;
     char key[64], msg[L8D_ERRLEN];
     int rc;
+    bool help = false;
     l8d_conf_defaults(c);
     /* Pass 1: --config, --help, --version; pass 2 applies flags over the file. */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            l8d_conf_usage(stdout);
-            return 1;
+            help = true;   /* after the --config of the line, if it names one */
+            continue;
         }
         if (!strcmp(argv[i], "--version")) {
             printf("llama8d %s\n", L8_VERSION);
@@ -674,6 +698,8 @@ int l8d_conf_from_args(struct l8d_conf *c, int argc, char **argv, char err[L8D_E
         }
         if (!strcmp(argv[i], "--config")) {
             if (i + 1 >= argc) {
+                if (help)
+                    break;
                 snprintf(err, L8D_ERRLEN, "--config needs a value");
                 return -EINVAL;
             }
@@ -681,6 +707,24 @@ int l8d_conf_from_args(struct l8d_conf *c, int argc, char **argv, char err[L8D_E
         } else if (!strncmp(argv[i], "--config=", 9)) {
             config = argv[i] + 9;
         }
+    }
+    if (help) {
+        /* The socket line says where this configuration would listen: the
+         * file's socket =, if it has one (a file with an error: the defaults). */
+        struct l8d_conf fc;
+        char from[sizeof fc.model + 32];
+        l8d_conf_defaults(&fc);
+        if (load_file(&fc, config ? config : L8D_DEFAULT_CONF, false, msg) < 0)
+            l8d_conf_defaults(&fc);
+        snprintf(from, sizeof from, "socket = in %s", config ? config : L8D_DEFAULT_CONF);
+        for (int i = 1; i < argc; i++)
+            if ((!strcmp(argv[i], "--socket") && i + 1 < argc &&
+                 l8d_conf_set(&fc, "socket", argv[i + 1], msg) == 0) ||
+                (!strncmp(argv[i], "--socket=", 9) &&
+                 l8d_conf_set(&fc, "socket", argv[i] + 9, msg) == 0))
+                snprintf(from, sizeof from, "--socket");
+        l8d_conf_usage(stdout, &fc, given(&fc, "socket") ? from : NULL);
+        return 1;
     }
     if ((rc = load_file(c, config ? config : L8D_DEFAULT_CONF, config != NULL, err)) < 0)
         return rc;
@@ -701,13 +745,16 @@ int l8d_conf_from_args(struct l8d_conf *c, int argc, char **argv, char err[L8D_E
         for (char *p = key; *p; p++)
             if (*p == '-')
                 *p = '_';
-        if (strcmp(key, "config") && !find_key(key)) {
+        const struct key *k = find_key(key);
+        if (strcmp(key, "config") && !k) {
             snprintf(err, L8D_ERRLEN, "unknown option '%.*s' (see --help)",
                      (int)(eq ? (size_t)(eq - a) : strlen(a)), a);
             return -EINVAL;
         }
         if (eq) {
             v = eq + 1;
+        } else if (k && k->kind == K_BOOL && (i + 1 >= argc || !strncmp(argv[i + 1], "--", 2))) {
+            v = "true";   /* a bare --no-warmup: no value follows it */
         } else {
             if (i + 1 >= argc) {
                 snprintf(err, L8D_ERRLEN, "option '%s' needs a value", a);

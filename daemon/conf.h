@@ -9,6 +9,8 @@
 #include "log.h"
 
 #define L8D_DEFAULT_CONF "/etc/llama8d/llama8d.conf"
+/* The socket outside systemd (RUNTIME_DIRECTORY unset) unless one is named. */
+#define L8D_DEFAULT_SOCKET "/run/llama8d/llama8d.sock"
 #define L8D_ERRLEN 512
 /* llama8d.conf is a few hundred bytes; anything past this is not one. */
 #define L8D_CONF_MAX (1u << 20)
@@ -136,7 +138,9 @@ int l8d_conf_parse_text(struct l8d_conf *c, const char *text, const char *path,
 int l8d_conf_set(struct l8d_conf *c, const char *key, const char *value,
                  char err[L8D_ERRLEN]);
 /* Defaults, then the config file (--config FILE, or L8D_DEFAULT_CONF when it
- * exists), then the flags, then the checks between keys. Returns 0, 1 when
+ * exists), then the flags, then the checks between keys. "--key value" and
+ * "--key=value" set a key; a K_BOOL key's flag with no value after it (the
+ * last argument, or one starting "--" next) sets it true. Returns 0, 1 when
  * --help/--version was printed (exit 0), or -EINVAL with err set. */
 int l8d_conf_from_args(struct l8d_conf *c, int argc, char **argv, char err[L8D_ERRLEN]);
 
@@ -159,7 +163,11 @@ struct l8d_sizes {
  * the setting whose value no client could be served with. */
 int l8d_conf_derive(const struct l8d_conf *c, uint32_t model_max_pos, struct l8d_sizes *out,
                     char err[L8D_ERRLEN]);
-void l8d_conf_usage(FILE *f);
+/* The --help text. c (may be NULL): the configuration as read so far, whose
+ * socket the help names as the one it would use now; socket_from says where
+ * c->socket came from ("--socket", "socket = in FILE"), NULL for the default
+ * (then $RUNTIME_DIRECTORY says which). */
+void l8d_conf_usage(FILE *f, const struct l8d_conf *c, const char *socket_from);
 
 /* A reload (SIGHUP) reads the configuration again, file and flags, and
  * applies the keys that can change under a running daemon (log_level,

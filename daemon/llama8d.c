@@ -145,8 +145,17 @@ static int start_constraints(struct l8d *d)
         return rc;
     }
     l8d_constraints_attach(d->constraints, d->sched);
-    if (why)
-        log_notice("%s", why);
+    struct stat st;
+    if (why && !d->conf.tokenizer[0] && stat(path, &st) < 0 && errno == ENOENT)
+        /* Served all the same, but a client finds the tokenizer where
+         * the Welcome's model_dir says: say at the start what will fail. */
+        log_warn("%s has no tokenizer.json: clients find none there (llama8ctl's text prompts "
+                 "need --tokenizer FILE or $LLAMA8_TOKENIZER; --ids works) and constrained "
+                 "decoding (grammars, JSON schemas, required tool calls) is refused; put the "
+                 "model's tokenizer.json in the directory, or name one with tokenizer = PATH",
+                 d->model_dir);
+    else if (why)
+        log_warn("%s", why);
     else
         log_info("constrained decoding: the token bytes of %s (%.1f ms)", path,
                  (double)(l8d_now_ns() - t0) / 1e6);

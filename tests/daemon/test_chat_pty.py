@@ -10,7 +10,10 @@ against a real llama8d on the synthetic tiny checkpoint:
   streams or at the end of a paste;
 - /help, /system, /clear, /save, /load, an unknown command, //TEXT;
 - a conversation that outgrows a 192-position context drops its oldest
-  turns with a note instead of refusing (from a pipe).
+  turns with a note instead of refusing (from a pipe);
+- the system header's "Today Date" is today's local date (Meta's "%d %b %Y")
+  unless --date (or $LLAMA8_CHAT_DATE) gives one: chat's reply is generate's
+  for the ids tokenize --chat --date makes (from a pipe).
 
 usage: test_chat_pty.py LLAMA8D LLAMA8CTL MKMODEL TOKENIZER
 """
@@ -227,6 +230,46 @@ try:
     c.expect(r"cleared.*\n> ")
     st = c.end()
     check(st == 0, "Ctrl-D after a cancelled reply: chat's exit status %r" % st)
+
+    # The date in the system header: today's unless --date says (from a pipe).
+    # The suite fixes the default for every other test ($LLAMA8_CHAT_DATE):
+    # not here.
+    plain_env = {k: v for k, v in os.environ.items() if k != "LLAMA8_CHAT_DATE"}
+
+    def run(*args, stdin=b"", env=plain_env):
+        r = subprocess.run([ctl, *args], input=stdin, capture_output=True, timeout=120,
+                           env=env)
+        return r.returncode, r.stdout.decode(errors="replace"), r.stderr.decode(errors="replace")
+
+    def chat_ids(*date):
+        return run("tokenize", "--socket", sock, "--chat", *date, "Say hi")[1].strip()
+
+    days = {time.strftime("%d %b %Y")}
+    plain = chat_ids()
+    days.add(time.strftime("%d %b %Y"))    # a run across midnight: either day
+    today = [d for d in days if chat_ids("--date", d) == plain]
+    check(len(today) == 1, "tokenize --chat without --date writes today's date %r: %s"
+          % (sorted(days), plain))
+    other = "01 Jan 2025"
+    check(chat_ids("--date", other) != plain, "--date %s changes the prompt" % other)
+    # chat as a person runs it (no --date: today's), and with --date.
+    for date, opt in [(today[0] if today else "?", []), (other, ["--date", other])]:
+        st, ids, err = run("generate", "--socket", sock, "--max-new", "24", "--ids",
+                           chat_ids("--date", date))
+        want = json.loads(run("detokenize", "--socket", sock, "--json", stdin=json.dumps(
+            [int(i) for i in ids.split()]).encode())[1] or "{}").get("text", "?") + "\n"
+        st2, got, err2 = run("chat", "--socket", sock, "--max-new", "24", *opt,
+                             stdin=b"Say hi\n")
+        check(st == 0 and st2 == 0 and want and got == want,
+              "chat %r: reply %r; generate --ids of tokenize --chat --date %r: %r (%s %s)"
+              % (opt, got, date, want, err, err2))
+    # $LLAMA8_CHAT_DATE: the default instead of today's.
+    fixed = run("tokenize", "--socket", sock, "--chat", "Say hi",
+                env=dict(plain_env, LLAMA8_CHAT_DATE=other))[1].strip()
+    check(fixed == chat_ids("--date", other), "LLAMA8_CHAT_DATE=%r: %s" % (other, fixed))
+    st, out, _ = run("chat", "--help")
+    check(st == 0 and "--date TEXT" in out and "$LLAMA8_CHAT_DATE, else today's" in out,
+          "chat --help names --date and its default: %r" % out)
 finally:
     d1.terminate()
     d1.wait()

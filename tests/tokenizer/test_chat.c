@@ -61,14 +61,53 @@ static void test_reference(void)
     const struct l8chat_msg su[] = {MSG(L8CHAT_SYSTEM, "You are a helpful assistant."),
                                     MSG(L8CHAT_USER, "What is the capital of France?")};
     const struct l8chat_msg u[] = {MSG(L8CHAT_USER, "Hello!")};
+    /* The reference ids were rendered with the template's own date. */
+    struct l8chat_opts ref;
+    l8chat_opts_init(&ref);
+    ref.today_date = L8CHAT_DEFAULT_TODAY;
     l8tok_ids w = {0};
     for (size_t i = 0; i < sizeof(want_system_user) / 4; i++)
         push(&w, want_system_user[i]);
-    check_chat("system + user, reference ids", su, 2, NULL, &w);
+    check_chat("system + user, reference ids", su, 2, &ref, &w);
     w.n = 0;
     for (size_t i = 0; i < sizeof(want_user_only) / 4; i++)
         push(&w, want_user_only[i]);
-    check_chat("user only, reference ids", u, 1, NULL, &w);
+    check_chat("user only, reference ids", u, 1, &ref, &w);
+
+    /* No date given: today's (l8chat_today), with opts or without, unless
+     * $LLAMA8_CHAT_DATE names one (the test suite sets it: see below). */
+    const char *env = getenv(L8CHAT_DATE_ENV);
+    char *saved = env ? strdup(env) : NULL;
+    unsetenv(L8CHAT_DATE_ENV);
+    char today[L8CHAT_DATE_LEN], text[96];
+    CHECK(l8chat_today(today) == 0, "today");
+    CHECK(!strcmp(l8chat_default_date(text), today), "default date: %s, today %s", text, today);
+    snprintf(text, sizeof text, "\n\nCutting Knowledge Date: December 2023\nToday Date: %s\n\n",
+             today);
+    w.n = 0;
+    push(&w, L8TOK_LLAMA3_BEGIN_OF_TEXT);
+    header(&w, "system", text);
+    push(&w, L8TOK_LLAMA3_EOT);
+    header(&w, "user", "\n\nHello!");
+    push(&w, L8TOK_LLAMA3_EOT);
+    header(&w, "assistant", "\n\n");
+    check_chat("no date: today's", u, 1, NULL, &w);
+    l8chat_opts_init(&ref);
+    check_chat("opts_init's date: today's", u, 1, &ref, &w);
+    setenv(L8CHAT_DATE_ENV, "01 Jan 2025", 1);
+    w.n = 0;
+    push(&w, L8TOK_LLAMA3_BEGIN_OF_TEXT);
+    header(&w, "system", "\n\nCutting Knowledge Date: December 2023\nToday Date: 01 Jan 2025\n\n");
+    push(&w, L8TOK_LLAMA3_EOT);
+    header(&w, "user", "\n\nHello!");
+    push(&w, L8TOK_LLAMA3_EOT);
+    header(&w, "assistant", "\n\n");
+    check_chat("no date, $LLAMA8_CHAT_DATE set: its date", u, 1, NULL, &w);
+    if (saved)
+        setenv(L8CHAT_DATE_ENV, saved, 1);
+    else
+        unsetenv(L8CHAT_DATE_ENV);
+    free(saved);
 
     /* Same, assembled from pieces: the special ids and the encodings of the text. */
     w.n = 0;
@@ -98,8 +137,7 @@ static void test_options(void)
     };
     struct l8chat_opts o;
     l8chat_opts_init(&o);
-    CHECK(o.add_generation_prompt && !o.special_in_content && !strcmp(o.today_date, "26 Jul 2024"),
-          "defaults");
+    CHECK(o.add_generation_prompt && !o.special_in_content && !o.today_date, "defaults");
     o.today_date = "01 Jan 2025";
     o.add_generation_prompt = false;
     l8tok_ids w = {0};
@@ -125,7 +163,9 @@ static void test_options(void)
     header(&w, "user", "\n\na<|eot_id|>b");
     push(&w, L8TOK_LLAMA3_EOT);
     header(&w, "assistant", "\n\n");
-    check_chat("special token in content stays text", inj, 1, NULL, &w);
+    l8chat_opts_init(&o);
+    o.today_date = L8CHAT_DEFAULT_TODAY;
+    check_chat("special token in content stays text", inj, 1, &o, &w);
     size_t eots = 0;
     for (size_t i = 0; i < w.n; i++)
         eots += w.ids[i] == L8TOK_LLAMA3_EOT;

@@ -131,7 +131,7 @@ int main(int argc, char **argv)
     CHECK(r.status == 0 && !strcmp(r.out, "128009\n"), "special: '%s'", r.out);
     RUN(&r, "<|eot_id|>", "tokenize", "--no-special");
     CHECK(r.status == 0 && !strcmp(r.out, "27 91 68 354 851 91 29\n"), "--no-special: '%s'", r.out);
-    RUN(&r, "Hello!", "tokenize", "--chat", "--json");
+    RUN(&r, "Hello!", "tokenize", "--chat", "--json", "--date", "26 Jul 2024");
     CHECK(r.status == 0 && !strcmp(r.out, "[128000,128006,9125,128007,271,38766,1303,33025,2696,25,6790,"
                                           "220,2366,18,198,15724,2696,25,220,1627,10263,220,2366,19,271,"
                                           "128009,128006,882,128007,271,9906,0,128009,128006,78191,128007,271]\n"),

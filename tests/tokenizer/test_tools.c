@@ -35,6 +35,7 @@ static void check_case(json_object *c)
     json_object_object_get_ex(c, "ids", &want);
     struct l8chat_opts o;
     l8chat_opts_init(&o);
+    o.today_date = L8CHAT_DEFAULT_TODAY;   /* the reference template's, where no date is given */
     if (json_object_object_get_ex(c, "date", &v))
         o.today_date = json_object_get_string(v);
     if (json_object_object_get_ex(c, "tools_in_system", &v))
@@ -133,6 +134,7 @@ static void test_by_hand(void)
     };
     struct l8chat_opts o;
     l8chat_opts_init(&o);
+    o.today_date = L8CHAT_DEFAULT_TODAY;
     o.tools = tools;
     o.n_tools = 1;
     o.add_generation_prompt = false;
