@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "l8_shm.h"   /* the rings: not in the public headers */
+#include "proto/l8_clock.h"
 #include "llama8.pb-c.h"
 
 struct l8c_client {
@@ -101,9 +102,7 @@ const char *l8c_done_name(int reason)
 
 uint64_t l8c_now_ns(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    return l8_now_ns();
 }
 
 const char *l8c_default_socket(void)

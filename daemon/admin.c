@@ -49,7 +49,7 @@ void l8d_admin_status(struct l8d_session *s)
     struct l8d *d = s->d;
     struct l8_sched_stats st;
     l8_sched_get_stats(d->sched, &st);
-    uint64_t now = l8d_now_ns();
+    uint64_t now = l8_now_ns();
     /* Tokens/s from the oldest of the last 16 one-second samples to now:
      * a burst just ended counts (the samples alone left a reply that took
      * under a second at 0/s), an idle quarter of a minute reads 0. */
@@ -159,7 +159,7 @@ void l8d_admin_clients(struct l8d_session *s, uint64_t after_id)
             v[n++] = o;
     }
     qsort(v, n, sizeof(*v), by_id);
-    const uint64_t now = l8d_now_ns();
+    const uint64_t now = l8_now_ns();
     Llama8__ClientList list = LLAMA8__CLIENT_LIST__INIT;
     list.clients = ptrs;
     list.more = true;   /* while measuring: the page's size as if it were cut */

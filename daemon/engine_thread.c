@@ -63,13 +63,6 @@ struct l8d_engine_thread {
     uint32_t mn;
 };
 
-uint64_t l8d_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static void *masks_run(void *arg)
 {
     struct l8d_engine_thread *t = arg;
@@ -133,7 +126,7 @@ static void *run(void *arg)
         struct l8_seq *seqs = t->seqs;
         uint32_t n = t->n;
         pthread_mutex_unlock(&t->mu);
-        uint64_t t0 = l8d_now_ns();
+        uint64_t t0 = l8_now_ns();
         if (t->stall_ms) {
             struct timespec ts = { (time_t)(t->stall_ms / 1000),
                                    (long)(t->stall_ms % 1000) * 1000000L };
@@ -149,7 +142,7 @@ static void *run(void *arg)
             masks_wait(t);
         if (t->after)
             t->after(t->hook_ud, seqs, n, rc);
-        uint64_t t1 = l8d_now_ns();
+        uint64_t t1 = l8_now_ns();
         pthread_mutex_lock(&t->mu);
         t->status = rc;
         t->t_start = t0;
@@ -169,10 +162,10 @@ static void *run(void *arg)
         }
         /* The next step usually comes within µs of the loop seeing this one. */
         const uint64_t spin = atomic_load_explicit(&t->spin_ns, memory_order_relaxed);
-        for (uint64_t s0 = l8d_now_ns();
+        for (uint64_t s0 = l8_now_ns();
              spin && !atomic_load_explicit(&t->pending, memory_order_relaxed) &&
              !atomic_load_explicit(&t->quit, memory_order_relaxed) &&
-             l8d_now_ns() - s0 < spin;)
+             l8_now_ns() - s0 < spin;)
             sched_yield();
         pthread_mutex_lock(&t->mu);
     }

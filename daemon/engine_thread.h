@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include "engine/engine.h"
+#include "proto/l8_clock.h"   /* l8_now_ns: the clock of the times below */
 
 struct l8d_engine_thread;
 
@@ -52,4 +53,3 @@ int  l8d_et_submit(struct l8d_engine_thread *t, struct l8_seq *seqs, uint32_t n)
  * step is still running (a spurious wake-up). */
 int  l8d_et_result(struct l8d_engine_thread *t, int *status, uint64_t *t_start,
                    uint64_t *t_end);
-uint64_t l8d_now_ns(void);

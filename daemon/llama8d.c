@@ -137,7 +137,7 @@ static int start_constraints(struct l8d *d)
         setenv("LLAMA8_TOKENIZER_CACHE", dir, 0);
     }
     const char *why = NULL;
-    uint64_t t0 = l8d_now_ns();
+    uint64_t t0 = l8_now_ns();
     int rc = l8d_constraints_new(path, d->vocab, d->eos, d->n_eos, d->conf.grammar_cache,
                                  &d->constraints, &why);
     if (rc < 0) {
@@ -158,7 +158,7 @@ static int start_constraints(struct l8d *d)
         log_warn("%s", why);
     else
         log_info("constrained decoding: the token bytes of %s (%.1f ms)", path,
-                 (double)(l8d_now_ns() - t0) / 1e6);
+                 (double)(l8_now_ns() - t0) / 1e6);
     return 0;
 }
 
@@ -246,11 +246,11 @@ static int measure_speculation(struct l8d *d)
                                 .pages = page, .n_pages = 2, .sample = true,
                                 .sampling = &greedy, .history = tok, .n_history = v ? K + 1 : 1,
                                 .n_draft = v ? K : 0, .verify_out = v ? out : NULL };
-            uint64_t t0 = l8d_now_ns();
+            uint64_t t0 = l8_now_ns();
             int rc = l8_engine_step(d->engine, &q, 1);
             if (rc < 0)
                 return rc;
-            uint64_t t = l8d_now_ns() - t0;
+            uint64_t t = l8_now_ns() - t0;
             best[v] = t < best[v] ? t : best[v];
         }
     const double ratio = (double)best[1] / (double)best[0];
@@ -291,7 +291,7 @@ static int setup(struct l8d *d, int argc, char **argv)
     d->conf_read = d->conf;
     l8_log_init(d->conf.log_level);
     d->listen_fd = d->signal_fd = d->et_fd = d->spare_fd = -1;
-    d->start_ns = l8d_now_ns();
+    d->start_ns = l8_now_ns();
     raise_nofile();
     l8d_check_nofile(d);
     if ((d->spare_fd = eventfd(0, EFD_CLOEXEC)) < 0)
@@ -346,7 +346,7 @@ static int setup(struct l8d *d, int argc, char **argv)
     }
     sd_notifyf(0, "STATUS=loading %s\nEXTEND_TIMEOUT_USEC=%llu", d->model_dir, 600000000ull);
     log_info("loading %s", d->model_dir);
-    uint64_t t0 = l8d_now_ns();
+    uint64_t t0 = l8_now_ns();
     if ((rc = l8_model_load(d->model_dir, d->conf.threads, &d->model, lerr)) < 0) {
         log_err("loading the model: %s", lerr);
         sd_notifyf(0, "STATUS=failed to load %s: %s", d->model_dir, lerr);
@@ -365,7 +365,7 @@ static int setup(struct l8d *d, int argc, char **argv)
                    "LlamaConfig (Llama 3.1's is 500000)", d->model_dir, (double)cfg->rope_theta);
     log_info("model %s: %u layers, hidden %u, vocab %u, %.1f MiB of weights in %.2f s",
              d->model_name, cfg->n_layers, cfg->hidden, cfg->vocab,
-             (double)d->model->weight_bytes / (1 << 20), (double)(l8d_now_ns() - t0) / 1e9);
+             (double)d->model->weight_bytes / (1 << 20), (double)(l8_now_ns() - t0) / 1e9);
 
     sd_notify(0, "STATUS=creating the engine");
     atomic_store(&d->load_stage, "placing the weights");
@@ -429,7 +429,7 @@ static int setup(struct l8d *d, int argc, char **argv)
     if (!d->conf.no_warmup) {
         sd_notify(0, "STATUS=warming up");
         atomic_store(&d->load_stage, "warming up");
-        uint64_t tw = l8d_now_ns();
+        uint64_t tw = l8_now_ns();
         if ((rc = warm_up(d, 1)) < 0) {
             log_err("warm-up step failed: %s", l8_engine_strerror(rc));
             return rc;
@@ -437,16 +437,16 @@ static int setup(struct l8d *d, int argc, char **argv)
         /* One token: the first per-token figure of the stall bound (loop.c).
          * A one-token step costs the most per token (the weights are read
          * for one token), so the bound of a big prefill chunk errs long. */
-        d->step_tok_ns = l8d_now_ns() - tw;
+        d->step_tok_ns = l8_now_ns() - tw;
         log_info("warm-up step: %.1f ms", (double)d->step_tok_ns / 1e6);
         if (d->conf.backend == L8_BACKEND_CUDA) {
-            tw = l8d_now_ns();
+            tw = l8_now_ns();
             if ((rc = warm_decode_graphs(d)) < 0) {
                 log_err("warming the decode graphs failed: %s", strerror(-rc));
                 return rc;
             }
             log_info("decode graphs for batches up to %u: %.1f ms", d->conf.max_batch,
-                     (double)(l8d_now_ns() - tw) / 1e6);
+                     (double)(l8_now_ns() - tw) / 1e6);
             uint32_t n = d->conf.max_step_tokens;
             const uint64_t pool = (uint64_t)l8_engine_n_pages(d->engine) *
                                   l8_engine_page_size(d->engine);
@@ -454,13 +454,13 @@ static int setup(struct l8d *d, int argc, char **argv)
                 n = d->max_ctx;
             if (n > pool)
                 n = (uint32_t)pool;
-            tw = l8d_now_ns();
+            tw = l8_now_ns();
             if ((rc = warm_up(d, n)) < 0) {
                 log_err("warm-up prefill of %u tokens failed: %s", n, strerror(-rc));
                 return rc;
             }
             log_info("warm-up prefill of %u tokens: %.1f ms", n,
-                     (double)(l8d_now_ns() - tw) / 1e6);
+                     (double)(l8_now_ns() - tw) / 1e6);
         }
         if ((rc = measure_speculation(d)) < 0) {
             log_err("measuring a verification step failed: %s", strerror(-rc));
@@ -521,7 +521,7 @@ static int setup(struct l8d *d, int argc, char **argv)
     log_notice("ready: %s on %s, %s numerics (%.2f s since start)", d->model_name,
                l8_backend_name(d->conf.backend),
                d->conf.numerics == L8_NUMERICS_FP8 ? "fp8" : "exact",
-               (double)(l8d_now_ns() - d->start_ns) / 1e9);
+               (double)(l8_now_ns() - d->start_ns) / 1e9);
     return 0;
 }
 

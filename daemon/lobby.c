@@ -56,7 +56,7 @@ static void send_loading(struct l8d_lobby *L, struct held *h)
     lo.placed_bytes = atomic_load_explicit(&d->load_progress.done, memory_order_relaxed);
     if (lo.placed_bytes > lo.weight_bytes)
         lo.placed_bytes = lo.weight_bytes;
-    lo.elapsed_ms = (l8d_now_ns() - d->start_ns) / 1000000u;
+    lo.elapsed_ms = (l8_now_ns() - d->start_ns) / 1000000u;
     Llama8__DaemonMessage m = LLAMA8__DAEMON_MESSAGE__INIT;
     m.msg_case = LLAMA8__DAEMON_MESSAGE__MSG_LOADING;
     m.loading = &lo;
@@ -121,14 +121,14 @@ static void notify_systemd(struct l8d_lobby *L)
 static void *lobby_main(void *arg)
 {
     struct l8d_lobby *L = arg;
-    uint64_t next_tick = l8d_now_ns() + LOBBY_TICK_MS * 1000000ull;
+    uint64_t next_tick = l8_now_ns() + LOBBY_TICK_MS * 1000000ull;
     for (;;) {
         uint32_t np = 0;
         L->pfd[np++] = (struct pollfd){ L->wake_fd, POLLIN, 0 };
         L->pfd[np++] = (struct pollfd){ L->d->listen_fd, L->n < L->cap ? POLLIN : 0, 0 };
         for (uint32_t i = 0; i < L->n; i++)
             L->pfd[np++] = (struct pollfd){ L->h[i].fd, (L->h[i].peeked ? 0 : POLLIN) | POLLRDHUP, 0 };
-        uint64_t now = l8d_now_ns();
+        uint64_t now = l8_now_ns();
         int wait = now >= next_tick ? 0 : (int)((next_tick - now) / 1000000u) + 1;
         if (poll(L->pfd, np, wait) < 0 && errno != EINTR) {
             log_warn("poll while loading: %s", strerror(errno));
@@ -151,12 +151,12 @@ static void *lobby_main(void *arg)
         L->n = k;
         if (L->pfd[1].revents & POLLIN)
             accept_waiting(L);
-        if (l8d_now_ns() >= next_tick) {
+        if (l8_now_ns() >= next_tick) {
             for (uint32_t i = 0; i < L->n; i++)
                 if (L->h[i].wants)
                     send_loading(L, &L->h[i]);
             notify_systemd(L);
-            next_tick = l8d_now_ns() + LOBBY_TICK_MS * 1000000ull;
+            next_tick = l8_now_ns() + LOBBY_TICK_MS * 1000000ull;
         }
     }
 }

@@ -62,7 +62,7 @@
 static void arm_accept(struct l8d *d)
 {
     if (d->accept_armed || d->listen_fd < 0 || d->state != L8D_RUNNING || d->idle_exit ||
-        (d->accept_resume_ns && l8d_now_ns() < d->accept_resume_ns))
+        (d->accept_resume_ns && l8_now_ns() < d->accept_resume_ns))
         return;
     struct io_uring_sqe *sqe = l8d_get_sqe(&d->ring);
     if (d->accept_by_poll) {
@@ -119,7 +119,7 @@ static void arm_timer(struct l8d *d)
  * tick. Logged at most every 10 s. */
 static void accept_failed(struct l8d *d, int res)
 {
-    const uint64_t now = l8d_now_ns();
+    const uint64_t now = l8_now_ns();
     bool paused = false;
     if ((res == -EMFILE || res == -ENFILE) && l8d_session_refuse_waiting(d) == 0) {
         d->accept_by_poll = true;   /* accept again when a connection comes */
@@ -159,7 +159,7 @@ static void start_step(struct l8d *d)
         d->gap_open = false;   /* what remains is held: the wait is not ours */
         return;
     }
-    uint64_t t = l8d_now_ns();
+    uint64_t t = l8_now_ns();
     const struct l8_sched_slot *slots = l8_sched_step_slots(d->sched);
     for (uint32_t i = 0; i < n; i++) {
         if (!slots[i].first)
@@ -262,13 +262,13 @@ static bool on_engine_done(struct l8d *d)
 static bool spin_for_step(struct l8d *d)
 {
     const uint64_t end = d->step_t_submit + d->spin_ns;
-    if (l8d_now_ns() >= end)
+    if (l8_now_ns() >= end)
         return false;
     /* Watched, the engine thread skips its eventfd write: a system call on
      * its way out of the step, and an interrupt of this thread to post the
      * read's CQE that nobody waits for. */
     bool done = l8d_et_watch(d->et, true);
-    while (!done && l8d_now_ns() < end && !io_uring_cq_ready(&d->ring)) {
+    while (!done && l8_now_ns() < end && !io_uring_cq_ready(&d->ring)) {
         sched_yield();   /* not a pause: see engine_thread.c */
         done = l8d_et_finished(d->et);
     }
@@ -290,13 +290,13 @@ static void begin_drain(struct l8d *d)
 {
     if (d->state != L8D_RUNNING) {
         /* A second signal: stop waiting for running requests. */
-        d->drain_deadline_ns = l8d_now_ns();
+        d->drain_deadline_ns = l8_now_ns();
         return;
     }
     log_notice("draining: no new requests, %u ms for running ones", d->conf.drain_timeout_ms);
     sd_notify(0, "STOPPING=1\nSTATUS=draining");
     d->state = L8D_DRAINING;
-    d->drain_deadline_ns = l8d_now_ns() + (uint64_t)d->conf.drain_timeout_ms * 1000000ull;
+    d->drain_deadline_ns = l8_now_ns() + (uint64_t)d->conf.drain_timeout_ms * 1000000ull;
     cancel_accept(d);
 }
 
@@ -329,7 +329,7 @@ static void end_idle_exit(struct l8d *d)
         return;
     d->idle_exit = false;
     if (!nobody_here(d)) {
-        d->idle_since_ns = l8d_now_ns();       /* someone came: go on */
+        d->idle_since_ns = l8_now_ns();       /* someone came: go on */
         return;
     }
     log_notice("no client for %u s (idle_exit_s): exiting", d->conf.idle_exit_s);
@@ -353,7 +353,7 @@ static void sample_rate(struct l8d *d, uint64_t now)
 
 static void housekeeping(struct l8d *d)
 {
-    uint64_t now = l8d_now_ns();
+    uint64_t now = l8_now_ns();
     /* A ping says the daemon makes progress: the loop runs (a loop stuck
      * anywhere never gets here) and the engine is idle or its step is
      * within its bound. A wedged step (a hung GPU, a deadlock) stops the
@@ -578,8 +578,8 @@ static void reap_closed(struct l8d *d)
 int l8d_loop_run(struct l8d *d)
 {
     d->wake_val = 1;
-    sample_rate(d, l8d_now_ns());   /* the first: a reply before the first tick counts */
-    d->idle_since_ns = l8d_now_ns();
+    sample_rate(d, l8_now_ns());   /* the first: a reply before the first tick counts */
+    d->idle_since_ns = l8_now_ns();
     arm_accept(d);
     arm_engine(d);
     arm_signal(d);

@@ -105,7 +105,7 @@ int l8d_reload(struct l8d *d)
     }
     /* MONOTONIC_USEC: systemd pairs this reload with the READY=1 after it. */
     sd_notifyf(0, "RELOADING=1\nSTATUS=reloading the configuration\nMONOTONIC_USEC=%llu",
-               (unsigned long long)(l8d_now_ns() / 1000));
+               (unsigned long long)(l8_now_ns() / 1000));
     /* A value the next start would refuse is refused now, while the
      * running configuration can still be kept. */
     if (l8d_conf_from_args(&next, d->argc, d->argv, err) != 0 ||

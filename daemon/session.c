@@ -220,7 +220,7 @@ int l8d_session_accept(struct l8d *d, int fd)
     uint64_t skipped;
     char more[64];
     if (!l8d_peer_allowed(d, fd, &cr)) {
-        if (l8_log_ratelimit(&d->rl_denied, l8d_now_ns(), &skipped))
+        if (l8_log_ratelimit(&d->rl_denied, l8_now_ns(), &skipped))
             log_notice("refused pid %d uid %u: not root and not in group '%s'%s", (int)cr.pid,
                        (unsigned)cr.uid, d->conf.allowed_group, l8_log_more(more, skipped));
         refuse(d, fd, cr.uid, L8_ERR_PERMISSION_DENIED, "not a member of the allowed group");
@@ -242,7 +242,7 @@ int l8d_session_accept(struct l8d *d, int fd)
     const uint32_t limit =
         d->conf.max_clients + (l8d_uid_is_admin(cr.uid) ? d->conf.admin_clients : 0);
     if (slot == d->n_slots || d->n_sessions >= limit) {
-        if (l8_log_ratelimit(&d->rl_full, l8d_now_ns(), &skipped))
+        if (l8_log_ratelimit(&d->rl_full, l8_now_ns(), &skipped))
             log_warn("refused pid %d uid %u: %u clients connected (max_clients %u, "
                      "admin_clients %u)%s", (int)cr.pid, (unsigned)cr.uid, d->n_sessions,
                      d->conf.max_clients, d->conf.admin_clients, l8_log_more(more, skipped));
@@ -256,7 +256,7 @@ int l8d_session_accept(struct l8d *d, int fd)
     for (uint32_t i = 0; i < d->n_slots; i++)
         of_uid += d->sessions[i] && d->sessions[i]->uid == cr.uid;
     if (of_uid >= d->conf.max_clients_per_uid && !l8d_uid_is_admin(cr.uid)) {
-        if (l8_log_ratelimit(&d->rl_full, l8d_now_ns(), &skipped))
+        if (l8_log_ratelimit(&d->rl_full, l8_now_ns(), &skipped))
             log_warn("refused pid %d uid %u: the uid has %u connections "
                      "(max_clients_per_uid %u)%s", (int)cr.pid, (unsigned)cr.uid, of_uid,
                      d->conf.max_clients_per_uid, l8_log_more(more, skipped));
@@ -283,7 +283,7 @@ int l8d_session_accept(struct l8d *d, int fd)
     s->usage_i = (uint32_t)usage_i;
     s->id = ++d->next_client_id;
     s->state = L8D_SESS_HELLO;
-    s->t_accept_ns = l8d_now_ns();
+    s->t_accept_ns = l8_now_ns();
     d->sessions[slot] = s;
     d->n_sessions++;
     log_debug("client %llu connected: pid %d uid %u", (unsigned long long)s->id,
@@ -475,7 +475,7 @@ static void violation(struct l8d_session *s, const char *why)
         return;
     uint64_t skipped;
     char more[64];
-    if (l8_log_ratelimit(&s->d->rl_violation, l8d_now_ns(), &skipped))
+    if (l8_log_ratelimit(&s->d->rl_violation, l8_now_ns(), &skipped))
         log_warn("client %llu (pid %d): protocol violation: %s%s", (unsigned long long)s->id,
                  (int)s->pid, why, l8_log_more(more, skipped));
     s->violation = true;
@@ -565,7 +565,7 @@ bool l8d_session_publish(struct l8d_session *s)
 static void push_refusal(struct l8d_session *s, uint64_t id, int code, int field,
                          uint32_t value, uint32_t limit, float fvalue)
 {
-    struct l8_event ev = { .request_id = id, .t_ns = l8d_now_ns(), .kind = L8_EV_ERROR,
+    struct l8_event ev = { .request_id = id, .t_ns = l8_now_ns(), .kind = L8_EV_ERROR,
                            .code = (uint16_t)code, .reason = (uint8_t)field, .token = value,
                            .index = limit, .logprob = fvalue };
     l8d_count_error(s->d, s->uid, code);
@@ -794,7 +794,7 @@ static void on_generate(struct l8d_session *s, const Llama8__GenerateRequest *g)
         return push_refusal(s, id, code, field, why.value, why.limit, why.fvalue);
     }
     *r = (struct l8d_req){ .s = s, .id = id, .prompt_tokens = g->prompt_count, .live = true,
-                           .ignore_eos = g->ignore_eos, .t_submit_ns = l8d_now_ns() };
+                           .ignore_eos = g->ignore_eos, .t_submit_ns = l8_now_ns() };
     s->n_live++;
     s->prompt_tokens += g->prompt_count;
     log_debug("client %llu request %llu: %u prompt tokens, %u new", (unsigned long long)s->id,
@@ -806,7 +806,7 @@ static void on_cancel(struct l8d_session *s, const Llama8__Cancel *c)
     struct l8d_req *r = find_req(s, c->request_id);
     if (!r || l8_sched_cancel(s->d->sched, s->id, c->request_id) < 0)
         return push_error(s, c->request_id, L8_ERR_UNKNOWN_REQUEST);
-    struct l8_event ev = { .request_id = c->request_id, .t_ns = l8d_now_ns(),
+    struct l8_event ev = { .request_id = c->request_id, .t_ns = l8_now_ns(),
                            .kind = L8_EV_DONE, .reason = L8_DONE_CANCELLED,
                            .index = r->generated, .logprob = NAN };
     req_release(s, r, "cancelled", ev.t_ns);
@@ -920,7 +920,7 @@ void l8d_session_cut_all(struct l8d_session *s)
             continue;
         l8_sched_cancel(s->d->sched, s->id, r->id);
         uint64_t id = r->id;
-        req_release(s, r, "cut (shutting down)", l8d_now_ns());
+        req_release(s, r, "cut (shutting down)", l8_now_ns());
         push_error(s, id, L8_ERR_SHUTTING_DOWN);
     }
 }

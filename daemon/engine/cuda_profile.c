@@ -9,7 +9,7 @@
 #include <syslog.h>
 
 #include "l8_kernels.h"
-#include "mono_clock.h"
+#include "proto/l8_clock.h"
 
 #define PROF_EVENTS 4096          /* marks per step; a step with more is dropped */
 #define PROF_HOLD_US 30000u       /* > the host's queueing of a step (~1 ms at 8B) */
@@ -36,7 +36,7 @@ struct l8_cuda_prof {
     uint32_t n;
     bool prefill, overflow;
     uint32_t tokens;
-    double t0;                    /* the hold's launch, l8_mono_s() */
+    double t0;                    /* the hold's launch, l8_now_s() */
     double queue_ms;              /* the step's queueing, from t0 to its last mark */
     double weight_bytes[L8_PH_N]; /* per call */
     double flop_per_token[L8_PH_N];
@@ -89,7 +89,7 @@ void l8_prof_begin(struct l8_cuda_prof *p, bool prefill, uint32_t tokens)
     p->overflow = false;
     p->prefill = prefill;
     p->tokens = tokens;
-    p->t0 = l8_mono_s();
+    p->t0 = l8_now_s();
     if (l8k_hold_stream(PROF_HOLD_US, p->st))
         p->overflow = true;       /* no hold, no profile for this step */
     l8_prof_mark(p, L8_PH_START);
@@ -104,7 +104,7 @@ void l8_prof_mark(struct l8_cuda_prof *p, enum l8_phase ph)
         return;
     }
     p->ph[p->n++] = (uint8_t)ph;
-    p->queue_ms = (l8_mono_s() - p->t0) * 1e3;
+    p->queue_ms = (l8_now_s() - p->t0) * 1e3;
 }
 
 void l8_prof_end(struct l8_cuda_prof *p, bool ok)

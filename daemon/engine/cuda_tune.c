@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "mono_clock.h"
+#include "proto/l8_clock.h"
 #include "read_file.h"
 
 #define TUNE_REPS 3
@@ -49,7 +49,7 @@ struct meter {
 
 static int meter_open(struct meter *m, cudaStream_t st, char *report, size_t len)
 {
-    *m = (struct meter){ .st = st, .t0 = l8_mono_s(), .report = report, .len = len };
+    *m = (struct meter){ .st = st, .t0 = l8_now_s(), .report = report, .len = len };
     if (len)
         report[0] = 0;
     if (cudaEventCreate(&m->a) != cudaSuccess || cudaEventCreate(&m->b) != cudaSuccess)
@@ -73,7 +73,7 @@ static void meter_say(struct meter *m, const char *fmt, ...)
 static int meter_close(struct meter *m)
 {
     if (!m->rc)
-        meter_say(m, "(measured in %.0f ms)\n", (l8_mono_s() - m->t0) * 1e3);
+        meter_say(m, "(measured in %.0f ms)\n", (l8_now_s() - m->t0) * 1e3);
     if (m->a)
         cudaEventDestroy(m->a);
     if (m->b)

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "l8_kernels.h"
-#include "mono_clock.h"
+#include "proto/l8_clock.h"
 
 #define UPLOAD_THREADS 4
 #define UPLOAD_CHUNK (32u << 20)          /* bytes per staging buffer */
@@ -188,7 +188,7 @@ int l8_upload_run(struct l8_upload *u, cudaStream_t st, double *secs, double *vs
 {
     pthread_t th[UPLOAD_THREADS];
     int started = 0;
-    double t0 = l8_mono_s();
+    double t0 = l8_now_s();
     pthread_mutex_init(&u->mu, NULL);
     u->next_job = u->next_off = 0;
     u->failed = 0;
@@ -204,14 +204,14 @@ int l8_upload_run(struct l8_upload *u, cudaStream_t st, double *secs, double *vs
     for (int i = 0; i < started; i++)
         pthread_join(th[i], NULL);
     pthread_mutex_destroy(&u->mu);
-    *secs = l8_mono_s() - t0;
+    *secs = l8_now_s() - t0;
     if (u->failed) {
         snprintf(err, L8_ERRLEN, "weight upload failed (host-to-device copy)");
         return -EIO;
     }
-    t0 = l8_mono_s();
+    t0 = l8_now_s();
     int rc = up_verify(u, st, err);
-    *vsecs = l8_mono_s() - t0;
+    *vsecs = l8_now_s() - t0;
     return rc;
 }
 

@@ -42,6 +42,7 @@
 #include "numerics.h"
 #include "read_file.h"
 #include "safetensors.h"
+#include "proto/l8_clock.h"
 #include "proto/l8_hash.h"
 
 /* Hugging Face's default max_shard_size ("5GB", decimal). */
@@ -467,13 +468,6 @@ static void shard_name(const struct mk_plan *p, uint32_t k, char *buf, size_t le
 
 /* ---- files -------------------------------------------------------------- */
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* A float as Python's json writes it ("1e-05", "500000.0", "0.6"), so the
  * files read like the real ones. */
 static json_object *jdouble(double v)
@@ -753,7 +747,7 @@ static int write_shards(const struct mk_opts *o, struct mk_plan *p)
     if (!ctx)
         return -ENOMEM;
     for (uint32_t k = 0; k < p->n_shards; k++) {
-        double t0 = now_s();
+        double t0 = l8_now_s();
         uint64_t bytes = 0;
         shard_name(p, k, fname, sizeof(fname));
         snprintf(path, sizeof(path), "%s/%s", o->out, fname);
@@ -782,7 +776,7 @@ static int write_shards(const struct mk_opts *o, struct mk_plan *p)
             goto out;
         }
         if (!o->quiet) {
-            double dt = now_s() - t0;
+            double dt = l8_now_s() - t0;
             fprintf(stderr, "llama8-mkmodel: wrote %s (%.2f GB) in %.1f s, %.2f GB/s\n",
                     path, (double)bytes * 1e-9, dt, (double)bytes * 1e-9 / (dt > 0 ? dt : 1e-9));
         }
@@ -1039,7 +1033,7 @@ int main(int argc, char **argv)
     if (rc)
         return rc > 0 ? 0 : 2;
 
-    double t0 = now_s();
+    double t0 = l8_now_s();
     rc = mkdir_p(o.out);
     if (rc < 0) {
         fprintf(stderr, "llama8-mkmodel: cannot create directory %s: %s\n", o.out, strerror(-rc));
@@ -1071,7 +1065,7 @@ int main(int argc, char **argv)
     if (rc == 0 && p.n_shards > 1)
         rc = write_index(&o, &p);
     if (rc == 0 && !o.quiet)
-        fprintf(stderr, "llama8-mkmodel: done in %.1f s\n", now_s() - t0);
+        fprintf(stderr, "llama8-mkmodel: done in %.1f s\n", l8_now_s() - t0);
 out:
     plan_free(&p);
     return rc < 0 ? 1 : 0;

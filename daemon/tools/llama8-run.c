@@ -40,7 +40,7 @@
 
 #include "draft_len.h"
 #include "engine.h"
-#include "mono_clock.h"
+#include "proto/l8_clock.h"
 #include "model.h"
 #include "ngram.h"
 #include "read_file.h"
@@ -541,7 +541,7 @@ static int generate(struct l8_engine *e, const struct opts *o, struct run *r,
         if (r->idx)
             l8_ngram_reset(r->idx[b]);
     }
-    double t0 = l8_mono_s();
+    double t0 = l8_now_s();
     for (uint32_t b = 0; b < r->B; b++) {
         uint32_t *all = r->all + (size_t)b * r->total;
         for (uint32_t p = 0; p < S; p += r->chunk) {
@@ -566,7 +566,7 @@ static int generate(struct l8_engine *e, const struct opts *o, struct run *r,
             }
         }
     }
-    double t1 = l8_mono_s();
+    double t1 = l8_now_s();
     tm->prefill_s = t1 - t0;
     while (tm->decode_steps < max_decode) {
         uint32_t n = 0;
@@ -631,7 +631,7 @@ static int generate(struct l8_engine *e, const struct opts *o, struct run *r,
             tm->decode_tokens += r->n_gen[b] - before;
         }
     }
-    tm->decode_s = l8_mono_s() - t1;
+    tm->decode_s = l8_now_s() - t1;
     return 0;
 }
 
@@ -671,7 +671,7 @@ int main(int argc, char **argv)
     float *plog = NULL, *glog = NULL;
     json_object *jo = NULL;
 
-    double t0 = l8_mono_s();
+    double t0 = l8_now_s();
     int r = l8_model_load(o.model, o.threads, &m, err);
     if (r < 0) {
         fprintf(stderr, "llama8-run: %s\n", err);
@@ -713,7 +713,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "llama8-run: %s engine: %s\n", l8_backend_name(o.backend), err);
         goto out;
     }
-    const double load_s = l8_mono_s() - t0;
+    const double load_s = l8_now_s() - t0;
 
     /* a verification's samples are those of single steps only up to
      * verify_rows rows a step */
@@ -766,10 +766,10 @@ int main(int argc, char **argv)
     double warmup_s = 0;
     struct timing tm;
     if (o.warmup) {
-        double tw = l8_mono_s();
+        double tw = l8_now_s();
         if (generate(e, &o, &run, 2, NULL, NULL, &tm) < 0)
             goto out;
-        warmup_s = l8_mono_s() - tw;
+        warmup_s = l8_now_s() - tw;
     }
     if (generate(e, &o, &run, UINT32_MAX, plog, glog, &tm) < 0)
         goto out;
