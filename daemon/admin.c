@@ -62,12 +62,12 @@ void l8d_admin_status(struct l8d_session *s)
     }
     Llama8__Status o = LLAMA8__STATUS__INIT;
     o.model_name = d->model_name;
-    o.backend = (char *)l8_backend_name(d->conf.backend);
+    o.backend = (char *)l8_backend_name(d->backend);
     o.prefix_cache = (char *)l8d_prefix_cache_name(d->conf.prefix_cache);
     o.speculate = (char *)(d->speculate ? "ngram" : "off");
     o.draft_tokens = st.drafted;
     o.draft_accepted = st.accepted;
-    o.spin_us = d->conf.spin_us;
+    o.spin_us = (uint32_t)(d->spin_ns / 1000);
     o.log_level = (char *)l8_log_level_name(d->conf.log_level);
     o.config_reloads = d->reloads;
     o.config_error = d->reload_error;

@@ -91,7 +91,7 @@ static const struct key keys[] = {
     { "backend", K_BACKEND, F(backend), "auto|cpu|cuda (auto: cuda when it works here)", RESTART, NO_RANGE },
     { "tune_file", K_STR, F(tune_file), "PATH where the cuda engine keeps its measured GEMV/cuBLASLt crossover (default $CACHE_DIRECTORY/tune; empty: measured at every start)", RESTART, NO_RANGE },
     { "gemv_max_m", K_GEMV, F(gemv_max_m), "auto|N rows up to which every FP8 product runs through the cuda engine's GEMV, through cuBLASLt (its first algorithms) above (auto: each product's measured crossover, see tune_file; N is for measuring and leaves the tune file alone)", RESTART,
-      R(0, UINT32_MAX) },
+      R(0, L8D_AUTO - 1) },
     { "cuda_graphs", K_BOOL, F(cuda_graphs), "BOOL run the cuda engine's decode steps as CUDA graphs (default true; false launches them eagerly, for measuring)", RESTART, NO_RANGE },
     { "cuda_pdl", K_BOOL, F(cuda_pdl), "BOOL programmatic dependent launch of the cuda engine's kernels on sm_90 and later (default true; false is for measuring)", RESTART, NO_RANGE },
     { "profile_file", K_STR, F(profile_file), "PATH the cuda engine's step profile: the GPU time of each phase, logged and written to PATH as JSON when the daemon exits; turns decode graphs off (default empty: no profile)", RESTART, NO_RANGE },
@@ -147,18 +147,24 @@ void l8d_conf_defaults(struct l8d_conf *c)
     c->hello_timeout_ms = 5000;
     c->step_stall_ms = 60000;
     c->eq_entries = 4096;
-    c->numerics = L8_NUMERICS_EXACT;
-    c->numerics_auto = true;
-    c->backend = L8_BACKEND_CPU;
-    c->backend_auto = true;
-    c->spin_auto = true;
-    c->gemv_max_m_auto = true;
+    c->numerics = L8_NUMERICS_AUTO;
+    c->backend = L8_BACKEND_AUTO;
+    c->spin_us = L8D_AUTO;
+    c->gemv_max_m = L8D_AUTO;
     c->cuda_graphs = true;
     c->cuda_pdl = true;
     c->log_level = L8_LOG_INFO;
     c->speculate = L8D_SPECULATE_AUTO;
     c->draft_max = 8;
 }
+
+/* numerics and backend as the file writes them, by enum value. */
+static const char *const numerics_words[] = {
+    [L8_NUMERICS_EXACT] = "exact", [L8_NUMERICS_FP8] = "fp8", [L8_NUMERICS_AUTO] = "auto",
+};
+static const char *const backend_words[] = {
+    [L8_BACKEND_CPU] = "cpu", [L8_BACKEND_CUDA] = "cuda", [L8_BACKEND_AUTO] = "auto",
+};
 
 const char *l8d_speculate_name(enum l8d_speculate m)
 {
@@ -280,38 +286,28 @@ int l8d_conf_set(struct l8d_conf *c, const char *key, const char *value,
             goto bad;
         break;
     case K_NUMERICS:
-        if (!strcmp(value, "auto")) {
-            c->numerics_auto = true;
-        } else if (!strcmp(value, "exact") || !strcmp(value, "fp8")) {
-            c->numerics_auto = false;
-            *(enum l8_numerics *)p = strcmp(value, "fp8") ? L8_NUMERICS_EXACT : L8_NUMERICS_FP8;
-        } else {
-            goto bad;
-        }
-        break;
-    case K_BACKEND:
-        if (!strcmp(value, "auto")) {
-            c->backend_auto = true;
-        } else if (!strcmp(value, "cpu") || !strcmp(value, "cuda")) {
-            c->backend_auto = false;
-            *(enum l8_backend *)p = strcmp(value, "cuda") ? L8_BACKEND_CPU : L8_BACKEND_CUDA;
-        } else {
-            goto bad;
-        }
-        break;
+    case K_BACKEND: {
+        const char *const *w = k->kind == K_NUMERICS ? numerics_words : backend_words;
+        for (int m = 0; m < 3; m++)
+            if (!strcmp(value, w[m])) {
+                if (k->kind == K_NUMERICS)
+                    *(enum l8_numerics *)p = (enum l8_numerics)m;
+                else
+                    *(enum l8_backend *)p = (enum l8_backend)m;
+                goto set;
+            }
+        goto bad;
+    }
     case K_SPIN:
-    case K_GEMV: {
-        bool *is_auto = k->kind == K_SPIN ? &c->spin_auto : &c->gemv_max_m_auto;
+    case K_GEMV:
         if (!strcmp(value, "auto")) {
-            *is_auto = true;
+            *(uint32_t *)p = L8D_AUTO;
             break;
         }
         if (parse_number(k, value, &u, err) < 0)
             return -EINVAL;
         *(uint32_t *)p = (uint32_t)u;
-        *is_auto = false;
         break;
-    }
     case K_PREFIX_CACHE:
         for (int m = L8D_PREFIX_CACHE_USER; m <= L8D_PREFIX_CACHE_OFF; m++)
             if (!strcmp(value, l8d_prefix_cache_name(m))) {
@@ -363,21 +359,14 @@ static void format_value(const struct l8d_conf *c, const struct key *k, char *bu
         snprintf(buf, cap, "%s", *(const bool *)p ? "true" : "false");
         break;
     case K_NUMERICS:
-        snprintf(buf, cap, "%s", c->numerics_auto ? "auto"
-                 : *(const enum l8_numerics *)p == L8_NUMERICS_FP8 ? "fp8" : "exact");
+        snprintf(buf, cap, "%s", numerics_words[*(const enum l8_numerics *)p]);
         break;
     case K_BACKEND:
-        snprintf(buf, cap, "%s", c->backend_auto ? "auto"
-                 : *(const enum l8_backend *)p == L8_BACKEND_CUDA ? "cuda" : "cpu");
+        snprintf(buf, cap, "%s", backend_words[*(const enum l8_backend *)p]);
         break;
     case K_SPIN:
-        if (c->spin_auto)
-            snprintf(buf, cap, "auto");
-        else
-            snprintf(buf, cap, "%u", *(const uint32_t *)p);
-        break;
     case K_GEMV:
-        if (c->gemv_max_m_auto)
+        if (*(const uint32_t *)p == L8D_AUTO)
             snprintf(buf, cap, "auto");
         else
             snprintf(buf, cap, "%u", *(const uint32_t *)p);
@@ -416,7 +405,6 @@ void l8d_conf_take_live(struct l8d_conf *dst, const struct l8d_conf *src)
     for (size_t i = 0; i < N_KEYS; i++)
         if (keys[i].live)
             memcpy((char *)dst + keys[i].off, (const char *)src + keys[i].off, keys[i].size);
-    dst->spin_auto = src->spin_auto;   /* spin_us's "auto" lives beside it */
 }
 
 static char *trim(char *s)
@@ -523,7 +511,7 @@ void l8d_conf_usage(FILE *f, const struct l8d_conf *c, const char *socket_from)
         char both[96], range[64] = "";
         snprintf(both, sizeof(both), "%s %.*s", flag, (int)w, h);
         h += w + (h[w] == ' ');
-        if (keys[i].max && keys[i].max < UINT32_MAX) {   /* gemv_max_m: any row count */
+        if (keys[i].max && keys[i].max < L8D_AUTO - 1) {   /* gemv_max_m: any row count */
             range[0] = ',';
             range[1] = ' ';
             range_text(&keys[i], range + 2, sizeof(range) - 2);

@@ -42,6 +42,9 @@
 /* spin_us = auto on the cuda engine: a decode step at any batch, or a
  * 512-token prefill chunk, ends inside it on the 8B model. */
 #define L8D_SPIN_AUTO_US 20000u
+/* spin_us and gemv_max_m given as "auto" (above every range). The file's
+ * configuration keeps "auto" as read; what it came to lives in struct l8d. */
+#define L8D_AUTO UINT32_MAX
 
 /* Who shares prefix-cache pages. */
 enum l8d_prefix_cache {
@@ -96,17 +99,14 @@ struct l8d_conf {
     uint32_t eq_entries;       /* event ring size per client (power of two) */
     int threads;               /* engine threads (0 = all cores) */
     uint32_t spin_us;          /* the loop and the engine thread wait for each
-                                  other this long without sleeping (µs) */
-    bool spin_auto;            /* spin_us = auto: L8D_SPIN_AUTO_US on cuda with
-                                  cores to spare, else 0 (see reload.c) */
-    enum l8_numerics numerics;
-    enum l8_backend backend;
-    bool numerics_auto;        /* numerics = auto: fp8 on cuda (its fast path), exact on cpu */
-    bool backend_auto;         /* backend = auto: cuda if it works here, else cpu */
+                                  other this long without sleeping (µs);
+                                  L8D_AUTO: L8D_SPIN_AUTO_US on cuda with cores
+                                  to spare, else 0 (l8d_resolve_spin) */
+    enum l8_numerics numerics; /* AUTO: fp8 on cuda (its fast path), exact on cpu */
+    enum l8_backend backend;   /* AUTO: cuda if it works here, else cpu */
     uint32_t gemv_max_m;       /* cuda fp8: the GEMV up to this many rows for every
-                                  product, cuBLASLt above (measuring) */
-    bool gemv_max_m_auto;      /* gemv_max_m = auto: each product's measured
-                                  crossover (the default) */
+                                  product, cuBLASLt above (measuring); L8D_AUTO:
+                                  each product's measured crossover (the default) */
     bool cuda_graphs;          /* decode steps as CUDA graphs (false: eager) */
     bool cuda_pdl;             /* programmatic dependent launch on sm_90+ */
     bool lm_head_fp8;          /* cpu engine: lm_head quantized to FP8 at load */

@@ -114,7 +114,12 @@ struct l8d_session {
 enum l8d_state { L8D_RUNNING = 0, L8D_DRAINING, L8D_STOPPED };
 
 struct l8d {
+    /* The configuration as read ("auto" kept as such; its live keys from
+     * the last reload, the others from the start: what a reload compares
+     * with), and what its choices came to on this machine. */
     struct l8d_conf conf;
+    enum l8_backend backend;        /* conf.backend, auto resolved */
+    enum l8_numerics numerics;      /* conf.numerics, auto resolved */
     struct l8_model *model;
     struct l8_engine *engine;
     struct l8_sched *sched;
@@ -216,12 +221,9 @@ struct l8d {
      * live here, not on the stack. */
     uint64_t wake_val;
     /* Configuration reloads (SIGHUP, l8d_reload): the command line they
-     * read again; the configuration as read, before "auto" was resolved
-     * (its live keys from the last reload, the others from the start:
-     * what a reload compares with); what the reloads found. */
+     * read again; what the reloads found. */
     int argc;
     char **argv;
-    struct l8d_conf conf_read;
     uint64_t reloads;                 /* that applied */
     char reload_error[L8D_ERRLEN];    /* the last reload's error ("": it applied) */
     char restart_keys[512];           /* keys changed since the start that wait

@@ -288,7 +288,6 @@ static int setup(struct l8d *d, int argc, char **argv)
     }
     d->argc = argc;
     d->argv = argv;
-    d->conf_read = d->conf;
     l8_log_init(d->conf.log_level);
     d->listen_fd = d->signal_fd = d->et_fd = d->spare_fd = -1;
     d->start_ns = l8_now_ns();
@@ -375,37 +374,38 @@ static int setup(struct l8d *d, int argc, char **argv)
         .max_step_tokens = d->conf.max_step_tokens, .max_seqs = d->conf.max_batch,
         .nthreads = d->conf.threads,
         .tune_file = d->conf.tune_file[0] ? d->conf.tune_file : NULL,
-        .gemv_fixed = !d->conf.gemv_max_m_auto, .gemv_max_m = d->conf.gemv_max_m,
+        .gemv_fixed = d->conf.gemv_max_m != L8D_AUTO, .gemv_max_m = d->conf.gemv_max_m,
         .no_graphs = !d->conf.cuda_graphs, .no_pdl = !d->conf.cuda_pdl,
         .profile_file = d->conf.profile_file[0] ? d->conf.profile_file : NULL,
         .lm_head_fp8 = d->conf.lm_head_fp8,
         .progress = &d->load_progress,
         .log = l8_log_lines,
     };
-    if (d->conf.backend_auto) {
-        d->conf.backend = L8_BACKEND_CUDA;
-        if (d->conf.numerics_auto)
+    d->backend = d->conf.backend;
+    if (d->conf.backend == L8_BACKEND_AUTO) {
+        d->backend = L8_BACKEND_CUDA;
+        if (d->conf.numerics == L8_NUMERICS_AUTO)
             eo.numerics = L8_NUMERICS_FP8;
         struct l8_engine_opts co = eo;
         co.lm_head_fp8 = false;     /* a cpu engine option: the gpu keeps its own */
         if (!L8_HAVE_CUDA || l8_engine_create(d->model, L8_BACKEND_CUDA, &co, &d->engine, lerr) < 0) {
             if (L8_HAVE_CUDA)
                 log_notice("cuda engine unavailable (%s): using cpu", lerr);
-            d->conf.backend = L8_BACKEND_CPU;
+            d->backend = L8_BACKEND_CPU;
             atomic_store(&d->load_progress.done, 0);
         }
     }
-    if (!d->engine && d->conf.numerics_auto)
-        eo.numerics = d->conf.backend == L8_BACKEND_CUDA ? L8_NUMERICS_FP8 : L8_NUMERICS_EXACT;
+    if (!d->engine && d->conf.numerics == L8_NUMERICS_AUTO)
+        eo.numerics = d->backend == L8_BACKEND_CUDA ? L8_NUMERICS_FP8 : L8_NUMERICS_EXACT;
     if (!d->engine &&
-        (rc = l8_engine_create(d->model, d->conf.backend, &eo, &d->engine, lerr)) < 0) {
-        log_err("creating the %s engine: %s", l8_backend_name(d->conf.backend), lerr);
+        (rc = l8_engine_create(d->model, d->backend, &eo, &d->engine, lerr)) < 0) {
+        log_err("creating the %s engine: %s", l8_backend_name(d->backend), lerr);
         snprintf(d->start_error, sizeof d->start_error, "creating the %s engine: %s",
-                 l8_backend_name(d->conf.backend), lerr);
+                 l8_backend_name(d->backend), lerr);
         return rc;
     }
 
-    d->conf.numerics = eo.numerics;
+    d->numerics = eo.numerics;
     d->vocab = cfg->vocab;
     d->max_ctx = sz.max_ctx;
     d->max_prompt = sz.max_prompt;
@@ -439,7 +439,7 @@ static int setup(struct l8d *d, int argc, char **argv)
          * for one token), so the bound of a big prefill chunk errs long. */
         d->step_tok_ns = l8_now_ns() - tw;
         log_info("warm-up step: %.1f ms", (double)d->step_tok_ns / 1e6);
-        if (d->conf.backend == L8_BACKEND_CUDA) {
+        if (d->backend == L8_BACKEND_CUDA) {
             tw = l8_now_ns();
             if ((rc = warm_decode_graphs(d)) < 0) {
                 log_err("warming the decode graphs failed: %s", strerror(-rc));
@@ -497,8 +497,9 @@ static int setup(struct l8d *d, int argc, char **argv)
                                                                      : so.max_step_tokens / 4);
 
     l8d_resolve_spin(d);
-    if (d->conf.spin_us)
-        log_info("the loop and the engine thread spin up to %u us for each other", d->conf.spin_us);
+    if (d->spin_ns)
+        log_info("the loop and the engine thread spin up to %u us for each other",
+                 (unsigned)(d->spin_ns / 1000));
     if ((rc = l8d_et_start(d->engine, d->spin_ns, &d->et)) < 0)
         return rc;
     if ((rc = l8d_et_set_hooks(d->et, l8d_constraints_masks, l8d_constraints_after,
@@ -519,8 +520,8 @@ static int setup(struct l8d *d, int argc, char **argv)
         d->watchdog_usec = 0;
     l8d_notify_ready(d);
     log_notice("ready: %s on %s, %s numerics (%.2f s since start)", d->model_name,
-               l8_backend_name(d->conf.backend),
-               d->conf.numerics == L8_NUMERICS_FP8 ? "fp8" : "exact",
+               l8_backend_name(d->backend),
+               d->numerics == L8_NUMERICS_FP8 ? "fp8" : "exact",
                (double)(l8_now_ns() - d->start_ns) / 1e9);
     return 0;
 }

@@ -227,7 +227,7 @@ static bool on_engine_done(struct l8d *d)
         log_notice("the stalled engine step finished after %.1f s: watchdog pings resume",
                    (double)(t1 - d->step_t_submit) / 1e9);
         sd_notifyf(0, "STATUS=serving %s on %s", d->model_name,
-                   l8_backend_name(d->conf.backend));
+                   l8_backend_name(d->backend));
     }
     d->steps++;
     d->step_ns += t1 - t0;

@@ -54,9 +54,8 @@ int l8d_grow_slots(struct l8d *d, uint32_t n)
 
 void l8d_resolve_spin(struct l8d *d)
 {
-    if (d->conf.spin_auto)
-        d->conf.spin_us = auto_spin_us(d->conf.backend);
-    d->spin_ns = (uint64_t)d->conf.spin_us * 1000;
+    const uint32_t us = d->conf.spin_us == L8D_AUTO ? auto_spin_us(d->backend) : d->conf.spin_us;
+    d->spin_ns = (uint64_t)us * 1000;
 }
 
 /* Each client holds three descriptors (its socket and two eventfds; a
@@ -75,7 +74,7 @@ void l8d_check_nofile(const struct l8d *d)
 void l8d_notify_ready(struct l8d *d)
 {
     sd_notifyf(0, "READY=1\nSTATUS=serving %s on %s", d->model_name,
-               l8_backend_name(d->conf.backend));
+               l8_backend_name(d->backend));
 }
 
 static void log_change(const char *key, const char *was_raw, const char *now_raw, bool live,
@@ -115,8 +114,7 @@ int l8d_reload(struct l8d *d)
         log_err("reload: %s; the configuration in use is unchanged", d->reload_error);
     } else {
         d->restart_keys[0] = 0;
-        l8d_conf_compare(&d->conf_read, &next, log_change, d);
-        l8d_conf_take_live(&d->conf_read, &next);
+        l8d_conf_compare(&d->conf, &next, log_change, d);
         l8d_conf_take_live(&d->conf, &next);
         l8_log_set_level(d->conf.log_level);
         if (l8d_grow_slots(d, l8d_connections(d)) < 0)

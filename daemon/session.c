@@ -391,7 +391,7 @@ static void on_hello(struct l8d_session *s, const Llama8__Hello *h)
     w.bos_id = d->bos;
     w.n_eos_ids = d->n_eos;
     w.eos_ids = d->eos;
-    w.backend = (char *)l8_backend_name(d->conf.backend);
+    w.backend = (char *)l8_backend_name(d->backend);
     w.max_requests = d->conf.max_requests_per_client;
     w.max_prompt_tokens = d->max_prompt;
     w.max_new_tokens = d->max_new;

@@ -41,6 +41,7 @@ const char *l8_backend_name(enum l8_backend b)
     switch (b) {
     case L8_BACKEND_CPU: return "cpu";
     case L8_BACKEND_CUDA: return "cuda";
+    case L8_BACKEND_AUTO: return "auto";
     }
     return "unknown";
 }

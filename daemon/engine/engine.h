@@ -19,11 +19,14 @@
 #include <stdint.h>
 #include "../model/model.h"
 
-enum l8_backend  { L8_BACKEND_CPU = 0, L8_BACKEND_CUDA = 1 };
+/* AUTO values are a caller's choice still to make (llama8d: cuda where it
+ * works; the backend's fast path); l8_engine_create takes neither. */
+enum l8_backend  { L8_BACKEND_CPU = 0, L8_BACKEND_CUDA = 1, L8_BACKEND_AUTO = 2 };
 enum l8_numerics {
     L8_NUMERICS_EXACT = 0, /* f32 activations, FP8 weights decoded exactly */
     L8_NUMERICS_FP8   = 1, /* activations quantized per token to E4M3 before
                               each projection, as the GPU's fast path does */
+    L8_NUMERICS_AUTO  = 2, /* the backend's fast path: fp8 on cuda, exact on cpu */
 };
 enum l8_logits { L8_LOGITS_NONE = 0, L8_LOGITS_LAST = 1, L8_LOGITS_ALL = 2 };
 

@@ -30,7 +30,7 @@ int main(void)
     CHECK(l8d_conf_parse_text(&c, text, "t.conf", err) == 0, "%s", err);
     CHECK(!strcmp(c.model, "/m") && c.kv_pages == 128 && c.max_batch == 8, "values");
     CHECK(c.numerics == L8_NUMERICS_FP8 && c.log_level == L8_LOG_DEBUG, "enums");
-    CHECK(c.socket_mode == 0600 && c.backend == L8_BACKEND_CPU && !c.backend_auto, "mode/backend");
+    CHECK(c.socket_mode == 0600 && c.backend == L8_BACKEND_CPU, "mode/backend");
 
     l8d_conf_defaults(&c);
     CHECK(l8d_conf_parse_text(&c, "model = /m\nkv_pagez = 3\n", "x.conf", err) == -EINVAL, "unknown");
@@ -64,12 +64,12 @@ int main(void)
 
     /* spin_us: auto (decided by the engine in use) unless given, in µs up to 1 s. */
     l8d_conf_defaults(&c);
-    CHECK(c.spin_auto, "spin_us default is auto");
-    CHECK(l8d_conf_parse_text(&c, "spin_us = 250\n", "t.conf", err) == 0 && !c.spin_auto &&
+    CHECK(c.spin_us == L8D_AUTO, "spin_us default is auto");
+    CHECK(l8d_conf_parse_text(&c, "spin_us = 250\n", "t.conf", err) == 0 &&
           c.spin_us == 250, "spin_us 250: %s", err);
-    CHECK(l8d_conf_parse_text(&c, "spin_us = auto\n", "t.conf", err) == 0 && c.spin_auto,
+    CHECK(l8d_conf_parse_text(&c, "spin_us = auto\n", "t.conf", err) == 0 && c.spin_us == L8D_AUTO,
           "spin_us auto: %s", err);
-    CHECK(l8d_conf_parse_text(&c, "spin_us = 0\n", "t.conf", err) == 0 && !c.spin_auto &&
+    CHECK(l8d_conf_parse_text(&c, "spin_us = 0\n", "t.conf", err) == 0 &&
           c.spin_us == 0, "spin_us 0: %s", err);
     CHECK(l8d_conf_parse_text(&c, "spin_us = 1000000\n", "t.conf", err) == 0 &&
           c.spin_us == 1000000, "spin_us 1 s: %s", err);
@@ -89,21 +89,22 @@ int main(void)
     /* The cuda engine's measuring switches: off by default (the measured
      * crossover, graphs, PDL, no profile); gemv_max_m auto or a row count. */
     l8d_conf_defaults(&c);
-    CHECK(c.gemv_max_m_auto && c.cuda_graphs && c.cuda_pdl && !c.profile_file[0],
+    CHECK(c.gemv_max_m == L8D_AUTO && c.cuda_graphs && c.cuda_pdl && !c.profile_file[0],
           "measuring defaults: gemv_max_m %s, cuda_graphs %d, cuda_pdl %d, profile_file '%s'",
-          c.gemv_max_m_auto ? "auto" : "N", c.cuda_graphs, c.cuda_pdl, c.profile_file);
+          c.gemv_max_m == L8D_AUTO ? "auto" : "N", c.cuda_graphs, c.cuda_pdl, c.profile_file);
     CHECK(l8d_conf_parse_text(&c, "gemv_max_m = 0\ncuda_graphs = false\ncuda_pdl = no\n"
                               "profile_file = /tmp/p.json\n", "t.conf", err) == 0 &&
-          !c.gemv_max_m_auto && c.gemv_max_m == 0 && !c.cuda_graphs && !c.cuda_pdl &&
+          c.gemv_max_m == 0 && !c.cuda_graphs && !c.cuda_pdl &&
           !strcmp(c.profile_file, "/tmp/p.json"), "measuring keys: %s", err);
-    CHECK(l8d_conf_parse_text(&c, "gemv_max_m = 4294967295\n", "t.conf", err) == 0 &&
-          c.gemv_max_m == 4294967295u, "gemv_max_m 2^32 - 1: %s", err);
-    CHECK(l8d_conf_parse_text(&c, "gemv_max_m = auto\n", "t.conf", err) == 0 && c.gemv_max_m_auto,
+    CHECK(l8d_conf_parse_text(&c, "gemv_max_m = 4294967294\n", "t.conf", err) == 0 &&
+          c.gemv_max_m == 4294967294u, "gemv_max_m 2^32 - 2: %s", err);
+    CHECK(l8d_conf_parse_text(&c, "gemv_max_m = auto\n", "t.conf", err) == 0 &&
+          c.gemv_max_m == L8D_AUTO,
           "gemv_max_m auto: %s", err);
-    CHECK(l8d_conf_parse_text(&c, "gemv_max_m = 4294967296\n", "x.conf", err) == -EINVAL &&
-          !strcmp(err, "x.conf:1: gemv_max_m = 4294967296: must be auto or in [0, 4294967295]"),
+    CHECK(l8d_conf_parse_text(&c, "gemv_max_m = 4294967295\n", "x.conf", err) == -EINVAL &&
+          !strcmp(err, "x.conf:1: gemv_max_m = 4294967295: must be auto or in [0, 4294967294]"),
           "message: %s", err);
-    CHECK(c.gemv_max_m_auto, "a refused gemv_max_m changed it");
+    CHECK(c.gemv_max_m == L8D_AUTO, "a refused gemv_max_m changed it");
     CHECK(l8d_conf_parse_text(&c, "gemv_max_m = -1\n", "x.conf", err) == -EINVAL, "gemv_max_m -1");
     CHECK(l8d_conf_parse_text(&c, "\ncuda_graphs = off\n", "x.conf", err) == -EINVAL &&
           strstr(err, "x.conf:2: cuda_graphs: bad value 'off' (BOOL"), "message: %s", err);
@@ -112,7 +113,7 @@ int main(void)
     char *argvm[] = { "llama8d", "--config", "/dev/null", "--model", "/m", "--gemv-max-m", "8",
                       "--cuda-graphs=0", "--cuda-pdl", "false", "--profile-file", "/tmp/q.json",
                       NULL };
-    CHECK(l8d_conf_from_args(&c, 12, argvm, err) == 0 && !c.gemv_max_m_auto &&
+    CHECK(l8d_conf_from_args(&c, 12, argvm, err) == 0 &&
               c.gemv_max_m == 8 && !c.cuda_graphs && !c.cuda_pdl &&
               !strcmp(c.profile_file, "/tmp/q.json"),
           "measuring flags: %s", err);
@@ -365,8 +366,8 @@ int main(void)
                            "backend auto->cuda restart;no_warmup false->true restart;"),
           "changes: %s", changes);
     l8d_conf_take_live(&a, &b);
-    CHECK(a.log_level == L8_LOG_DEBUG && a.hello_timeout_ms == 7 && !a.spin_auto &&
-              a.spin_us == 30 && a.kv_mib == 0 && !a.model[0] && a.backend_auto &&
+    CHECK(a.log_level == L8_LOG_DEBUG && a.hello_timeout_ms == 7 &&
+              a.spin_us == 30 && a.kv_mib == 0 && !a.model[0] && a.backend == L8_BACKEND_AUTO &&
               a.socket_mode == 0660 && !a.no_warmup,
           "take_live");
     changes[0] = 0;

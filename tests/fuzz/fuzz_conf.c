@@ -40,7 +40,8 @@ static void check_accepted(const struct l8d_conf *c)
     FUZZ_CHECK(c->max_requests >= 1 && c->max_requests <= L8D_MAX_REQUESTS &&
                c->max_requests_per_uid >= 1 && c->max_requests_per_uid <= c->max_requests);
     FUZZ_CHECK(c->draft_max >= 1 && c->draft_max <= L8D_DRAFT_MAX);
-    FUZZ_CHECK(c->socket_mode <= 07777 && c->spin_us <= L8D_SPIN_MAX_US);
+    FUZZ_CHECK(c->socket_mode <= 07777 &&
+               (c->spin_us <= L8D_SPIN_MAX_US || c->spin_us == L8D_AUTO));
     FUZZ_CHECK(c->kv_pages <= L8D_MAX_KV_PAGES && c->kv_mib <= L8D_MAX_KV_MIB);
 
     for (size_t i = 0; i < sizeof model_pos / sizeof model_pos[0]; i++) {
