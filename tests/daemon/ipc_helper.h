@@ -5,6 +5,7 @@
  * test knows exactly when it is READY (and sees its sd_notify messages). */
 #pragma once
 #include <dirent.h>
+#include <grp.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -269,4 +270,34 @@ static inline bool tcollect(struct l8c_client *c, struct tstream *s, uint32_t ma
         }
     }
     return true;
+}
+
+/* ---- other users (needs root) ------------------------------------------ */
+
+/* The group the tests let other uids in by: "daemon" (gid 1 where the
+ * database lacks it), its name into name. */
+static inline gid_t tuser_group(char name[64])
+{
+    const struct group *g = getgrnam("daemon");
+    snprintf(name, 64, "%s", g ? g->gr_name : "daemon");
+    return g ? g->gr_gid : 1;
+}
+
+/* Fork a child running as uid (its gid the same) with the given
+ * supplementary groups (exit 255 if it cannot be); 0 in the child, its pid
+ * here. */
+static inline pid_t tuser_fork(uid_t uid, const gid_t *groups, int n)
+{
+    pid_t kid = fork();
+    if (kid == 0 && (setgroups((size_t)n, groups) < 0 || setgid(uid) < 0 || setuid(uid) < 0))
+        _exit(255);
+    return kid;
+}
+
+/* The child's exit status; -1 if it did not exit, or exited 255. */
+static inline int tuser_status(pid_t kid)
+{
+    int st;
+    waitpid(kid, &st, 0);
+    return WIFEXITED(st) && WEXITSTATUS(st) != 255 ? WEXITSTATUS(st) : -1;
 }

@@ -429,40 +429,12 @@ static void test_clients(void)
     CHECK(tdaemon_stop(&d) == 0, "exit");
 }
 
-/* The group the tests let uid 65534 in by: "daemon" (gid 1 where the
- * database lacks it), its name into name. */
-static gid_t member_group(char name[64])
-{
-    const struct group *g = getgrnam("daemon");
-    snprintf(name, 64, "%s", g ? g->gr_name : "daemon");
-    return g ? g->gr_gid : 1;
-}
-
-/* Fork a child running as uid/gid 65534 with the given supplementary
- * groups (exit 255 if it cannot be); 0 in the child, its pid here. */
-static pid_t fork_as_nobody(const gid_t *groups, int n)
-{
-    pid_t kid = fork();
-    if (kid == 0 &&
-        (setgroups((size_t)n, groups) < 0 || setgid(65534) < 0 || setuid(65534) < 0))
-        _exit(255);
-    return kid;
-}
-
-/* The child's exit status; -1 if it did not exit, or exited 255. */
-static int child_status(pid_t kid)
-{
-    int st;
-    waitpid(kid, &st, 0);
-    return WIFEXITED(st) && WEXITSTATUS(st) != 255 ? WEXITSTATUS(st) : -1;
-}
-
 /* l8c_connect as uid 65534 with the given supplementary groups, then with
  * reload, l8c_reload: 0 connected (and reloaded), 1 refused with EPERM, 3
  * with EUSERS (too many clients), 2 another error, -1 the child failed. */
 static int connect_as_nobody(const char *sock, const gid_t *groups, int n, bool reload)
 {
-    pid_t kid = fork_as_nobody(groups, n);
+    pid_t kid = tuser_fork(65534, groups, n);
     if (kid == 0) {
         struct l8c_client *c;
         struct l8c_status st;
@@ -475,7 +447,7 @@ static int connect_as_nobody(const char *sock, const gid_t *groups, int n, bool 
         }
         _exit(rc == 0 ? 0 : rc == -EPERM ? 1 : rc == -EUSERS ? 3 : 2);
     }
-    return child_status(kid);
+    return tuser_status(kid);
 }
 
 /* A child as uid 65534 in group gid that connects and stays connected
@@ -484,7 +456,7 @@ static pid_t hold_as_nobody(const char *sock, gid_t gid, int *release, bool *con
 {
     int ready[2], hold[2];
     REQUIRE(pipe(ready) == 0 && pipe(hold) == 0, "pipe");
-    pid_t kid = fork_as_nobody(&gid, 1);
+    pid_t kid = tuser_fork(65534, &gid, 1);
     if (kid == 0) {
         close(ready[0]);
         close(hold[1]);
@@ -513,7 +485,7 @@ static void test_admin_clients(void)
         return;
     }
     char gname[64];
-    const gid_t gid = member_group(gname);
+    const gid_t gid = tuser_group(gname);
     struct tdaemon d;
     const char *extra[] = { "--allowed-group", gname, "--socket-mode", "0666",
                             "--max-clients", "1", "--admin-clients", "1", NULL };
@@ -537,7 +509,7 @@ static void test_admin_clients(void)
           "root let in past max_clients + admin_clients: %s", err);
     l8c_close(admin);
     close(release);
-    CHECK(child_status(holder) == 0, "the holding client's process");
+    CHECK(tuser_status(holder) == 0, "the holding client's process");
     /* Its slot frees as the daemon sees the hang-up. */
     for (int i = 0; i < 100 && (r = connect_as_nobody(d.sock, &gid, 1, false)) == 3; i++)
         usleep(20000);
@@ -552,7 +524,7 @@ static void test_permissions(void)
         return;
     }
     char gname[64];
-    const gid_t gid = member_group(gname);
+    const gid_t gid = tuser_group(gname);
     struct tdaemon d;
     const char *extra[] = { "--allowed-group", gname, "--socket-mode", "0666", NULL };
     tdaemon_start(&d, bin, model, extra);
@@ -568,7 +540,7 @@ static void test_permissions(void)
     CHECK(l8c_connect(d.sock, "root", &c, err) == 0, "root refused: %s", err);
     /* Priority: uid 65534 may step back (-2), not ahead (1): announced in
      * the Welcome, checked by the library, refused by the daemon. */
-    pid_t pk = fork_as_nobody(&gid, 1);
+    pid_t pk = tuser_fork(65534, &gid, 1);
     if (pk == 0) {
         struct l8c_client *k;
         const uint32_t prompt[4] = { 1, 2, 3, 4 };
@@ -594,7 +566,7 @@ static void test_permissions(void)
             _exit(5);
         _exit(0);
     }
-    r = child_status(pk);
+    r = tuser_status(pk);
     CHECK(r == 0, "uid 65534's priorities: step %d failed", r);
     CHECK(l8c_info(c)->max_priority == INT32_MAX, "root's max_priority %d",
           l8c_info(c)->max_priority);
@@ -605,7 +577,7 @@ static void test_permissions(void)
     bool in;
     pid_t holder = hold_as_nobody(d.sock, gid, &release, &in);
     CHECK(in, "the holder (uid 65534) refused");
-    pid_t kid = fork_as_nobody(&gid, 1);
+    pid_t kid = tuser_fork(65534, &gid, 1);
     if (kid == 0) {
         struct l8c_client *k;
         struct l8c_client_info v[4];
@@ -615,7 +587,7 @@ static void test_permissions(void)
         _exit(n == 2 && v[0].uid == 65534 && !strcmp(v[0].name, "holder") && v[1].uid == 65534 &&
                       !strcmp(v[1].name, "nobody's") ? 0 : 1);
     }
-    r = child_status(kid);
+    r = tuser_status(kid);
     CHECK(r == 0, "uid 65534's client list: expected its holder and itself (%d)", r);
     struct l8c_client_info v[4];
     size_t n = 0;
@@ -624,7 +596,7 @@ static void test_permissions(void)
           "root's client list: %zu, the first two '%s' '%s'", n, n > 0 ? v[0].name : "",
           n > 1 ? v[1].name : "");
     close(release);
-    CHECK(child_status(holder) == 0, "the holder's process");
+    CHECK(tuser_status(holder) == 0, "the holder's process");
     l8c_close(c);
     CHECK(tdaemon_stop(&d) == 0, "exit");
 }
@@ -652,12 +624,12 @@ static int cached_prompt_tokens(const char *sock)
 /* The same, as uid/gid 65534 with the supplementary group gid. */
 static int cached_prompt_tokens_as_nobody(const char *sock, gid_t gid)
 {
-    pid_t kid = fork_as_nobody(&gid, 1);
+    pid_t kid = tuser_fork(65534, &gid, 1);
     if (kid == 0) {
         int n = cached_prompt_tokens(sock);
         _exit(n < 0 || n > 254 ? 255 : n);
     }
-    return child_status(kid);
+    return tuser_status(kid);
 }
 
 /* prefix_cache: per uid by default, so a client cannot tell from its
@@ -671,7 +643,7 @@ static void test_prefix_cache_scope(void)
         return;
     }
     char gname[64];
-    const gid_t gid = member_group(gname);
+    const gid_t gid = tuser_group(gname);
     static const struct { const char *mode; int root2, nobody, nobody2; } want[] = {
         { "user", 32, 0, 32 }, { "shared", 32, 32, 32 }, { "off", 0, 0, 0 },
     };
@@ -698,7 +670,7 @@ static int status_as_nobody(const char *sock, gid_t gid, bool generate, struct l
 {
     int p[2];
     REQUIRE(pipe(p) == 0, "pipe");
-    pid_t kid = fork_as_nobody(&gid, 1);
+    pid_t kid = tuser_fork(65534, &gid, 1);
     if (kid == 0) {
         close(p[0]);
         struct l8c_client *c;
@@ -713,7 +685,7 @@ static int status_as_nobody(const char *sock, gid_t gid, bool generate, struct l
     close(p[1]);
     ssize_t n = read(p[0], out, sizeof *out);
     close(p[0]);
-    return child_status(kid) == 0 && n == (ssize_t)sizeof *out ? 0 : -1;
+    return tuser_status(kid) == 0 && n == (ssize_t)sizeof *out ? 0 : -1;
 }
 
 /* Status tells a user other than root and the daemon's user their own
@@ -726,7 +698,7 @@ static void test_status_scope(void)
         return;
     }
     char gname[64];
-    const gid_t gid = member_group(gname);
+    const gid_t gid = tuser_group(gname);
     struct tdaemon d;
     const char *extra[] = { "--allowed-group", gname, "--socket-mode", "0666",
                             "--page-size", "16", NULL };

@@ -20,33 +20,9 @@
  * argv: llama8d model-dir */
 #include "ipc_raw.h"
 
-#include <grp.h>
 #include <sys/eventfd.h>
 
 static const char *bin, *model;
-
-static gid_t member_group(char name[64])
-{
-    const struct group *g = getgrnam("daemon");
-    snprintf(name, 64, "%s", g ? g->gr_name : "daemon");
-    return g ? g->gr_gid : 1;
-}
-
-/* Fork a child as uid (and gid) with the supplementary group gid. */
-static pid_t fork_as(uid_t uid, gid_t gid)
-{
-    pid_t kid = fork();
-    if (kid == 0 && (setgroups(1, &gid) < 0 || setgid(uid) < 0 || setuid(uid) < 0))
-        _exit(255);
-    return kid;
-}
-
-static int child_status(pid_t kid)
-{
-    int st;
-    waitpid(kid, &st, 0);
-    return WIFEXITED(st) && WEXITSTATUS(st) != 255 ? WEXITSTATUS(st) : -1;
-}
 
 static void prompt_of(uint32_t *p, uint32_t n, uint32_t base)
 {
@@ -96,8 +72,9 @@ static bool wait_held(struct l8c_client *c, uid_t uid, int timeout_ms)
 /* The pages test's hog, as uid 65534: submits, says so on `up`, reads
  * nothing until `go`, then collects its streams and checks each against
  * the same request run alone. Exit 0: whole and equal. */
-static int hog_pages(const char *sock, int up, int go)
+static int hog_pages(const char *sock, int arg, int up, int go)
 {
+    (void)arg;
     struct l8c_client *c;
     char err[L8C_ERRLEN];
     if (l8c_connect(sock, "hog", &c, err) < 0)
@@ -145,6 +122,26 @@ static int hog_pages(const char *sock, int up, int go)
     return 0;
 }
 
+/* A test's other process: as uid (in the group gid), fn(sock, arg, the
+ * write end of up, the read end of go), its result its exit status. The
+ * pipes are made on first use (up[0] < 0); the parent closes its copies of
+ * the child's ends once every child is forked. */
+typedef int child_fn(const char *sock, int arg, int up, int go);
+
+static pid_t fork_child(uid_t uid, gid_t gid, child_fn *fn, const char *sock, int arg,
+                        int up[2], int go[2])
+{
+    if (up[0] < 0)
+        REQUIRE(pipe(up) == 0 && pipe(go) == 0, "pipe");
+    pid_t kid = tuser_fork(uid, &gid, 1);
+    if (kid == 0) {
+        close(up[0]);
+        close(go[1]);
+        _exit(fn(sock, arg, up[1], go[0]));
+    }
+    return kid;
+}
+
 static void test_pages(gid_t gid, const char *gname)
 {
     struct tdaemon d;
@@ -153,14 +150,8 @@ static void test_pages(gid_t gid, const char *gname)
                             "--kv-pages", "24", "--page-size", "16", "--eq-entries", "64",
                             "--max-batch", "8", NULL };
     tdaemon_start(&d, bin, model, extra);
-    int up[2], go[2];
-    REQUIRE(pipe(up) == 0 && pipe(go) == 0, "pipe");
-    pid_t kid = fork_as(65534, gid);
-    if (kid == 0) {
-        close(up[0]);
-        close(go[1]);
-        _exit(hog_pages(d.sock, up[1], go[0]));
-    }
+    int up[2] = { -1, -1 }, go[2];
+    pid_t kid = fork_child(65534, gid, hog_pages, d.sock, 0, up, go);
     close(up[1]);
     close(go[0]);
     CHECK(wait_byte(up[0], 30000), "the hog did not submit");
@@ -181,7 +172,7 @@ static void test_pages(gid_t gid, const char *gname)
     printf("pages: root served in %llu ms beside a held uid that pinned the pool\n",
            (unsigned long long)(t_now_ms() - t0));
     CHECK(write(go[1], "g", 1) == 1, "go");
-    int r = child_status(kid);
+    int r = tuser_status(kid);
     CHECK(r == 0, "the hog's streams after it read again: %d (10+i: request i differs)", r);
     l8c_close(c);
     close(up[0]);
@@ -241,8 +232,9 @@ static void test_waiting(void)
 
 /* 65534 submits from three connections as much as it can: how many got
  * in, and whether every refusal named the uid's share. */
-static int flood_requests(const char *sock, int up, int go)
+static int flood_requests(const char *sock, int arg, int up, int go)
 {
+    (void)arg;
     struct l8c_client *c[3];
     char err[L8C_ERRLEN];
     uint32_t p[8];
@@ -285,14 +277,8 @@ static void test_requests(gid_t gid, const char *gname)
                             "--max-requests", "16", "--max-requests-per-client", "8",
                             "--max-batch", "4", NULL };
     tdaemon_start(&d, bin, model, extra);
-    int up[2], go[2];
-    REQUIRE(pipe(up) == 0 && pipe(go) == 0, "pipe");
-    pid_t kid = fork_as(65534, gid);
-    if (kid == 0) {
-        close(up[0]);
-        close(go[1]);
-        _exit(flood_requests(d.sock, up[1], go[0]));
-    }
+    int up[2] = { -1, -1 }, go[2];
+    pid_t kid = fork_child(65534, gid, flood_requests, d.sock, 0, up, go);
     close(up[1]);
     close(go[0]);
     int refused = -1;
@@ -312,7 +298,7 @@ static void test_requests(gid_t gid, const char *gname)
     CHECK(tcollect(c, s, 1, 1, 30000) && s[1].n == 4 && !s[1].error,
           "root's request beside the flood: %u tokens, error %d", s[1].n, s[1].error);
     CHECK(write(go[1], "g", 1) == 1, "go");
-    CHECK(child_status(kid) == 0, "the flood saw another refusal");
+    CHECK(tuser_status(kid) == 0, "the flood saw another refusal");
     l8c_close(c);
     close(up[0]);
     close(go[1]);
@@ -346,26 +332,15 @@ static void test_clients(gid_t gid, const char *gname)
                             "--max-clients", "8", "--admin-clients", "0",
                             "--max-clients-per-uid", "3", NULL };
     tdaemon_start(&d, bin, model, extra);
-    int up[2], go[2];
-    REQUIRE(pipe(up) == 0 && pipe(go) == 0, "pipe");
-    pid_t hog = fork_as(65534, gid);
-    if (hog == 0) {
-        close(up[0]);
-        close(go[1]);
-        _exit(flood_clients(d.sock, 8, up[1], go[0]));
-    }
+    int up[2] = { -1, -1 }, go[2];
+    pid_t hog = fork_child(65534, gid, flood_clients, d.sock, 8, up, go);
     int msg = -1;
     struct pollfd pf = { up[0], POLLIN, 0 };
     CHECK(poll(&pf, 1, 30000) == 1 && read(up[0], &msg, sizeof msg) == sizeof msg,
           "the connection flood did not report");
     CHECK(msg == 3 * 100 + 5, "uid 65534 with 8 tries: %d in, %d refused TOO_MANY_CLIENTS; "
           "expected 3 and 5", msg / 100, msg % 100);
-    pid_t other = fork_as(65533, gid);
-    if (other == 0) {
-        close(up[0]);
-        close(go[1]);
-        _exit(flood_clients(d.sock, 1, up[1], go[0]));
-    }
+    pid_t other = fork_child(65533, gid, flood_clients, d.sock, 1, up, go);
     CHECK(poll(&pf, 1, 30000) == 1 && read(up[0], &msg, sizeof msg) == sizeof msg &&
           msg == 100, "uid 65533 beside the flood: %d", msg);
     struct l8c_client *c;
@@ -375,7 +350,7 @@ static void test_clients(gid_t gid, const char *gname)
     close(up[1]);
     close(go[0]);
     CHECK(write(go[1], "gg", 2) == 2, "go");
-    CHECK(child_status(hog) == 0 && child_status(other) == 0, "the flooders");
+    CHECK(tuser_status(hog) == 0 && tuser_status(other) == 0, "the flooders");
     close(up[0]);
     close(go[1]);
     CHECK(tdaemon_stop(&d) == 0, "exit");
@@ -478,7 +453,7 @@ int main(int argc, char **argv)
         return t_failures ? 1 : 0;
     }
     char gname[64];
-    const gid_t gid = member_group(gname);
+    const gid_t gid = tuser_group(gname);
     test_pages(gid, gname);
     test_requests(gid, gname);
     test_clients(gid, gname);
